@@ -1,0 +1,5 @@
+//! karpenter-rs: a Kubernetes node lifecycle controller for Amazon EKS, API-compatible with
+//! Karpenter v1.
+
+pub mod apis;
+pub mod manifest;
