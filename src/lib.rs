@@ -2,4 +2,8 @@
 //! Karpenter v1.
 
 pub mod apis;
+pub mod catalog;
+pub mod cluster;
 pub mod manifest;
+pub mod scheduling;
+pub mod simulate;

@@ -1,8 +1,15 @@
 //! The `karpenter-rs` command line.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use karpenter_rs::apis::{convert, crds};
+use karpenter_rs::catalog::{self, Catalog};
+use karpenter_rs::scheduling::scheduler::Options;
+use karpenter_rs::simulate::{self, SimulateOptions};
+use karpenter_rs::{cluster, manifest};
 
 #[derive(Parser)]
 #[command(
@@ -15,17 +22,79 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PreferencePolicy {
+    Respect,
+    Ignore,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum MinValuesPolicy {
+    Strict,
+    BestEffort,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller in a cluster.
     Run,
-    /// Show offline what the controller would launch and disrupt for a set of manifests.
-    Simulate,
+    /// Show offline what the controller would launch for the pods in a set of manifests.
+    Simulate {
+        /// Manifest files or directories (`-` for stdin); repeatable.
+        #[arg(
+            short = 'f',
+            long = "filename",
+            required = true,
+            value_name = "FILE|DIR|-"
+        )]
+        files: Vec<PathBuf>,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+        /// Region whose catalog prices the simulation (default: inferred from zone labels and
+        /// requirements, else us-east-1).
+        #[arg(long)]
+        region: Option<String>,
+        /// An instance-type catalog file in the bundled format, instead of the bundled one.
+        #[arg(long, value_name = "FILE")]
+        catalog: Option<PathBuf>,
+        /// `Ignore` drops pod preferences up front (PREFERENCE_POLICY).
+        #[arg(long, value_enum, env = "PREFERENCE_POLICY", default_value = "respect")]
+        preference_policy: PreferencePolicy,
+        /// `BestEffort` relaxes minValues instead of failing (MIN_VALUES_POLICY).
+        #[arg(long, value_enum, env = "MIN_VALUES_POLICY", default_value = "strict")]
+        min_values_policy: MinValuesPolicy,
+    },
     /// Print the CustomResourceDefinitions generated from the API types.
     Crds {
         /// Write one file per CRD into this directory instead of printing them.
         #[arg(long, value_name = "DIR")]
-        output_dir: Option<std::path::PathBuf>,
+        output_dir: Option<PathBuf>,
+    },
+    /// Migrate v1alpha5/v1alpha1 and v1beta1 Karpenter manifests to v1 (YAML on stdout,
+    /// warnings on stderr).
+    Convert {
+        /// Manifest files or directories (`-` for stdin); repeatable.
+        #[arg(
+            short = 'f',
+            long = "filename",
+            required = true,
+            value_name = "FILE|DIR|-"
+        )]
+        files: Vec<PathBuf>,
+        /// Instance profile for node classes that name none (v1alpha5's
+        /// `aws.defaultInstanceProfile` setting).
+        #[arg(long, value_name = "NAME")]
+        default_instance_profile: Option<String>,
+        /// IAM role for node classes that name neither a role nor an instance profile.
+        #[arg(long, value_name = "NAME")]
+        default_role: Option<String>,
     },
     /// Print the version.
     Version,
@@ -34,11 +103,47 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run | Command::Simulate => {
-            eprintln!("karpenter-rs: this command is not yet implemented");
+        Command::Run => {
+            eprintln!("karpenter-rs: `run` is not yet implemented");
             ExitCode::from(2)
         }
-        Command::Crds { output_dir } => report(crds(output_dir.as_deref())),
+        Command::Simulate {
+            files,
+            output,
+            region,
+            catalog,
+            preference_policy,
+            min_values_policy,
+        } => {
+            let options = SimulateOptions {
+                scheduler: Options {
+                    ignore_preferences: matches!(preference_policy, PreferencePolicy::Ignore),
+                    min_values_best_effort: matches!(
+                        min_values_policy,
+                        MinValuesPolicy::BestEffort
+                    ),
+                },
+            };
+            report(run_simulate(
+                &files,
+                output,
+                region,
+                catalog.as_deref(),
+                &options,
+            ))
+        }
+        Command::Crds { output_dir } => report(print_crds(output_dir.as_deref())),
+        Command::Convert {
+            files,
+            default_instance_profile,
+            default_role,
+        } => report(run_convert(
+            &files,
+            &convert::Options {
+                default_instance_profile,
+                default_role,
+            },
+        )),
         Command::Version => {
             println!("karpenter-rs {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
@@ -57,9 +162,52 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-fn crds(output_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
-    use anyhow::Context;
-    use karpenter_rs::apis::crds;
+fn run_simulate(
+    files: &[PathBuf],
+    output: Output,
+    region: Option<String>,
+    catalog_file: Option<&Path>,
+    options: &SimulateOptions,
+) -> anyhow::Result<()> {
+    let docs = manifest::read_paths(files)?;
+    let cluster = cluster::load(&docs, chrono::Utc::now())?;
+    for i in &cluster.ignored {
+        eprintln!(
+            "karpenter-rs: ignoring {} from {}: {}",
+            i.object, i.source, i.reason
+        );
+    }
+    let catalog = match catalog_file {
+        Some(path) => Catalog::from_file(path)?,
+        None => {
+            let region = region
+                .or_else(|| cluster.region_hint())
+                .unwrap_or_else(|| catalog::DEFAULT_REGION.to_string());
+            Catalog::bundled(&region)?
+        }
+    };
+    let result = simulate::simulate(&cluster, &catalog, options);
+    match output {
+        Output::Table => print!("{}", result.to_table()),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&result).context("rendering the report as JSON")?
+        ),
+    }
+    Ok(())
+}
+
+fn run_convert(files: &[PathBuf], options: &convert::Options) -> anyhow::Result<()> {
+    let docs = manifest::read_paths(files)?;
+    let conversion = convert::convert_with(&docs, options)?;
+    for w in &conversion.warnings {
+        eprintln!("warning: {w}");
+    }
+    print!("{}", manifest::to_yaml_stream(&conversion.objects)?);
+    Ok(())
+}
+
+fn print_crds(output_dir: Option<&Path>) -> anyhow::Result<()> {
     match output_dir {
         None => print!("{}", crds::render_all()?),
         Some(dir) => {

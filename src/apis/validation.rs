@@ -91,6 +91,7 @@ impl CompiledCrd {
             })
             .collect();
         if let Err(errors) = Validator::new().validate_compiled(&self.cel, &object, old.as_ref()) {
+            let schema_problems = problems.len();
             problems.extend(errors.iter().map(|e| Problem {
                 path: e.field_path.clone(),
                 message: match e.kind {
@@ -100,6 +101,9 @@ impl CompiledCrd {
                     _ => format!("Invalid value: {} evaluating rule: {}", e.message, e.rule),
                 },
             }));
+            // The CEL engine visits map fields in no fixed order; sort so output is reproducible.
+            problems[schema_problems..]
+                .sort_by(|a, b| (&a.path, &a.message).cmp(&(&b.path, &b.message)));
         }
         if problems.is_empty() {
             return Ok(());

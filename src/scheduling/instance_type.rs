@@ -1,0 +1,597 @@
+//! Instance types as the scheduler sees them: labels, capacity, what the node keeps for itself,
+//! what is left for pods, and where and how (zone × capacity type) it can be bought at what price.
+//!
+//! The overhead model follows Karpenter's AWS provider so that a simulated node holds the same pods
+//! as a real one: ENI-limited max pods, kube-reserved from max pods and vCPUs, a 100Mi + 10%
+//! eviction threshold, and the VM memory overhead EC2 does not report.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::apis::ec2nodeclass::{AMIFamily, KubeletConfiguration};
+use crate::apis::labels;
+
+use super::resources::{self, Resources, gib, mib};
+
+/// How an instance is bought.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CapacityType {
+    /// Capacity reservations; preferred when allowed because they are already paid for.
+    Reserved,
+    /// Spare capacity at a discount that EC2 may reclaim.
+    Spot,
+    /// Regular on-demand capacity.
+    OnDemand,
+}
+
+impl CapacityType {
+    /// The `karpenter.sh/capacity-type` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Reserved => labels::CAPACITY_TYPE_RESERVED,
+            Self::Spot => labels::CAPACITY_TYPE_SPOT,
+            Self::OnDemand => labels::CAPACITY_TYPE_ON_DEMAND,
+        }
+    }
+
+    /// Parses a `karpenter.sh/capacity-type` label value.
+    pub fn from_label(value: &str) -> Option<Self> {
+        match value {
+            labels::CAPACITY_TYPE_RESERVED => Some(Self::Reserved),
+            labels::CAPACITY_TYPE_SPOT => Some(Self::Spot),
+            labels::CAPACITY_TYPE_ON_DEMAND => Some(Self::OnDemand),
+            _ => None,
+        }
+    }
+}
+
+/// One way to buy an instance type: a zone, a capacity type and an hourly price.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offering {
+    /// Availability zone name.
+    pub zone: Arc<str>,
+    /// Availability zone ID, when known.
+    pub zone_id: Option<Arc<str>>,
+    /// How the instance is bought.
+    pub capacity_type: CapacityType,
+    /// USD per hour.
+    pub price: f64,
+    /// False while the offering is known to be out of capacity.
+    pub available: bool,
+}
+
+/// What a node reserves for itself, subtracted from capacity to get allocatable.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overhead {
+    /// `kube-reserved`: kubelet and container runtime.
+    pub kube_reserved: Resources,
+    /// `system-reserved`: the OS.
+    pub system_reserved: Resources,
+    /// Hard eviction thresholds: kubelet evicts pods before these run out.
+    pub eviction_threshold: Resources,
+}
+
+impl Overhead {
+    /// The sum of the three parts.
+    pub fn total(&self) -> Resources {
+        self.kube_reserved
+            .plus(&self.system_reserved)
+            .plus(&self.eviction_threshold)
+    }
+}
+
+/// An instance type resolved for one node class.
+#[derive(Clone, Debug)]
+pub struct InstanceType {
+    /// e.g. `m5.large`.
+    pub name: Arc<str>,
+    /// Single-valued labels every node of this type carries (arch, os, instance-family, ...);
+    /// zone and capacity type come from the offerings.
+    pub labels: BTreeMap<&'static str, String>,
+    /// Where and how it can be bought.
+    pub offerings: Vec<Offering>,
+    /// Full capacity of the node.
+    pub capacity: Resources,
+    /// What the node keeps for itself.
+    pub overhead: Overhead,
+    /// `capacity - overhead`: what pods can request.
+    pub allocatable: Resources,
+}
+
+impl InstanceType {
+    /// The cheapest available offering accepted by `accept`.
+    pub fn cheapest_offering(&self, accept: impl Fn(&Offering) -> bool) -> Option<&Offering> {
+        self.offerings
+            .iter()
+            .filter(|o| o.available && accept(o))
+            .min_by(|a, b| a.price.total_cmp(&b.price))
+    }
+}
+
+/// Hardware facts about an instance type, independent of any node class.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InstanceTypeInfo {
+    /// e.g. `m5.large`.
+    pub name: String,
+    /// vCPUs.
+    pub vcpu: i64,
+    /// Memory EC2 reports, in MiB.
+    pub memory_mib: i64,
+    /// `amd64` or `arm64`.
+    pub arch: &'static str,
+    /// CPU manufacturer, lower case.
+    pub cpu_manufacturer: Option<String>,
+    /// Sustained clock speed in GHz.
+    pub sustained_clock_ghz: Option<f64>,
+    /// `nitro`, `xen`, or empty for bare metal.
+    pub hypervisor: String,
+    /// Whether the type encrypts traffic in transit.
+    pub encryption_in_transit: bool,
+    /// GPUs, when the type has exactly one kind.
+    pub gpu: Option<Device>,
+    /// Inference/training accelerators, when the type has exactly one kind.
+    pub accelerator: Option<Device>,
+    /// Total local NVMe storage in GB.
+    pub local_nvme_gb: i64,
+    /// EBS bandwidth in Mbps (0 when unknown).
+    pub ebs_bandwidth_mbps: i64,
+    /// Network bandwidth in Mbps (0 when unknown).
+    pub network_bandwidth_mbps: i64,
+    /// Maximum network interfaces.
+    pub max_enis: i64,
+    /// IPv4 addresses per interface.
+    pub ipv4_per_eni: i64,
+    /// Branch interfaces for security groups per pod (0 when the type cannot trunk).
+    pub branch_enis: i64,
+    /// EFA interfaces.
+    pub max_efa_interfaces: i64,
+}
+
+/// A GPU or accelerator kind and how many the type has.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Device {
+    /// e.g. `t4`, `inferentia`.
+    pub name: String,
+    /// e.g. `nvidia`, `aws`.
+    pub manufacturer: String,
+    /// How many.
+    pub count: i64,
+    /// Memory per device in MiB (GPUs).
+    pub memory_mib: i64,
+}
+
+/// The node-class settings that change an instance type's capacity and overhead.
+#[derive(Clone, Debug)]
+pub struct NodeClassSettings {
+    /// AMI family (user data, default volumes, max pods policy).
+    pub ami_family: AMIFamily,
+    /// Kubelet overrides.
+    pub kubelet: KubeletConfiguration,
+    /// Size in bytes of the volume that backs ephemeral storage.
+    pub ephemeral_storage: i64,
+    /// Fraction of memory the hypervisor keeps (`VM_MEMORY_OVERHEAD_PERCENT`, default 0.075).
+    pub vm_memory_overhead_percent: f64,
+    /// ENIs kept out of pod networking (`RESERVED_ENIS`).
+    pub reserved_enis: i64,
+}
+
+impl NodeClassSettings {
+    /// Upstream's defaults for an AMI family: default root (or Bottlerocket data) volume size.
+    pub fn for_family(ami_family: AMIFamily) -> Self {
+        let ephemeral_storage = match ami_family {
+            AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => gib(50),
+            _ => gib(20),
+        };
+        Self {
+            ami_family,
+            kubelet: KubeletConfiguration::default(),
+            ephemeral_storage,
+            vm_memory_overhead_percent: 0.075,
+            reserved_enis: 0,
+        }
+    }
+
+    fn is_windows(&self) -> bool {
+        matches!(
+            self.ami_family,
+            AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025
+        )
+    }
+}
+
+/// Max pods limited by the IPs of the ENIs: `ENIs × (IPs per ENI − 1) + 2`.
+pub fn eni_limited_pods(info: &InstanceTypeInfo, reserved_enis: i64) -> i64 {
+    let enis = (info.max_enis - reserved_enis).max(0);
+    (enis * (info.ipv4_per_eni - 1).max(0) + 2).max(0)
+}
+
+/// The pods resource of a node: `maxPods` if set, else ENI-limited (110 on Windows), capped by
+/// `podsPerCore × vCPUs` where the AMI family honours it.
+pub fn max_pods(info: &InstanceTypeInfo, settings: &NodeClassSettings) -> i64 {
+    let mut pods = match settings.kubelet.max_pods {
+        Some(n) => i64::from(n),
+        None if settings.is_windows() => 110,
+        None => eni_limited_pods(info, settings.reserved_enis),
+    };
+    if let Some(per_core) = settings.kubelet.pods_per_core.filter(|p| *p > 0)
+        && settings.ami_family != AMIFamily::Bottlerocket
+    {
+        pods = pods.min(i64::from(per_core) * info.vcpu);
+    }
+    pods
+}
+
+/// kube-reserved CPU in millicores: 6% of the first core, 1% of the second, 0.5% of cores three
+/// and four, 0.25% of the rest.
+pub fn kube_reserved_cpu(vcpu: i64) -> i64 {
+    let millis = vcpu * 1000;
+    let bands: [(i64, i64, f64); 4] = [
+        (0, 1000, 0.06),
+        (1000, 2000, 0.01),
+        (2000, 4000, 0.005),
+        (4000, i64::MAX, 0.0025),
+    ];
+    bands
+        .iter()
+        .map(|(lo, hi, rate)| {
+            let span = (millis.min(*hi) - lo).max(0);
+            span as f64 * rate
+        })
+        .sum::<f64>() as i64
+}
+
+/// Builds the capacity of a node of this type for a node class.
+pub fn capacity(info: &InstanceTypeInfo, settings: &NodeClassSettings) -> Resources {
+    let overhead_mib = (info.memory_mib as f64 * settings.vm_memory_overhead_percent).ceil() as i64;
+    let mut c = Resources {
+        cpu: info.vcpu * 1000,
+        memory: mib(info.memory_mib - overhead_mib),
+        pods: max_pods(info, settings),
+        ephemeral_storage: settings.ephemeral_storage,
+        extended: Vec::new(),
+    };
+    if let Some(gpu) = &info.gpu {
+        let resource = match gpu.manufacturer.as_str() {
+            "nvidia" => Some(resources::NVIDIA_GPU),
+            "amd" => Some("amd.com/gpu"),
+            "habana" => Some("habana.ai/gaudi"),
+            _ => None,
+        };
+        if let Some(resource) = resource {
+            c.set(resource, gpu.count);
+        }
+    }
+    if let Some(acc) = &info.accelerator
+        && matches!(
+            acc.name.as_str(),
+            "inferentia" | "inferentia2" | "trainium" | "trainium2"
+        )
+    {
+        c.set("aws.amazon.com/neuron", acc.count);
+    }
+    if info.branch_enis > 0 && !settings.is_windows() {
+        c.set("vpc.amazonaws.com/pod-eni", info.branch_enis);
+    }
+    if info.max_efa_interfaces > 0 {
+        c.set("vpc.amazonaws.com/efa", info.max_efa_interfaces);
+    }
+    c
+}
+
+/// What a node of this type keeps for itself under a node class.
+pub fn overhead(
+    info: &InstanceTypeInfo,
+    settings: &NodeClassSettings,
+    capacity: &Resources,
+) -> Overhead {
+    // AL2/AL2023/Custom size kube-reserved memory by the ENI-limited pod count even when maxPods
+    // is set; Bottlerocket and Windows by the pods resource.
+    let pods_for_memory = match settings.ami_family {
+        AMIFamily::AL2 | AMIFamily::AL2023 | AMIFamily::Custom => {
+            eni_limited_pods(info, settings.reserved_enis)
+        }
+        _ => capacity.pods,
+    };
+    let mut kube_reserved = Resources {
+        cpu: kube_reserved_cpu(info.vcpu),
+        memory: mib(11 * pods_for_memory + 255),
+        ephemeral_storage: gib(1),
+        ..Resources::default()
+    };
+    apply_overrides(&mut kube_reserved, settings.kubelet.kube_reserved.as_ref());
+    let mut system_reserved = Resources::default();
+    apply_overrides(
+        &mut system_reserved,
+        settings.kubelet.system_reserved.as_ref(),
+    );
+    let mut eviction_threshold = Resources {
+        memory: mib(100),
+        ephemeral_storage: (capacity.ephemeral_storage as f64 * 0.10).ceil() as i64,
+        ..Resources::default()
+    };
+    if let Some(hard) = &settings.kubelet.eviction_hard {
+        for (signal, resource) in [
+            ("memory.available", resources::MEMORY),
+            ("nodefs.available", resources::EPHEMERAL_STORAGE),
+        ] {
+            if let Some(value) = hard.get(signal) {
+                let total = capacity.get(resource);
+                let amount = match value.strip_suffix('%') {
+                    Some(p) => p
+                        .parse::<f64>()
+                        .map(|p| {
+                            if p >= 100.0 {
+                                0.0
+                            } else {
+                                total as f64 * p / 100.0
+                            }
+                        })
+                        .map(|v| v.ceil() as i64)
+                        .ok(),
+                    None => resources::parse_quantity(resource, value).ok(),
+                };
+                if let Some(amount) = amount {
+                    eviction_threshold.set(resource, amount);
+                }
+            }
+        }
+    }
+    Overhead {
+        kube_reserved,
+        system_reserved,
+        eviction_threshold,
+    }
+}
+
+fn apply_overrides(target: &mut Resources, overrides: Option<&BTreeMap<String, String>>) {
+    for (name, value) in overrides.into_iter().flatten() {
+        if name == "pid" {
+            continue;
+        }
+        if let Ok(amount) = resources::parse_quantity(name, value) {
+            target.set(name, amount);
+        }
+    }
+}
+
+/// The well-known labels of an instance type, derived from its name and hardware as the AWS
+/// provider derives them.
+pub fn instance_labels(
+    info: &InstanceTypeInfo,
+    settings: &NodeClassSettings,
+    region: &str,
+) -> BTreeMap<&'static str, String> {
+    let mut out = BTreeMap::new();
+    out.insert(labels::INSTANCE_TYPE, info.name.clone());
+    out.insert(labels::ARCH, info.arch.to_string());
+    out.insert(
+        labels::OS,
+        if settings.is_windows() {
+            "windows"
+        } else {
+            "linux"
+        }
+        .to_string(),
+    );
+    if let Some(build) = match settings.ami_family {
+        AMIFamily::Windows2019 => Some("10.0.17763"),
+        AMIFamily::Windows2022 => Some("10.0.20348"),
+        AMIFamily::Windows2025 => Some("10.0.26100"),
+        _ => None,
+    } {
+        out.insert(labels::WINDOWS_BUILD, build.to_string());
+    }
+    out.insert(labels::REGION, region.to_string());
+    let (family, size) = info
+        .name
+        .split_once('.')
+        .unwrap_or((info.name.as_str(), ""));
+    out.insert(labels::INSTANCE_FAMILY, family.to_string());
+    out.insert(labels::INSTANCE_SIZE, size.to_string());
+    let category: String = family
+        .chars()
+        .take_while(|c| c.is_ascii_lowercase())
+        .collect();
+    let generation: String = family[category.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    if !category.is_empty() {
+        out.insert(labels::INSTANCE_CATEGORY, category);
+    }
+    if !generation.is_empty() {
+        out.insert(labels::INSTANCE_GENERATION, generation);
+    }
+    out.insert(labels::INSTANCE_CPU, info.vcpu.to_string());
+    if let Some(m) = &info.cpu_manufacturer {
+        out.insert(labels::INSTANCE_CPU_MANUFACTURER, m.clone());
+    }
+    if let Some(ghz) = info.sustained_clock_ghz {
+        out.insert(
+            labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
+            ((ghz * 1000.0).round() as i64).to_string(),
+        );
+    }
+    out.insert(labels::INSTANCE_MEMORY, info.memory_mib.to_string());
+    out.insert(labels::INSTANCE_HYPERVISOR, info.hypervisor.clone());
+    out.insert(
+        labels::INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+        info.encryption_in_transit.to_string(),
+    );
+    if info.network_bandwidth_mbps > 0 {
+        out.insert(
+            labels::INSTANCE_NETWORK_BANDWIDTH,
+            info.network_bandwidth_mbps.to_string(),
+        );
+    }
+    if info.ebs_bandwidth_mbps > 0 {
+        out.insert(
+            labels::INSTANCE_EBS_BANDWIDTH,
+            info.ebs_bandwidth_mbps.to_string(),
+        );
+    }
+    if info.local_nvme_gb > 0 {
+        out.insert(labels::INSTANCE_LOCAL_NVME, info.local_nvme_gb.to_string());
+    }
+    if let Some(gpu) = &info.gpu {
+        out.insert(labels::INSTANCE_GPU_NAME, gpu.name.clone());
+        out.insert(labels::INSTANCE_GPU_MANUFACTURER, gpu.manufacturer.clone());
+        out.insert(labels::INSTANCE_GPU_COUNT, gpu.count.to_string());
+        out.insert(labels::INSTANCE_GPU_MEMORY, gpu.memory_mib.to_string());
+    }
+    if let Some(acc) = &info.accelerator {
+        out.insert(labels::INSTANCE_ACCELERATOR_NAME, acc.name.clone());
+        out.insert(
+            labels::INSTANCE_ACCELERATOR_MANUFACTURER,
+            acc.manufacturer.clone(),
+        );
+        out.insert(labels::INSTANCE_ACCELERATOR_COUNT, acc.count.to_string());
+    }
+    out.insert(
+        labels::INSTANCE_CAPABILITY_FLEX,
+        family.ends_with("-flex").to_string(),
+    );
+    out.insert(labels::INSTANCE_TENANCY, "default".to_string());
+    out
+}
+
+/// Resolves an instance type for a node class: labels, capacity, overhead, allocatable.
+pub fn resolve(
+    info: &InstanceTypeInfo,
+    settings: &NodeClassSettings,
+    region: &str,
+    offerings: Vec<Offering>,
+) -> InstanceType {
+    let capacity = capacity(info, settings);
+    let overhead = overhead(info, settings, &capacity);
+    let mut allocatable = capacity.clone();
+    allocatable.sub(&overhead.total());
+    InstanceType {
+        name: Arc::from(info.name.as_str()),
+        labels: instance_labels(info, settings, region),
+        offerings,
+        capacity,
+        overhead,
+        allocatable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m5_large() -> InstanceTypeInfo {
+        InstanceTypeInfo {
+            name: "m5.large".into(),
+            vcpu: 2,
+            memory_mib: 8192,
+            arch: "amd64",
+            cpu_manufacturer: Some("intel".into()),
+            sustained_clock_ghz: Some(3.1),
+            hypervisor: "nitro".into(),
+            encryption_in_transit: false,
+            max_enis: 3,
+            ipv4_per_eni: 10,
+            branch_enis: 9,
+            network_bandwidth_mbps: 750,
+            ebs_bandwidth_mbps: 650,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn m5_large_matches_the_aws_provider() {
+        let settings = NodeClassSettings::for_family(AMIFamily::AL2023);
+        let it = resolve(&m5_large(), &settings, "us-east-1", vec![]);
+        // 3 ENIs × 9 IPs + 2.
+        assert_eq!(it.capacity.pods, 29);
+        assert_eq!(it.capacity.cpu, 2000);
+        // 8192 MiB less ceil(7.5%) = 615 MiB.
+        assert_eq!(it.capacity.memory, mib(8192 - 615));
+        assert_eq!(it.capacity.get("vpc.amazonaws.com/pod-eni"), 9);
+        // 60m + 10m.
+        assert_eq!(it.overhead.kube_reserved.cpu, 70);
+        // 11 × 29 + 255 = 574 MiB.
+        assert_eq!(it.overhead.kube_reserved.memory, mib(574));
+        assert_eq!(it.overhead.eviction_threshold.memory, mib(100));
+        assert_eq!(it.allocatable.cpu, 1930);
+        assert_eq!(it.allocatable.memory, mib(8192 - 615 - 574 - 100));
+        assert_eq!(it.allocatable.ephemeral_storage, gib(20) - gib(1) - gib(2));
+        assert_eq!(it.labels[labels::INSTANCE_CATEGORY], "m");
+        assert_eq!(it.labels[labels::INSTANCE_GENERATION], "5");
+        assert_eq!(it.labels[labels::INSTANCE_FAMILY], "m5");
+        assert_eq!(it.labels[labels::INSTANCE_SIZE], "large");
+        assert_eq!(
+            it.labels[labels::INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ],
+            "3100"
+        );
+        assert_eq!(it.labels[labels::OS], "linux");
+    }
+
+    #[test]
+    fn kube_reserved_cpu_bands() {
+        assert_eq!(kube_reserved_cpu(1), 60);
+        assert_eq!(kube_reserved_cpu(2), 70);
+        assert_eq!(kube_reserved_cpu(4), 80);
+        assert_eq!(kube_reserved_cpu(8), 90);
+        assert_eq!(kube_reserved_cpu(96), 310);
+    }
+
+    #[test]
+    fn kubelet_settings_change_pods_and_overhead() {
+        let mut settings = NodeClassSettings::for_family(AMIFamily::AL2023);
+        settings.kubelet.max_pods = Some(110);
+        settings.kubelet.kube_reserved = Some([("cpu".to_string(), "200m".to_string())].into());
+        settings.kubelet.eviction_hard =
+            Some([("memory.available".to_string(), "5%".to_string())].into());
+        let it = resolve(&m5_large(), &settings, "us-east-1", vec![]);
+        assert_eq!(it.capacity.pods, 110);
+        assert_eq!(it.overhead.kube_reserved.cpu, 200);
+        // Memory reservation still follows the ENI-limited count on AL2023.
+        assert_eq!(it.overhead.kube_reserved.memory, mib(574));
+        assert_eq!(
+            it.overhead.eviction_threshold.memory,
+            (it.capacity.memory as f64 * 0.05).ceil() as i64
+        );
+
+        settings.kubelet.pods_per_core = Some(4);
+        assert_eq!(max_pods(&m5_large(), &settings), 8);
+        settings.ami_family = AMIFamily::Bottlerocket;
+        assert_eq!(
+            max_pods(&m5_large(), &settings),
+            110,
+            "Bottlerocket ignores podsPerCore"
+        );
+    }
+
+    #[test]
+    fn windows_nodes_have_110_pods_and_a_build_label() {
+        let settings = NodeClassSettings::for_family(AMIFamily::Windows2022);
+        let it = resolve(&m5_large(), &settings, "us-east-1", vec![]);
+        assert_eq!(it.capacity.pods, 110);
+        assert_eq!(it.labels[labels::OS], "windows");
+        assert_eq!(it.labels[labels::WINDOWS_BUILD], "10.0.20348");
+        assert_eq!(it.capacity.ephemeral_storage, gib(50));
+    }
+
+    #[test]
+    fn gpus_become_extended_resources() {
+        let mut info = m5_large();
+        info.name = "g4dn.xlarge".into();
+        info.gpu = Some(Device {
+            name: "t4".into(),
+            manufacturer: "nvidia".into(),
+            count: 1,
+            memory_mib: 16384,
+        });
+        let it = resolve(
+            &info,
+            &NodeClassSettings::for_family(AMIFamily::AL2023),
+            "us-east-1",
+            vec![],
+        );
+        assert_eq!(it.allocatable.get(resources::NVIDIA_GPU), 1);
+        assert_eq!(it.labels[labels::INSTANCE_GPU_NAME], "t4");
+        assert_eq!(it.labels[labels::INSTANCE_GPU_COUNT], "1");
+    }
+}

@@ -1,0 +1,1294 @@
+//! The bin-packing solver: places pending pods on existing nodes first, then on NodeClaims
+//! planned in this round, and plans new NodeClaims from NodePools (highest weight first) for the
+//! rest, relaxing pod preferences one at a time in upstream Karpenter's order when a pod does not
+//! fit anywhere.
+//!
+//! Differences from upstream, on purpose:
+//! * planned NodeClaims are tried in creation order (first fit) instead of re-sorting them by pod
+//!   count before every pod; with the per-class skip cursors below this makes a pod's cost
+//!   independent of how many full NodeClaims precede it (upstream: O(pods × NodeClaims));
+//! * a NodeClaim that receives a pod counted by a topology group on a key other than hostname is
+//!   narrowed to one domain of that key, so spread counts are exact rather than deferred.
+//!
+//! Performance notes: pods with identical constraints form a *class*; requirement algebra is done
+//! once per (class, relaxation) and per (NodeClaim, class), never per pod; each class keeps a
+//! cursor past NodeClaims and nodes that can never take it again (full for its smallest pod,
+//! incompatible, or blocked by anti-affinity — all monotone), so a pod scans only live candidates.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::apis::labels;
+use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
+
+use super::instance_type::{CapacityType, InstanceType};
+use super::pod::{HostPort, Pod};
+use super::requirements::{AllowUndefined, Requirement, Requirements};
+use super::resources::Resources;
+use super::taints::{self, Toleration};
+use super::topology::{Constraint, PodTopology, Strength, Topology};
+
+/// Upstream's cap on instance-type options per NodeClaim.
+pub const MAX_INSTANCE_TYPES: usize = 600;
+
+/// A NodePool ready for scheduling: its template flattened and its instance types resolved.
+#[derive(Clone, Debug)]
+pub struct NodePoolTemplate {
+    /// NodePool name.
+    pub name: Arc<str>,
+    /// Higher first.
+    pub weight: i32,
+    /// Template requirements, template labels (as `In`) and `karpenter.sh/nodepool In [name]`.
+    pub requirements: Requirements,
+    /// Taints pods must tolerate.
+    pub taints: Vec<Taint>,
+    /// Instance types the NodePool's node class can launch, in any order.
+    pub instance_types: Arc<Vec<InstanceType>>,
+    /// Requests of the DaemonSet pods that would run on every node of this pool.
+    pub daemon_overhead: Resources,
+    /// Host ports those DaemonSet pods bind.
+    pub daemon_host_ports: Vec<HostPort>,
+    /// Remaining `spec.limits` (limit minus current usage) per resource; absent = unlimited.
+    pub limits: Vec<(String, i64)>,
+    /// Remaining nodes under a `nodes` limit.
+    pub nodes_limit: Option<i64>,
+}
+
+/// A node (or launched NodeClaim) that already exists.
+#[derive(Clone, Debug)]
+pub struct ExistingNode {
+    /// Node name (the hostname domain).
+    pub name: Arc<str>,
+    /// Node labels.
+    pub labels: BTreeMap<String, String>,
+    /// Node taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable resources.
+    pub allocatable: Resources,
+    /// Requests of the pods already bound (including DaemonSet pods).
+    pub requested: Resources,
+    /// Pods already bound, for topology counts and anti-affinity.
+    pub pods: Vec<Pod>,
+    /// Whether the node is initialized; initialized nodes are tried first.
+    pub initialized: bool,
+}
+
+/// Solver options (operator settings).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// `PREFERENCE_POLICY=Ignore`: drop all preferences up front.
+    pub ignore_preferences: bool,
+    /// `MIN_VALUES_POLICY=BestEffort`: relax `minValues` instead of failing.
+    pub min_values_best_effort: bool,
+}
+
+/// Everything the solver reads.
+#[derive(Clone, Debug)]
+pub struct Input {
+    /// NodePools, in any order (the solver orders them by weight, then name descending).
+    pub nodepools: Vec<NodePoolTemplate>,
+    /// Existing nodes.
+    pub existing: Vec<ExistingNode>,
+    /// Pending pods.
+    pub pods: Vec<Pod>,
+    /// Options.
+    pub options: Options,
+}
+
+/// A NodeClaim the solver plans to create.
+#[derive(Clone, Debug)]
+pub struct PlannedNodeClaim {
+    /// Index into `Input::nodepools`.
+    pub nodepool: usize,
+    /// Placeholder hostname used for hostname topology.
+    pub hostname: Arc<str>,
+    /// The NodeClaim's requirements.
+    pub requirements: Requirements,
+    /// Compatible instance types (indices into the NodePool's list), cheapest first, at most
+    /// [`MAX_INSTANCE_TYPES`].
+    pub instance_types: Vec<u32>,
+    /// Pods (indices into `Input::pods`).
+    pub pods: Vec<u32>,
+    /// Total requests including DaemonSet overhead.
+    pub requests: Resources,
+    /// Whether `minValues` had to be relaxed.
+    pub min_values_relaxed: bool,
+}
+
+/// Where a pod goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// On an existing node (index into `Input::existing`).
+    Existing(usize),
+    /// On a planned NodeClaim (index into `Outcome::nodeclaims`).
+    NodeClaim(usize),
+}
+
+/// The solver's result.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// NodeClaims to create.
+    pub nodeclaims: Vec<PlannedNodeClaim>,
+    /// Placement per pod (same order as `Input::pods`); `None` when unschedulable.
+    pub placements: Vec<Option<Placement>>,
+    /// Why each unschedulable pod could not be placed (pod index, reason).
+    pub errors: Vec<(usize, String)>,
+}
+
+/// How far a pod's preferences have been relaxed, in upstream's order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Relaxation {
+    dropped_required: u8,
+    dropped_pref_affinity: u8,
+    dropped_pref_anti: u8,
+    dropped_pref_node: u8,
+    dropped_anyway: u8,
+    tolerate_prefer_no_schedule: bool,
+}
+
+impl Relaxation {
+    fn ignoring_preferences(pod: &Pod) -> Self {
+        let n = |len: usize| u8::try_from(len).unwrap_or(u8::MAX);
+        Self {
+            dropped_required: 0,
+            dropped_pref_affinity: n(pod.preferred_affinity.len()),
+            dropped_pref_anti: n(pod.preferred_anti_affinity.len()),
+            dropped_pref_node: n(pod.preferred_terms.len()),
+            dropped_anyway: n(pod
+                .spread
+                .iter()
+                .filter(|s| s.when_unsatisfiable == super::pod::WhenUnsatisfiable::ScheduleAnyway)
+                .count()),
+            tolerate_prefer_no_schedule: true,
+        }
+    }
+
+    /// Relaxes one more preference; false when nothing is left to relax.
+    fn relax(&mut self, pod: &Pod) -> bool {
+        let anyway = pod
+            .spread
+            .iter()
+            .filter(|s| s.when_unsatisfiable == super::pod::WhenUnsatisfiable::ScheduleAnyway)
+            .count();
+        if pod.required_terms.len() > usize::from(self.dropped_required) + 1 {
+            self.dropped_required += 1;
+        } else if usize::from(self.dropped_pref_affinity) < pod.preferred_affinity.len() {
+            self.dropped_pref_affinity += 1;
+        } else if usize::from(self.dropped_pref_anti) < pod.preferred_anti_affinity.len() {
+            self.dropped_pref_anti += 1;
+        } else if usize::from(self.dropped_pref_node) < pod.preferred_terms.len() {
+            self.dropped_pref_node += 1;
+        } else if usize::from(self.dropped_anyway) < anyway {
+            self.dropped_anyway += 1;
+        } else if !self.tolerate_prefer_no_schedule {
+            self.tolerate_prefer_no_schedule = true;
+        } else {
+            return false;
+        }
+        true
+    }
+
+    fn active(&self, c: &Constraint) -> bool {
+        match c.strength {
+            Strength::Required => true,
+            Strength::PreferredAffinity(i) => i >= usize::from(self.dropped_pref_affinity),
+            Strength::PreferredAntiAffinity(i) => i >= usize::from(self.dropped_pref_anti),
+            Strength::ScheduleAnyway(i) => i >= usize::from(self.dropped_anyway),
+        }
+    }
+}
+
+/// Per pod-class facts, computed once.
+struct Class {
+    /// Smallest request among the class' pods, per resource: a candidate that cannot fit it can
+    /// never take a pod of the class.
+    min_request: Resources,
+    /// Pod requirements per relaxation state.
+    requirements: HashMap<Relaxation, Arc<Requirements>>,
+}
+
+struct Claim {
+    nodepool: usize,
+    hostname: Arc<str>,
+    requirements: Requirements,
+    options: Vec<u32>,
+    requests: Resources,
+    pods: Vec<u32>,
+    host_ports: Vec<HostPort>,
+    /// (class, relaxation) pairs whose requirements are already implied by `requirements`.
+    admitted: Vec<(u32, Relaxation)>,
+    /// Per-resource maximum of `allocatable - requests` over the options.
+    headroom: Resources,
+    min_values_relaxed: bool,
+}
+
+struct Existing {
+    /// Index in `Input::existing` (the list is reordered: initialized nodes first).
+    index: usize,
+    node: ExistingNode,
+    requirements_ok: HashMap<(u32, Relaxation), bool>,
+    host_ports: Vec<HostPort>,
+}
+
+/// A candidate's verdict for a pod.
+enum Verdict<T> {
+    Fits(T),
+    /// Can never take a pod of this class again.
+    Never,
+    /// Not now; maybe for another pod of the class.
+    NotNow,
+}
+
+struct Pool {
+    template: NodePoolTemplate,
+    /// Requirements of each instance type (labels, zones, capacity types, and `DoesNotExist` for
+    /// the well-known labels it lacks).
+    type_requirements: Vec<Requirements>,
+    /// Instance types compatible with a requirement set (before resource fit), by its rendering.
+    compatible_cache: HashMap<String, Arc<Vec<u32>>>,
+    /// Instance types by cheapest available price, the order options are kept in.
+    by_price: Vec<u32>,
+}
+
+struct Solver<'a> {
+    input: &'a Input,
+    pools: Vec<Pool>,
+    pool_order: Vec<usize>,
+    existing: Vec<Existing>,
+    claims: Vec<Claim>,
+    topology: Topology,
+    pod_topology: Vec<PodTopology>,
+    class_of: Vec<u32>,
+    classes: Vec<Class>,
+    claim_cursor: HashMap<(u32, Relaxation), usize>,
+    existing_cursor: HashMap<(u32, Relaxation), usize>,
+    allow_well_known: AllowUndefined,
+}
+
+/// Runs the solver.
+pub fn solve(input: &Input) -> Outcome {
+    let mut solver = Solver::new(input);
+    solver.run()
+}
+
+fn type_requirements(it: &InstanceType) -> Requirements {
+    let mut reqs = Requirements::new();
+    for key in labels::WELL_KNOWN_LABELS
+        .iter()
+        .chain(labels::AWS_WELL_KNOWN_LABELS)
+    {
+        if *key == labels::ZONE || *key == labels::CAPACITY_TYPE || *key == labels::NODEPOOL {
+            continue;
+        }
+        let r = match it.labels.get(key) {
+            Some(v) => Requirement::new(key, Operator::In, [v.as_str()], None),
+            None => Requirement::new(
+                key,
+                Operator::DoesNotExist,
+                std::iter::empty::<&str>(),
+                None,
+            ),
+        };
+        reqs.add_requirement(r);
+    }
+    let available = || it.offerings.iter().filter(|o| o.available);
+    let mut zones: Vec<&str> = available().map(|o| o.zone.as_ref()).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    reqs.add_requirement(Requirement::new(labels::ZONE, Operator::In, zones, None));
+    let mut ids: Vec<&str> = available().filter_map(|o| o.zone_id.as_deref()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if !ids.is_empty() {
+        reqs.add_requirement(Requirement::new(labels::ZONE_ID, Operator::In, ids, None));
+    }
+    let mut cts: Vec<&str> = available().map(|o| o.capacity_type.label()).collect();
+    cts.sort_unstable();
+    cts.dedup();
+    reqs.add_requirement(Requirement::new(
+        labels::CAPACITY_TYPE,
+        Operator::In,
+        cts,
+        None,
+    ));
+    reqs
+}
+
+/// Whether an instance type can serve a NodeClaim with these requirements: its labels agree and
+/// it has an available offering in an allowed zone with an allowed capacity type.
+fn type_fits_requirements(
+    it: &InstanceType,
+    type_reqs: &Requirements,
+    reqs: &Requirements,
+) -> bool {
+    let labels_ok = reqs
+        .iter()
+        .all(|r| type_reqs.get(r.key()).is_none_or(|t| t.intersects(r)));
+    labels_ok && cheapest_offering(it, reqs).is_some()
+}
+
+/// The cheapest available offering allowed by the requirements.
+pub fn cheapest_offering<'a>(
+    it: &'a InstanceType,
+    reqs: &Requirements,
+) -> Option<&'a super::instance_type::Offering> {
+    let zone = reqs.get(labels::ZONE);
+    let ct = reqs.get(labels::CAPACITY_TYPE);
+    let zone_id = reqs.get(labels::ZONE_ID);
+    it.cheapest_offering(|o| {
+        zone.is_none_or(|z| z.has(&o.zone))
+            && ct.is_none_or(|c| c.has(o.capacity_type.label()))
+            && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+    })
+}
+
+/// The offering a launch would use: reserved, then spot, then on-demand when allowed (as
+/// upstream's CreateFleet prefers), cheapest within the capacity type.
+pub fn launch_offering<'a>(
+    it: &'a InstanceType,
+    reqs: &Requirements,
+) -> Option<&'a super::instance_type::Offering> {
+    [
+        CapacityType::Reserved,
+        CapacityType::Spot,
+        CapacityType::OnDemand,
+    ]
+    .into_iter()
+    .filter(|ct| {
+        reqs.get(labels::CAPACITY_TYPE)
+            .is_none_or(|r| r.has(ct.label()))
+    })
+    .find_map(|ct| {
+        let mut narrowed = reqs.clone();
+        narrowed.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            [ct.label()],
+            None,
+        ));
+        cheapest_offering(it, &narrowed)
+    })
+}
+
+fn headroom(pool: &Pool, options: &[u32], requests: &Resources) -> Resources {
+    let mut out = Resources::default();
+    let mut first = true;
+    for &i in options {
+        let a = &pool.template.instance_types[i as usize].allocatable;
+        let mut left = a.clone();
+        left.sub(requests);
+        out = if first { left } else { out.max(&left) };
+        first = false;
+    }
+    out
+}
+
+impl<'a> Solver<'a> {
+    fn new(input: &'a Input) -> Self {
+        let pools: Vec<Pool> = input
+            .nodepools
+            .iter()
+            .map(|t| {
+                let type_requirements: Vec<Requirements> =
+                    t.instance_types.iter().map(type_requirements).collect();
+                let mut by_price: Vec<u32> = (0..t.instance_types.len() as u32).collect();
+                let price = |i: &u32| {
+                    t.instance_types[*i as usize]
+                        .cheapest_offering(|_| true)
+                        .map_or(f64::INFINITY, |o| o.price)
+                };
+                by_price.sort_by(|a, b| price(a).total_cmp(&price(b)).then(a.cmp(b)));
+                Pool {
+                    template: t.clone(),
+                    type_requirements,
+                    compatible_cache: HashMap::new(),
+                    by_price,
+                }
+            })
+            .collect();
+        let mut pool_order: Vec<usize> = (0..pools.len()).collect();
+        pool_order.sort_by(|&a, &b| {
+            let (a, b) = (&input.nodepools[a], &input.nodepools[b]);
+            b.weight.cmp(&a.weight).then_with(|| b.name.cmp(&a.name))
+        });
+
+        let mut topology = Topology::default();
+        for pool in &pools {
+            for it in pool.template.instance_types.iter() {
+                topology.add_domains(labels::ZONE, it.offerings.iter().map(|o| &o.zone));
+            }
+        }
+        let mut existing: Vec<Existing> = input
+            .existing
+            .iter()
+            .enumerate()
+            .map(|(index, n)| Existing {
+                index,
+                host_ports: n
+                    .pods
+                    .iter()
+                    .flat_map(|p| p.host_ports.iter().cloned())
+                    .collect(),
+                node: n.clone(),
+                requirements_ok: HashMap::new(),
+            })
+            .collect();
+        existing.sort_by_key(|e| !e.node.initialized);
+        for e in &existing {
+            for (key, value) in &e.node.labels {
+                topology.add_domains(key, [&Arc::from(value.as_str())]);
+            }
+        }
+        // Register every pod (bound and pending) so all groups exist before linking.
+        let mut bound = Vec::new();
+        for (n, e) in existing.iter().enumerate() {
+            for (k, p) in e.node.pods.iter().enumerate() {
+                bound.push((n, k, topology.register(p)));
+            }
+        }
+        let mut pod_topology: Vec<PodTopology> =
+            input.pods.iter().map(|p| topology.register(p)).collect();
+        for (n, k, mut t) in bound {
+            let node = &existing[n].node;
+            topology.link(&node.pods[k], &mut t);
+            topology.record(&t, |key| domain_of_node(node, key));
+        }
+        for (p, t) in input.pods.iter().zip(pod_topology.iter_mut()) {
+            topology.link(p, t);
+        }
+
+        // Classes: pods with the same constraints and labels.
+        let mut class_index: HashMap<String, u32> = HashMap::new();
+        let mut classes: Vec<Class> = Vec::new();
+        let class_of = input
+            .pods
+            .iter()
+            .map(|p| {
+                let key = format!(
+                    "{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+                    p.namespace,
+                    p.labels,
+                    p.node_selector,
+                    p.required_terms,
+                    p.preferred_terms,
+                    p.tolerations,
+                    p.spread,
+                    p.affinity,
+                    p.anti_affinity,
+                    p.preferred_affinity,
+                    p.preferred_anti_affinity,
+                    p.host_ports
+                );
+                let next = classes.len() as u32;
+                let id = *class_index.entry(key).or_insert(next);
+                if id == next {
+                    classes.push(Class {
+                        min_request: p.requests.clone(),
+                        requirements: HashMap::new(),
+                    });
+                } else {
+                    let c = &mut classes[id as usize];
+                    c.min_request = min_resources(&c.min_request, &p.requests);
+                }
+                id
+            })
+            .collect();
+
+        Self {
+            input,
+            pools,
+            pool_order,
+            existing,
+            claims: Vec::new(),
+            topology,
+            pod_topology,
+            class_of,
+            classes,
+            claim_cursor: HashMap::new(),
+            existing_cursor: HashMap::new(),
+            allow_well_known: AllowUndefined::well_known_labels(),
+        }
+    }
+
+    fn run(&mut self) -> Outcome {
+        let pods = &self.input.pods;
+        let mut order: Vec<usize> = (0..pods.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&pods[a], &pods[b]);
+            b.requests
+                .cpu
+                .cmp(&a.requests.cpu)
+                .then(b.requests.memory.cmp(&a.requests.memory))
+                .then(a.created.cmp(&b.created))
+                .then_with(|| a.uid.cmp(&b.uid))
+        });
+        let mut placements: Vec<Option<Placement>> = vec![None; pods.len()];
+        let mut errors = Vec::new();
+        for i in order {
+            match self.place(i) {
+                Ok(p) => placements[i] = Some(p),
+                Err(reason) => errors.push((i, reason)),
+            }
+        }
+        let nodeclaims = std::mem::take(&mut self.claims)
+            .into_iter()
+            .map(|c| self.finish(c))
+            .collect();
+        errors.sort_by_key(|(i, _)| *i);
+        Outcome {
+            nodeclaims,
+            placements,
+            errors,
+        }
+    }
+
+    fn finish(&self, claim: Claim) -> PlannedNodeClaim {
+        let pool = &self.pools[claim.nodepool];
+        let mut options = claim.options;
+        let price = |i: &u32| {
+            cheapest_offering(
+                &pool.template.instance_types[*i as usize],
+                &claim.requirements,
+            )
+            .map_or(f64::INFINITY, |o| o.price)
+        };
+        options.sort_by(|a, b| price(a).total_cmp(&price(b)).then(a.cmp(b)));
+        options.truncate(MAX_INSTANCE_TYPES);
+        PlannedNodeClaim {
+            nodepool: claim.nodepool,
+            hostname: claim.hostname,
+            requirements: claim.requirements,
+            instance_types: options,
+            pods: claim.pods,
+            requests: claim.requests,
+            min_values_relaxed: claim.min_values_relaxed,
+        }
+    }
+
+    fn pod_requirements(&mut self, pod_index: usize, relax: Relaxation) -> Arc<Requirements> {
+        let class = self.class_of[pod_index] as usize;
+        if let Some(r) = self.classes[class].requirements.get(&relax) {
+            return r.clone();
+        }
+        let pod = &self.input.pods[pod_index];
+        let mut terms: Vec<&[super::requirements::NodeSelectorExpression]> = Vec::new();
+        if let Some(t) = pod.required_terms.get(usize::from(relax.dropped_required)) {
+            terms.push(t);
+        }
+        if let Some((_, t)) = pod
+            .preferred_terms
+            .get(usize::from(relax.dropped_pref_node))
+        {
+            terms.push(t);
+        }
+        let reqs = Arc::new(Requirements::for_pod(&pod.node_selector, &terms));
+        self.classes[class].requirements.insert(relax, reqs.clone());
+        reqs
+    }
+
+    fn place(&mut self, i: usize) -> Result<Placement, String> {
+        let pod = &self.input.pods[i];
+        let mut relax = if self.input.options.ignore_preferences {
+            Relaxation::ignoring_preferences(pod)
+        } else {
+            Relaxation::default()
+        };
+        loop {
+            let reqs = self.pod_requirements(i, relax);
+            if let Some(p) = self.try_existing(i, relax, &reqs) {
+                return Ok(p);
+            }
+            if let Some(p) = self.try_claims(i, relax, &reqs) {
+                return Ok(p);
+            }
+            match self.try_new(i, relax, &reqs) {
+                Ok(p) => return Ok(p),
+                Err(reason) => {
+                    if !relax.relax(&self.input.pods[i]) {
+                        return Err(reason);
+                    }
+                }
+            }
+        }
+    }
+
+    fn tolerates(&self, pod: &Pod, taints: &[Taint], relax: Relaxation) -> Option<String> {
+        let blocking = if relax.tolerate_prefer_no_schedule {
+            taints::first_untolerated(taints, &pod.tolerations)
+        } else {
+            taints::first_untolerated_strict(taints, &pod.tolerations)
+        };
+        blocking.map(|t| {
+            format!(
+                "did not tolerate taint {}{}:{:?}",
+                t.key,
+                t.value
+                    .as_deref()
+                    .map(|v| format!("={v}"))
+                    .unwrap_or_default(),
+                t.effect
+            )
+        })
+    }
+
+    /// Topology check for a candidate: returns the domain narrowing needed (key, domain) or None
+    /// when the candidate is not allowed.
+    fn topology_for(
+        &self,
+        i: usize,
+        relax: Relaxation,
+        pod_reqs: &Requirements,
+        candidates_of: &dyn Fn(&str) -> Vec<Arc<str>>,
+    ) -> Option<Vec<(Arc<str>, Arc<str>)>> {
+        let topo = &self.pod_topology[i];
+        let active = |c: &Constraint| relax.active(c);
+        let mut keys: Vec<&str> = self.topology.keys(topo, active).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut narrowing = Vec::new();
+        for key in keys {
+            let candidates = candidates_of(key);
+            let allowed_by_pod = |d: &str| pod_reqs.get(key).is_none_or(|r| r.has(d));
+            let allowed =
+                self.topology
+                    .allowed_domains(key, topo, &active, &candidates, &allowed_by_pod);
+            if allowed.is_empty() {
+                return None;
+            }
+            if key != labels::HOSTNAME && candidates.len() > 1 {
+                let best = self.topology.best_domain(key, topo, &active, &allowed)?;
+                narrowing.push((Arc::from(key), best));
+            }
+        }
+        Some(narrowing)
+    }
+
+    fn try_existing(
+        &mut self,
+        i: usize,
+        relax: Relaxation,
+        reqs: &Arc<Requirements>,
+    ) -> Option<Placement> {
+        let class = self.class_of[i];
+        let start = *self.existing_cursor.get(&(class, relax)).unwrap_or(&0);
+        let mut advance = true;
+        for n in start..self.existing.len() {
+            let verdict = self.check_existing(i, n, relax, reqs);
+            match verdict {
+                Verdict::Fits(()) => {
+                    self.commit_existing(i, n);
+                    return Some(Placement::Existing(self.existing[n].index));
+                }
+                Verdict::Never if advance => {
+                    self.existing_cursor.insert((class, relax), n + 1);
+                }
+                Verdict::Never => {}
+                Verdict::NotNow => advance = false,
+            }
+        }
+        None
+    }
+
+    fn check_existing(
+        &mut self,
+        i: usize,
+        n: usize,
+        relax: Relaxation,
+        reqs: &Requirements,
+    ) -> Verdict<()> {
+        let pod = &self.input.pods[i];
+        let class = self.class_of[i];
+        let e = &self.existing[n];
+        if self.tolerates(pod, &e.node.taints, relax).is_some() {
+            return Verdict::Never;
+        }
+        let ok = match e.requirements_ok.get(&(class, relax)) {
+            Some(ok) => *ok,
+            None => {
+                let ok = reqs.is_compatible_labels(&e.node.labels);
+                self.existing[n].requirements_ok.insert((class, relax), ok);
+                ok
+            }
+        };
+        let e = &self.existing[n];
+        if !ok {
+            return Verdict::Never;
+        }
+        let mut free = e.node.allocatable.clone();
+        free.sub(&e.node.requested);
+        if !self.classes[class as usize].min_request.fits(&free) {
+            return Verdict::Never;
+        }
+        if !pod.requests.fits(&free) {
+            return Verdict::NotNow;
+        }
+        if pod
+            .host_ports
+            .iter()
+            .any(|p| e.host_ports.iter().any(|q| p.conflicts(q)))
+        {
+            return Verdict::Never;
+        }
+        let node = &e.node;
+        let candidates = |key: &str| domain_of_node(node, key).into_iter().collect();
+        match self.topology_for(i, relax, reqs, &candidates) {
+            Some(_) => Verdict::Fits(()),
+            None => Verdict::NotNow,
+        }
+    }
+
+    fn commit_existing(&mut self, i: usize, n: usize) {
+        let pod = &self.input.pods[i];
+        let e = &mut self.existing[n];
+        e.node.requested.add(&pod.requests);
+        e.host_ports.extend(pod.host_ports.iter().cloned());
+        let node = &e.node;
+        self.topology
+            .record(&self.pod_topology[i], |key| domain_of_node(node, key));
+    }
+
+    fn try_claims(
+        &mut self,
+        i: usize,
+        relax: Relaxation,
+        reqs: &Arc<Requirements>,
+    ) -> Option<Placement> {
+        let class = self.class_of[i];
+        let start = *self.claim_cursor.get(&(class, relax)).unwrap_or(&0);
+        let mut advance = true;
+        for c in start..self.claims.len() {
+            match self.check_claim(i, c, relax, reqs) {
+                Verdict::Fits(update) => {
+                    self.commit_claim(i, c, relax, update);
+                    return Some(Placement::NodeClaim(c));
+                }
+                Verdict::Never if advance => {
+                    self.claim_cursor.insert((class, relax), c + 1);
+                }
+                Verdict::Never => {}
+                Verdict::NotNow => advance = false,
+            }
+        }
+        None
+    }
+
+    /// The domains a planned NodeClaim could still land in for a key, given its requirements
+    /// and instance-type options.
+    fn claim_domains(
+        &self,
+        nodepool: usize,
+        hostname: &Arc<str>,
+        requirements: &Requirements,
+        options: &[u32],
+        key: &str,
+    ) -> Vec<Arc<str>> {
+        if key == labels::HOSTNAME {
+            return vec![hostname.clone()];
+        }
+        let required = requirements.get(key);
+        if let Some(r) = required
+            && r.len() == Some(1)
+        {
+            return r.values().map(Arc::from).collect();
+        }
+        let pool = &self.pools[nodepool];
+        let mut out: Vec<Arc<str>> = Vec::new();
+        let mut push = |v: &str| {
+            if required.is_none_or(|r| r.has(v)) && !out.iter().any(|o| o.as_ref() == v) {
+                out.push(Arc::from(v));
+            }
+        };
+        for &t in options {
+            let it = &pool.template.instance_types[t as usize];
+            match key {
+                labels::ZONE => it
+                    .offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .for_each(|o| push(&o.zone)),
+                labels::CAPACITY_TYPE => it
+                    .offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .for_each(|o| push(o.capacity_type.label())),
+                _ => {
+                    if let Some(v) = it.labels.get(key) {
+                        push(v);
+                    }
+                }
+            }
+        }
+        if out.is_empty()
+            && let Some(r) = required
+        {
+            out = r.values().map(Arc::from).collect();
+        }
+        out.sort();
+        out
+    }
+
+    fn check_claim(
+        &mut self,
+        i: usize,
+        c: usize,
+        relax: Relaxation,
+        reqs: &Arc<Requirements>,
+    ) -> Verdict<ClaimUpdate> {
+        let pod = &self.input.pods[i];
+        let class = self.class_of[i];
+        let claim = &self.claims[c];
+        let pool = &self.pools[claim.nodepool];
+        if self.tolerates(pod, &pool.template.taints, relax).is_some() {
+            return Verdict::Never;
+        }
+        if !self.classes[class as usize]
+            .min_request
+            .fits(&claim.headroom)
+        {
+            return Verdict::Never;
+        }
+        if !pod.requests.fits(&claim.headroom) {
+            return Verdict::NotNow;
+        }
+        if pod
+            .host_ports
+            .iter()
+            .any(|p| claim.host_ports.iter().any(|q| p.conflicts(q)))
+        {
+            return Verdict::Never;
+        }
+        let admitted = claim.admitted.contains(&(class, relax));
+        let mut requirements = None;
+        if !admitted {
+            if !claim
+                .requirements
+                .is_compatible(reqs, &self.allow_well_known)
+            {
+                return Verdict::Never;
+            }
+            let mut merged = claim.requirements.clone();
+            merged.add(reqs);
+            if merged != claim.requirements {
+                requirements = Some(merged);
+            }
+        }
+        let base = requirements.as_ref().unwrap_or(&claim.requirements);
+        let candidates = |key: &str| {
+            self.claim_domains(claim.nodepool, &claim.hostname, base, &claim.options, key)
+        };
+        let Some(narrowing) = self.topology_for(i, relax, reqs, &candidates) else {
+            // Hostname anti-affinity against a pod already on this claim never clears.
+            return if self.blocked_by_hostname(i, relax, claim) {
+                Verdict::Never
+            } else {
+                Verdict::NotNow
+            };
+        };
+        let mut new_reqs = requirements;
+        for (key, domain) in narrowing {
+            let r = new_reqs.get_or_insert_with(|| claim.requirements.clone());
+            r.add_requirement(Requirement::new(
+                &key,
+                Operator::In,
+                [domain.as_ref()],
+                None,
+            ));
+        }
+        let mut total = claim.requests.clone();
+        total.add(&pod.requests);
+        let reqs_now = new_reqs.as_ref().unwrap_or(&claim.requirements);
+        let options: Vec<u32> = claim
+            .options
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let it = &pool.template.instance_types[t as usize];
+                total.fits(&it.allocatable)
+                    && (new_reqs.is_none()
+                        || type_fits_requirements(
+                            it,
+                            &pool.type_requirements[t as usize],
+                            reqs_now,
+                        ))
+            })
+            .collect();
+        if options.is_empty() {
+            return Verdict::NotNow;
+        }
+        let (options, relaxed) = match self.check_min_values(pool, &options, reqs_now) {
+            Some(r) => r,
+            None => return Verdict::NotNow,
+        };
+        Verdict::Fits(ClaimUpdate {
+            requirements: new_reqs,
+            options,
+            total,
+            min_values_relaxed: relaxed,
+        })
+    }
+
+    /// Whether hostname anti-affinity (the pod's own, or another pod's that selects it) rules
+    /// out this NodeClaim for good: it only gains pods, so that never clears.
+    fn blocked_by_hostname(&self, i: usize, relax: Relaxation, claim: &Claim) -> bool {
+        let only_anti = |c: &Constraint| {
+            relax.active(c) && c.kind == super::topology::ConstraintKind::AntiAffinity
+        };
+        self.topology
+            .allowed_domains(
+                labels::HOSTNAME,
+                &self.pod_topology[i],
+                &only_anti,
+                std::slice::from_ref(&claim.hostname),
+                &|_| true,
+            )
+            .is_empty()
+    }
+
+    /// Applies `minValues`: returns the options (possibly unchanged) and whether they were
+    /// relaxed, or None when Strict and not met.
+    fn check_min_values(
+        &self,
+        pool: &Pool,
+        options: &[u32],
+        reqs: &Requirements,
+    ) -> Option<(Vec<u32>, bool)> {
+        let mut relaxed = false;
+        for r in reqs.iter() {
+            let Some(min) = r.min_values() else { continue };
+            let mut values: Vec<&str> = Vec::new();
+            for &t in options {
+                let it = &pool.template.instance_types[t as usize];
+                let v = match r.key() {
+                    labels::INSTANCE_TYPE => Some(it.name.as_ref()),
+                    k => it.labels.get(k).map(String::as_str),
+                };
+                if let Some(v) = v
+                    && r.has(v)
+                    && !values.contains(&v)
+                {
+                    values.push(v);
+                }
+            }
+            if (values.len() as u32) < min {
+                if self.input.options.min_values_best_effort {
+                    relaxed = true;
+                } else {
+                    return None;
+                }
+            }
+        }
+        Some((options.to_vec(), relaxed))
+    }
+
+    fn commit_claim(&mut self, i: usize, c: usize, relax: Relaxation, update: ClaimUpdate) {
+        let pod = &self.input.pods[i];
+        let class = self.class_of[i];
+        let pool_index = self.claims[c].nodepool;
+        let claim = &mut self.claims[c];
+        if let Some(r) = update.requirements {
+            claim.requirements = r;
+            claim.admitted.clear();
+        }
+        claim.admitted.push((class, relax));
+        claim.options = update.options;
+        claim.requests = update.total;
+        claim.pods.push(i as u32);
+        claim.host_ports.extend(pod.host_ports.iter().cloned());
+        claim.min_values_relaxed |= update.min_values_relaxed;
+        let headroom = headroom(
+            &self.pools[pool_index],
+            &self.claims[c].options,
+            &self.claims[c].requests,
+        );
+        self.claims[c].headroom = headroom;
+        let claim = &self.claims[c];
+        let hostname = claim.hostname.clone();
+        let reqs = &claim.requirements;
+        self.topology.record(&self.pod_topology[i], |key| {
+            if key == labels::HOSTNAME {
+                Some(hostname.clone())
+            } else {
+                reqs.get(key)
+                    .filter(|r| r.len() == Some(1))
+                    .and_then(|r| r.values().next().map(Arc::from))
+            }
+        });
+    }
+
+    fn try_new(
+        &mut self,
+        i: usize,
+        relax: Relaxation,
+        reqs: &Arc<Requirements>,
+    ) -> Result<Placement, String> {
+        let pod = &self.input.pods[i];
+        if self.pools.is_empty() {
+            return Err("no NodePool is defined".to_string());
+        }
+        let mut reasons: Vec<String> = Vec::new();
+        for k in 0..self.pool_order.len() {
+            let p = self.pool_order[k];
+            match self.new_claim(i, p, relax, reqs) {
+                Ok(claim) => {
+                    self.claims.push(claim);
+                    let c = self.claims.len() - 1;
+                    let claim = &self.claims[c];
+                    let hostname = claim.hostname.clone();
+                    let reqs = &claim.requirements;
+                    self.topology.record(&self.pod_topology[i], |key| {
+                        if key == labels::HOSTNAME {
+                            Some(hostname.clone())
+                        } else {
+                            reqs.get(key)
+                                .filter(|r| r.len() == Some(1))
+                                .and_then(|r| r.values().next().map(Arc::from))
+                        }
+                    });
+                    self.consume_limits(p, c);
+                    return Ok(Placement::NodeClaim(c));
+                }
+                Err(reason) => reasons.push(format!(
+                    "nodepool {:?}: {reason}",
+                    &*self.pools[p].template.name
+                )),
+            }
+        }
+        let mut msg = format!(
+            "no NodePool can launch a node for pod {} (requests {})",
+            pod.key(),
+            pod.requests
+        );
+        for r in reasons {
+            let _ = write!(msg, "; {r}");
+        }
+        Err(msg)
+    }
+
+    fn consume_limits(&mut self, p: usize, c: usize) {
+        let claim = &self.claims[c];
+        let pool = &self.pools[p];
+        let mut largest = Resources::default();
+        for &t in &claim.options {
+            largest = largest.max(&pool.template.instance_types[t as usize].capacity);
+        }
+        let template = &mut self.pools[p].template;
+        for (name, remaining) in template.limits.iter_mut() {
+            *remaining -= largest.get(name);
+        }
+        if let Some(n) = template.nodes_limit.as_mut() {
+            *n -= 1;
+        }
+    }
+
+    fn new_claim(
+        &mut self,
+        i: usize,
+        p: usize,
+        relax: Relaxation,
+        reqs: &Arc<Requirements>,
+    ) -> Result<Claim, String> {
+        let pod = &self.input.pods[i];
+        let pool = &self.pools[p];
+        let template = &pool.template;
+        if let Some(reason) = self.tolerates(pod, &template.taints, relax) {
+            return Err(reason);
+        }
+        if template.nodes_limit.is_some_and(|n| n <= 0) {
+            return Err("node limits have been exhausted for nodepool".to_string());
+        }
+        template
+            .requirements
+            .compatible(reqs, &self.allow_well_known)
+            .map_err(|e| e.describe("the pod", "the NodePool"))?;
+        let mut requirements = template.requirements.clone();
+        requirements.add(reqs);
+        let compatible = self.compatible_types(p, &requirements);
+        let pool = &self.pools[p];
+        let template = &pool.template;
+        if compatible.is_empty() {
+            return Err("no instance type satisfies the requirements of the pod and the NodePool (e.g. zone, capacity type, architecture)".to_string());
+        }
+        let mut total = template.daemon_overhead.clone();
+        total.add(&pod.requests);
+        let within_limits = |it: &InstanceType| {
+            template
+                .limits
+                .iter()
+                .all(|(name, remaining)| it.capacity.get(name) <= *remaining)
+        };
+        let mut options: Vec<u32> = compatible
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let it = &template.instance_types[t as usize];
+                total.fits(&it.allocatable) && within_limits(it)
+            })
+            .collect();
+        if options.is_empty() {
+            let any_fit = compatible
+                .iter()
+                .any(|&t| total.fits(&template.instance_types[t as usize].allocatable));
+            if any_fit {
+                return Err(format!(
+                    "node limits: every instance type that fits exceeds the NodePool's remaining limits ({}); within one provisioning round each planned NodeClaim reserves the capacity of its largest instance type option",
+                    template
+                        .limits
+                        .iter()
+                        .map(|(n, v)| format!("{n}: {}", super::resources::format_amount(n, *v)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            let exceeding = compatible
+                .iter()
+                .filter_map(|&t| {
+                    total.first_exceeding(&template.instance_types[t as usize].allocatable)
+                })
+                .next()
+                .unwrap_or("resources");
+            return Err(format!(
+                "no instance type has enough allocatable {exceeding} for the pod plus DaemonSet overhead ({})",
+                total
+            ));
+        }
+        let hostname: Arc<str> =
+            Arc::from(format!("hostname-placeholder-{:04}", self.claims.len()));
+        let probe = Claim {
+            nodepool: p,
+            hostname: hostname.clone(),
+            requirements: requirements.clone(),
+            options: options.clone(),
+            requests: total.clone(),
+            pods: Vec::new(),
+            host_ports: template.daemon_host_ports.clone(),
+            admitted: Vec::new(),
+            headroom: Resources::default(),
+            min_values_relaxed: false,
+        };
+        if pod
+            .host_ports
+            .iter()
+            .any(|a| probe.host_ports.iter().any(|b| a.conflicts(b)))
+        {
+            return Err("a host port of the pod is taken by a DaemonSet pod".to_string());
+        }
+        let candidates = |key: &str| {
+            self.claim_domains(p, &probe.hostname, &probe.requirements, &probe.options, key)
+        };
+        let narrowing = self
+            .topology_for(i, relax, reqs, &candidates)
+            .ok_or_else(|| {
+                "its topology spread or pod (anti-)affinity constraints cannot be met".to_string()
+            })?;
+        if !narrowing.is_empty() {
+            for (key, domain) in narrowing {
+                requirements.add_requirement(Requirement::new(
+                    &key,
+                    Operator::In,
+                    [domain.as_ref()],
+                    None,
+                ));
+            }
+            options.retain(|&t| {
+                type_fits_requirements(
+                    &template.instance_types[t as usize],
+                    &pool.type_requirements[t as usize],
+                    &requirements,
+                )
+            });
+            if options.is_empty() {
+                return Err(
+                    "no instance type is offered in the topology domain the pod needs".to_string(),
+                );
+            }
+        }
+        let (options, relaxed) = self
+            .check_min_values(pool, &options, &requirements)
+            .ok_or_else(|| {
+                "minValues requirements are not met by the instance types that fit".to_string()
+            })?;
+        let headroom = headroom(pool, &options, &total);
+        let mut host_ports = probe.host_ports;
+        host_ports.extend(pod.host_ports.iter().cloned());
+        Ok(Claim {
+            nodepool: p,
+            hostname,
+            requirements,
+            options,
+            requests: total,
+            pods: vec![i as u32],
+            host_ports,
+            admitted: vec![(self.class_of[i], relax)],
+            headroom,
+            min_values_relaxed: relaxed,
+        })
+    }
+
+    /// Instance types of a pool compatible with a requirement set, price-ordered, memoized.
+    fn compatible_types(&mut self, p: usize, reqs: &Requirements) -> Arc<Vec<u32>> {
+        let key = reqs.to_string();
+        if let Some(hit) = self.pools[p].compatible_cache.get(&key) {
+            return hit.clone();
+        }
+        let pool = &self.pools[p];
+        let list: Vec<u32> = pool
+            .by_price
+            .iter()
+            .copied()
+            .filter(|&t| {
+                type_fits_requirements(
+                    &pool.template.instance_types[t as usize],
+                    &pool.type_requirements[t as usize],
+                    reqs,
+                )
+            })
+            .collect();
+        let list = Arc::new(list);
+        self.pools[p].compatible_cache.insert(key, list.clone());
+        list
+    }
+}
+
+struct ClaimUpdate {
+    requirements: Option<Requirements>,
+    options: Vec<u32>,
+    total: Resources,
+    min_values_relaxed: bool,
+}
+
+fn domain_of_node(node: &ExistingNode, key: &str) -> Option<Arc<str>> {
+    if key == labels::HOSTNAME {
+        return Some(
+            node.labels
+                .get(labels::HOSTNAME)
+                .map(|h| Arc::from(h.as_str()))
+                .unwrap_or_else(|| node.name.clone()),
+        );
+    }
+    node.labels.get(key).map(|v| Arc::from(v.as_str()))
+}
+
+fn min_resources(a: &Resources, b: &Resources) -> Resources {
+    let mut out = Resources {
+        cpu: a.cpu.min(b.cpu),
+        memory: a.memory.min(b.memory),
+        pods: a.pods.min(b.pods),
+        ephemeral_storage: a.ephemeral_storage.min(b.ephemeral_storage),
+        extended: Vec::new(),
+    };
+    for (name, amount) in &a.extended {
+        let m = (*amount).min(b.get(name));
+        out.set(name, m);
+    }
+    out
+}
+
+/// Toleration helper for callers that build DaemonSet overhead: whether a DaemonSet pod would run
+/// on nodes with these taints.
+pub fn daemon_tolerates(tolerations: &[Toleration], taints: &[Taint]) -> bool {
+    taints
+        .iter()
+        .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+        .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
+}

@@ -1,0 +1,480 @@
+//! Topology bookkeeping for spread constraints and pod (anti-)affinity: how many selected pods
+//! each domain (zone, hostname, capacity type, any label value) holds, updated as the scheduler
+//! places pods, and which domains a pod may go to.
+//!
+//! Groups are shared: every pod whose constraint has the same topology key, namespace scope and
+//! selector reads and updates one set of counters, so 20,000 replicas of a Deployment cost one
+//! group, not 20,000.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::apis::labels;
+
+use super::pod::{AffinityTerm, Pod, Selector, SpreadConstraint, WhenUnsatisfiable};
+
+/// Which pods a group counts: the selector, evaluated in a namespace scope.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct GroupKey {
+    key: String,
+    namespaces: Scope,
+    selector: Selector,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Scope {
+    All,
+    Some(Vec<String>),
+}
+
+impl Scope {
+    fn contains(&self, namespace: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Some(list) => list.iter().any(|n| n == namespace),
+        }
+    }
+}
+
+/// Counters for one group.
+#[derive(Clone, Debug)]
+struct Group {
+    key: GroupKey,
+    /// Domain → pods selected by the group placed there.
+    counts: HashMap<Arc<str>, u32>,
+    /// Domain → pods that own an anti-affinity term of this group placed there (so pods the
+    /// term selects keep away: anti-affinity is symmetric).
+    anti_owners: HashMap<Arc<str>, u32>,
+}
+
+/// What a pod's constraint asks of a domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConstraintKind {
+    /// Topology spread: the domain's count after placement may exceed the minimum by `max_skew`.
+    Spread {
+        /// Allowed skew.
+        max_skew: u32,
+        /// Below this many eligible domains, the global minimum counts as zero.
+        min_domains: Option<u32>,
+    },
+    /// The domain must hold a selected pod (or, if none exists and the pod selects itself, any).
+    Affinity,
+    /// The domain must hold no selected pod.
+    AntiAffinity,
+}
+
+/// Why a constraint exists, for relaxation order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strength {
+    /// Always enforced.
+    Required,
+    /// A preferred pod affinity term, relaxable (rank = position, heaviest first).
+    PreferredAffinity(usize),
+    /// A preferred pod anti-affinity term, relaxable.
+    PreferredAntiAffinity(usize),
+    /// A `ScheduleAnyway` spread constraint, relaxable.
+    ScheduleAnyway(usize),
+}
+
+/// One constraint of a pod, bound to its group.
+#[derive(Clone, Debug)]
+pub struct Constraint {
+    group: usize,
+    /// The topology key.
+    pub key: Arc<str>,
+    /// What it asks.
+    pub kind: ConstraintKind,
+    /// Required or relaxable.
+    pub strength: Strength,
+    /// Whether the pod itself is selected by the group (self-affinity, self-spread).
+    pub selects_self: bool,
+}
+
+/// The topology facts of one pod: its constraints and the groups that count it.
+#[derive(Clone, Debug, Default)]
+pub struct PodTopology {
+    /// Constraints the pod must satisfy.
+    pub constraints: Vec<Constraint>,
+    /// Groups whose selector selects the pod: placing it increments their counts, and it must
+    /// avoid the domains where owners of their anti-affinity terms are.
+    pub counted_in: Vec<usize>,
+    /// Groups of this pod's own anti-affinity terms: placing it marks the domain as owned.
+    pub owns_anti: Vec<usize>,
+}
+
+/// Topology state for one scheduling run.
+#[derive(Clone, Debug, Default)]
+pub struct Topology {
+    groups: Vec<Group>,
+    index: HashMap<GroupKey, usize>,
+    /// Known domains per topology key (zones from the NodePools' offerings, existing nodes'
+    /// label values), the universe spread minimums are taken over.
+    domains: HashMap<String, BTreeSet<Arc<str>>>,
+}
+
+impl Topology {
+    /// Registers the domains a key can take (e.g. every zone some NodePool can launch in).
+    pub fn add_domains<'a>(&mut self, key: &str, values: impl IntoIterator<Item = &'a Arc<str>>) {
+        let set = self.domains.entry(key.to_string()).or_default();
+        set.extend(values.into_iter().cloned());
+    }
+
+    fn group(&mut self, key: GroupKey) -> usize {
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let i = self.groups.len();
+        self.groups.push(Group {
+            key: key.clone(),
+            counts: HashMap::new(),
+            anti_owners: HashMap::new(),
+        });
+        self.index.insert(key, i);
+        i
+    }
+
+    fn scope(term: &AffinityTerm, owner_namespace: &str) -> Scope {
+        if term.all_namespaces {
+            Scope::All
+        } else if term.namespaces.is_empty() {
+            Scope::Some(vec![owner_namespace.to_string()])
+        } else {
+            let mut n = term.namespaces.clone();
+            n.sort();
+            Scope::Some(n)
+        }
+    }
+
+    /// Registers a pod's constraints (creating groups) and returns its topology facts. Call for
+    /// every pod (pending and bound) before [`Topology::link`].
+    pub fn register(&mut self, pod: &Pod) -> PodTopology {
+        let mut out = PodTopology::default();
+        let ns = pod.namespace.as_ref();
+        let spread = |c: &SpreadConstraint| GroupKey {
+            key: c.topology_key.clone(),
+            namespaces: Scope::Some(vec![ns.to_string()]),
+            selector: c.selector.clone(),
+        };
+        let mut schedule_anyway = 0;
+        for c in &pod.spread {
+            let strength = match c.when_unsatisfiable {
+                WhenUnsatisfiable::DoNotSchedule => Strength::Required,
+                WhenUnsatisfiable::ScheduleAnyway => {
+                    schedule_anyway += 1;
+                    Strength::ScheduleAnyway(schedule_anyway - 1)
+                }
+            };
+            let group = self.group(spread(c));
+            out.constraints.push(Constraint {
+                group,
+                key: Arc::from(c.topology_key.as_str()),
+                kind: ConstraintKind::Spread {
+                    max_skew: c.max_skew,
+                    min_domains: c.min_domains,
+                },
+                strength,
+                selects_self: c.selector.matches(&pod.labels),
+            });
+        }
+        let terms = pod
+            .affinity
+            .iter()
+            .map(|t| (t, ConstraintKind::Affinity, Strength::Required))
+            .chain(
+                pod.anti_affinity
+                    .iter()
+                    .map(|t| (t, ConstraintKind::AntiAffinity, Strength::Required)),
+            )
+            .chain(
+                pod.preferred_affinity
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, t))| {
+                        (t, ConstraintKind::Affinity, Strength::PreferredAffinity(i))
+                    }),
+            )
+            .chain(
+                pod.preferred_anti_affinity
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, t))| {
+                        (
+                            t,
+                            ConstraintKind::AntiAffinity,
+                            Strength::PreferredAntiAffinity(i),
+                        )
+                    }),
+            );
+        for (term, kind, strength) in terms {
+            let group = self.group(GroupKey {
+                key: term.topology_key.clone(),
+                namespaces: Self::scope(term, ns),
+                selector: term.selector.clone(),
+            });
+            if kind == ConstraintKind::AntiAffinity && strength == Strength::Required {
+                out.owns_anti.push(group);
+            }
+            out.constraints.push(Constraint {
+                group,
+                key: Arc::from(term.topology_key.as_str()),
+                kind,
+                strength,
+                selects_self: term.selects(ns, ns, &pod.labels),
+            });
+        }
+        out
+    }
+
+    /// Fills in which groups select the pod; call after every pod has been registered.
+    pub fn link(&self, pod: &Pod, topo: &mut PodTopology) {
+        topo.counted_in = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| {
+                g.key.namespaces.contains(&pod.namespace) && g.key.selector.matches(&pod.labels)
+            })
+            .map(|(i, _)| i)
+            .collect();
+    }
+
+    /// Records a pod placed in `domain_of(key)` for each group that counts it.
+    pub fn record(&mut self, topo: &PodTopology, domain_of: impl Fn(&str) -> Option<Arc<str>>) {
+        for &g in &topo.counted_in {
+            if let Some(d) = domain_of(&self.groups[g].key.key) {
+                *self.groups[g].counts.entry(d).or_default() += 1;
+            }
+        }
+        for &g in &topo.owns_anti {
+            if let Some(d) = domain_of(&self.groups[g].key.key) {
+                *self.groups[g].anti_owners.entry(d).or_default() += 1;
+            }
+        }
+    }
+
+    /// The topology keys a pod's active constraints (and the anti-affinity of others) involve.
+    pub fn keys<'a>(
+        &'a self,
+        topo: &'a PodTopology,
+        active: impl Fn(&Constraint) -> bool + 'a,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        topo.constraints
+            .iter()
+            .filter(move |c| active(c))
+            .map(|c| c.key.as_ref())
+            .chain(
+                topo.counted_in
+                    .iter()
+                    .filter(|&&g| !self.groups[g].anti_owners.is_empty())
+                    .map(|&g| self.groups[g].key.key.as_str()),
+            )
+    }
+
+    /// Filters `candidates` (the domains a node or NodeClaim could be in for `key`) down to those
+    /// where the pod may be placed, given its active constraints on that key.
+    /// `allowed_by_pod` says whether the pod's node requirements allow a domain (spread
+    /// minimums are only taken over those when `nodeAffinityPolicy: Honor`).
+    pub fn allowed_domains(
+        &self,
+        key: &str,
+        topo: &PodTopology,
+        active: &dyn Fn(&Constraint) -> bool,
+        candidates: &[Arc<str>],
+        allowed_by_pod: &dyn Fn(&str) -> bool,
+    ) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = candidates.to_vec();
+        for c in topo
+            .constraints
+            .iter()
+            .filter(|c| c.key.as_ref() == key && active(c))
+        {
+            let g = &self.groups[c.group];
+            let count = |d: &str| g.counts.get(d).copied().unwrap_or(0);
+            match c.kind {
+                ConstraintKind::AntiAffinity => out.retain(|d| count(d) == 0),
+                ConstraintKind::Affinity => {
+                    let anywhere = g.counts.values().any(|&n| n > 0);
+                    if anywhere {
+                        out.retain(|d| count(d) > 0);
+                    } else if !c.selects_self {
+                        out.clear();
+                    }
+                }
+                ConstraintKind::Spread {
+                    max_skew,
+                    min_domains,
+                } => {
+                    let min = if key == labels::HOSTNAME {
+                        // A new node is always possible, so the emptiest hostname has zero.
+                        0
+                    } else {
+                        let universe: Vec<&Arc<str>> = self
+                            .domains
+                            .get(key)
+                            .into_iter()
+                            .flatten()
+                            .filter(|d| allowed_by_pod(d))
+                            .collect();
+                        let below_min_domains =
+                            min_domains.is_some_and(|m| (universe.len() as u32) < m);
+                        if below_min_domains {
+                            0
+                        } else {
+                            universe.iter().map(|d| count(d)).min().unwrap_or(0)
+                        }
+                    };
+                    let own = u32::from(c.selects_self);
+                    out.retain(|d| count(d) + own <= min + max_skew);
+                }
+            }
+        }
+        for &g in &topo.counted_in {
+            let group = &self.groups[g];
+            if group.key.key == key && !group.anti_owners.is_empty() {
+                out.retain(|d| group.anti_owners.get(d).copied().unwrap_or(0) == 0);
+            }
+        }
+        out
+    }
+
+    /// The best domain among allowed ones for the pod: the emptiest for its spread constraints
+    /// (ties by name), so placements stay balanced.
+    pub fn best_domain(
+        &self,
+        key: &str,
+        topo: &PodTopology,
+        active: &dyn Fn(&Constraint) -> bool,
+        allowed: &[Arc<str>],
+    ) -> Option<Arc<str>> {
+        let load = |d: &str| -> u32 {
+            topo.constraints
+                .iter()
+                .filter(|c| c.key.as_ref() == key && active(c))
+                .filter(|c| matches!(c.kind, ConstraintKind::Spread { .. }))
+                .map(|c| self.groups[c.group].counts.get(d).copied().unwrap_or(0))
+                .sum()
+        };
+        allowed
+            .iter()
+            .min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b)))
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::pod::SelectorOp;
+    use std::collections::BTreeMap;
+
+    fn pod(name: &str, app: &str) -> Pod {
+        Pod {
+            namespace: Arc::from("default"),
+            name: Arc::from(name),
+            uid: Arc::from(name),
+            labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+            created: 0,
+            requests: Default::default(),
+            node_selector: BTreeMap::new(),
+            required_terms: vec![],
+            preferred_terms: vec![],
+            tolerations: vec![],
+            spread: vec![],
+            affinity: vec![],
+            anti_affinity: vec![],
+            preferred_affinity: vec![],
+            preferred_anti_affinity: vec![],
+            host_ports: vec![],
+            owner_kind: None,
+            annotations: BTreeMap::new(),
+            priority: 0,
+        }
+    }
+
+    fn app(app: &str) -> Selector {
+        Selector {
+            expressions: vec![("app".into(), SelectorOp::In, vec![app.into()])],
+        }
+    }
+
+    fn zones() -> Vec<Arc<str>> {
+        ["a", "b", "c"].into_iter().map(Arc::from).collect()
+    }
+
+    #[test]
+    fn zonal_spread_keeps_skew() {
+        let mut t = Topology::default();
+        t.add_domains(labels::ZONE, &zones());
+        let mut p = pod("p", "web");
+        p.spread.push(SpreadConstraint {
+            topology_key: labels::ZONE.into(),
+            max_skew: 1,
+            min_domains: None,
+            when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+            selector: app("web"),
+            honor_node_affinity: true,
+            honor_node_taints: false,
+        });
+        let mut topo = t.register(&p);
+        t.link(&p, &mut topo);
+        let all = |_: &Constraint| true;
+        let any = |_: &str| true;
+        assert_eq!(
+            t.allowed_domains(labels::ZONE, &topo, &all, &zones(), &any)
+                .len(),
+            3
+        );
+        t.record(&topo, |_| Some(Arc::from("a")));
+        let allowed = t.allowed_domains(labels::ZONE, &topo, &all, &zones(), &any);
+        assert_eq!(allowed, vec![Arc::from("b"), Arc::from("c")]);
+        assert_eq!(
+            t.best_domain(labels::ZONE, &topo, &all, &allowed)
+                .as_deref(),
+            Some("b")
+        );
+    }
+
+    #[test]
+    fn anti_affinity_is_symmetric_and_affinity_follows_its_target() {
+        let mut t = Topology::default();
+        let mut owner = pod("owner", "db");
+        owner.anti_affinity.push(AffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: app("web"),
+            namespaces: vec![],
+            all_namespaces: false,
+        });
+        let web = pod("web", "web");
+        let mut follower = pod("follower", "cache");
+        follower.affinity.push(AffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: app("db"),
+            namespaces: vec![],
+            all_namespaces: false,
+        });
+        let mut owner_t = t.register(&owner);
+        let mut web_t = t.register(&web);
+        let mut follower_t = t.register(&follower);
+        t.link(&owner, &mut owner_t);
+        t.link(&web, &mut web_t);
+        t.link(&follower, &mut follower_t);
+        let all = |_: &Constraint| true;
+        let any = |_: &str| true;
+        let nodes: Vec<Arc<str>> = vec![Arc::from("n1"), Arc::from("n2")];
+        // No db pod anywhere: the follower cannot go anywhere (it does not select itself).
+        assert!(
+            t.allowed_domains(labels::HOSTNAME, &follower_t, &all, &nodes, &any)
+                .is_empty()
+        );
+        t.record(&owner_t, |_| Some(Arc::from("n1")));
+        assert_eq!(
+            t.allowed_domains(labels::HOSTNAME, &follower_t, &all, &nodes, &any),
+            vec![Arc::from("n1")]
+        );
+        assert_eq!(
+            t.allowed_domains(labels::HOSTNAME, &web_t, &all, &nodes, &any),
+            vec![Arc::from("n2")],
+            "web pods keep away from the pod whose anti-affinity selects them"
+        );
+    }
+}

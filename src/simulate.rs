@@ -1,0 +1,567 @@
+//! `karpenter-rs simulate`: the provisioning decision the controller would make for a cluster
+//! described by manifests, computed offline with the same scheduler `run` uses.
+//!
+//! This module turns a [`Cluster`] into the scheduler's input (NodePool templates with their
+//! instance types and DaemonSet overhead, existing nodes with their bound pods, pending pods),
+//! runs it, and reports every new NodeClaim, every pod's placement and the cost.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+use serde::Serialize;
+
+use crate::apis::ec2nodeclass::{AMIFamily, EC2NodeClass};
+use crate::apis::labels;
+use crate::apis::nodeclaim::Operator;
+use crate::apis::nodepool::NodePool;
+use crate::catalog::Catalog;
+use crate::cluster::Cluster;
+use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
+use crate::scheduling::pod::Pod;
+use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::resources::{self, Resources};
+use crate::scheduling::scheduler::{
+    self, ExistingNode, Input, NodePoolTemplate, Options, Placement, launch_offering,
+};
+use crate::scheduling::taints::taint_from_k8s;
+
+/// What `simulate` decided, in the shape `--output json` prints.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The region whose catalog priced the simulation.
+    pub region: String,
+    /// NodeClaims the controller would create.
+    pub nodeclaims: Vec<NodeClaimReport>,
+    /// Pod (`namespace/name`) → node or NodeClaim name, for every placed pod.
+    pub placements: BTreeMap<String, String>,
+    /// Pods that cannot be placed, with the reason.
+    pub unschedulable: Vec<Unschedulable>,
+    /// NodePools that cannot provision at all, with the reason.
+    pub nodepools: Vec<NodePoolReport>,
+    /// Hourly cost.
+    pub cost: Cost,
+}
+
+/// One planned NodeClaim.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimReport {
+    /// The name the NodeClaim would get (`<nodepool>-<suffix>`).
+    pub name: String,
+    /// Its NodePool.
+    pub node_pool: String,
+    /// The instance type a launch would most likely get: the cheapest option.
+    pub instance_type: String,
+    /// `spot`, `on-demand` or `reserved`.
+    pub capacity_type: String,
+    /// The zone of the cheapest offering.
+    pub zone: String,
+    /// USD per hour of that offering.
+    pub price: f64,
+    /// Every instance type the launch may use, cheapest first (what CreateFleet gets).
+    pub instance_type_options: Vec<String>,
+    /// Pods it will hold (`namespace/name`).
+    pub pods: Vec<String>,
+    /// Requests of those pods plus DaemonSet overhead.
+    pub requests: BTreeMap<String, String>,
+    /// Whether `minValues` were relaxed (BestEffort policy).
+    pub min_values_relaxed: bool,
+}
+
+/// A pod that stays pending.
+#[derive(Clone, Debug, Serialize)]
+pub struct Unschedulable {
+    /// `namespace/name`.
+    pub pod: String,
+    /// What to change so it can be scheduled.
+    pub reason: String,
+}
+
+/// A NodePool that cannot be used.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodePoolReport {
+    /// Its name.
+    pub name: String,
+    /// Why it is not used.
+    pub reason: String,
+}
+
+/// Hourly cost in USD.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cost {
+    /// Existing nodes plus new NodeClaims.
+    pub per_hour: f64,
+    /// Existing nodes whose instance type the catalog knows.
+    pub existing_per_hour: f64,
+    /// New NodeClaims.
+    pub new_per_hour: f64,
+}
+
+/// Simulation settings.
+#[derive(Clone, Debug, Default)]
+pub struct SimulateOptions {
+    /// Scheduler options.
+    pub scheduler: Options,
+}
+
+/// Prepared scheduler input plus what is needed to report on it.
+pub struct Prepared {
+    /// The scheduler input.
+    pub input: Input,
+    /// Pods that could not even be converted, with the reason.
+    pub invalid_pods: Vec<Unschedulable>,
+    /// NodePools left out.
+    pub skipped_pools: Vec<NodePoolReport>,
+}
+
+/// The node class settings that shape instance types.
+fn settings_for(nodeclass: &EC2NodeClass) -> NodeClassSettings {
+    let family = nodeclass.spec.ami_family().unwrap_or(AMIFamily::AL2023);
+    let mut settings = NodeClassSettings::for_family(family);
+    if let Some(k) = &nodeclass.spec.kubelet {
+        settings.kubelet = k.clone();
+    }
+    let ephemeral_device = match family {
+        AMIFamily::Bottlerocket => "/dev/xvdb",
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => "/dev/sda1",
+        _ => "/dev/xvda",
+    };
+    let bdms = &nodeclass.spec.block_device_mappings;
+    let volume = bdms
+        .iter()
+        .find(|b| b.root_volume == Some(true))
+        .or_else(|| {
+            bdms.iter()
+                .find(|b| b.device_name.as_deref() == Some(ephemeral_device))
+        });
+    if let Some(size) = volume
+        .and_then(|b| b.ebs.as_ref())
+        .and_then(|e| e.volume_size.as_deref())
+        .and_then(|s| resources::parse_quantity(resources::EPHEMERAL_STORAGE, s).ok())
+    {
+        settings.ephemeral_storage = size;
+    }
+    settings
+}
+
+/// Requirements a NodePool's template imposes, with upstream's implicit ones.
+pub fn template_requirements(pool: &NodePool) -> Requirements {
+    let spec = &pool.spec.template.spec;
+    let mut reqs = Requirements::from_node_selector_requirements(&spec.requirements);
+    reqs.add(&Requirements::from_labels(
+        &pool.spec.template.metadata.labels,
+    ));
+    reqs.add_requirement(Requirement::new(
+        labels::NODEPOOL,
+        Operator::In,
+        [pool.metadata.name.as_deref().unwrap_or_default()],
+        None,
+    ));
+    // Like upstream's AWS provider, a pool that does not choose a capacity type gets on-demand.
+    if reqs.get(labels::CAPACITY_TYPE).is_none() {
+        reqs.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            [labels::CAPACITY_TYPE_ON_DEMAND],
+            None,
+        ));
+    }
+    reqs
+}
+
+fn node_resources(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Resources {
+    list.and_then(|l| Resources::from_list(l).ok())
+        .unwrap_or_default()
+}
+
+/// Builds the scheduler input from a cluster and a catalog.
+pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) -> Prepared {
+    let bound = cluster.bound_pods();
+    let mut invalid_pods = Vec::new();
+    let mut skipped_pools = Vec::new();
+    let mut types_by_class: HashMap<String, Arc<Vec<InstanceType>>> = HashMap::new();
+
+    let daemon_pods: Vec<Pod> = cluster
+        .daemonsets
+        .iter()
+        .filter_map(|ds| {
+            let template = ds.spec.as_ref()?.template.clone();
+            let pod = core::Pod {
+                metadata: template.metadata.unwrap_or_default(),
+                spec: template.spec,
+                status: None,
+            };
+            Pod::from_k8s(&pod).ok()
+        })
+        .collect();
+
+    // Current usage per NodePool, for limits.
+    let mut usage: HashMap<String, (Resources, i64)> = HashMap::new();
+    for node in &cluster.nodes {
+        if let Some(pool) = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+        {
+            let entry = usage.entry(pool.clone()).or_default();
+            entry.0.add(&node_resources(
+                node.status.as_ref().and_then(|s| s.capacity.as_ref()),
+            ));
+            entry.1 += 1;
+        }
+    }
+
+    let mut nodepools = Vec::new();
+    for pool in &cluster.nodepools {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        if pool.spec.replicas.is_some() {
+            skipped_pools.push(NodePoolReport {
+                name,
+                reason: "static NodePool (spec.replicas set): not used for pending pods".into(),
+            });
+            continue;
+        }
+        let Some(nodeclass) = cluster.nodeclass_of(pool) else {
+            let r = &pool.spec.template.spec.node_class_ref;
+            skipped_pools.push(NodePoolReport {
+                name,
+                reason: format!(
+                    "its nodeClassRef names {}/{} (group {}), which is not in the input; add the EC2NodeClass manifest",
+                    r.kind, r.name, r.group
+                ),
+            });
+            continue;
+        };
+        let settings = settings_for(nodeclass);
+        let class_key = format!(
+            "{:?}|{:?}|{}",
+            settings.ami_family, settings.kubelet, settings.ephemeral_storage
+        );
+        let instance_types = types_by_class
+            .entry(class_key)
+            .or_insert_with(|| Arc::new(catalog.instance_types(&settings)))
+            .clone();
+        let requirements = template_requirements(pool);
+        let taints: Vec<_> = pool.spec.template.spec.taints.clone();
+        let mut daemon_overhead = Resources::default();
+        let mut daemon_host_ports = Vec::new();
+        for d in &daemon_pods {
+            let d_reqs = Requirements::for_pod(
+                &d.node_selector,
+                &d.required_terms
+                    .first()
+                    .map(|t| vec![t.as_slice()])
+                    .unwrap_or_default(),
+            );
+            let tolerated = scheduler::daemon_tolerates(&d.tolerations, &taints);
+            if tolerated
+                && requirements.is_compatible(
+                    &d_reqs,
+                    &crate::scheduling::requirements::AllowUndefined::well_known_labels(),
+                )
+            {
+                daemon_overhead.add(&d.requests);
+                daemon_host_ports.extend(d.host_ports.iter().cloned());
+            }
+        }
+        let (used, used_nodes) = usage.get(&name).cloned().unwrap_or_default();
+        let limits_list = pool
+            .spec
+            .limits
+            .as_ref()
+            .and_then(|l| Resources::from_list(l).ok());
+        let mut limits = Vec::new();
+        let mut nodes_limit = None;
+        if let Some(l) = &limits_list {
+            for (resource, amount) in l.iter() {
+                if resource == "nodes" {
+                    nodes_limit = Some(amount - used_nodes);
+                } else {
+                    limits.push((resource.to_string(), amount - used.get(resource)));
+                }
+            }
+        }
+        nodepools.push(NodePoolTemplate {
+            name: Arc::from(name.as_str()),
+            weight: pool.spec.weight.unwrap_or(0),
+            requirements,
+            taints,
+            instance_types,
+            daemon_overhead,
+            daemon_host_ports,
+            limits,
+            nodes_limit,
+        });
+    }
+
+    let mut existing = Vec::new();
+    for node in &cluster.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let spec = node.spec.as_ref();
+        if node.metadata.deletion_timestamp.is_some()
+            || spec.and_then(|s| s.unschedulable) == Some(true)
+        {
+            continue;
+        }
+        let pods: Vec<Pod> = bound
+            .get(name.as_str())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Pod::from_k8s(p).ok())
+            .collect();
+        let mut requested = Resources::default();
+        for p in &pods {
+            requested.add(&p.requests);
+        }
+        let status = node.status.as_ref();
+        let allocatable = node_resources(
+            status
+                .and_then(|s| s.allocatable.as_ref())
+                .or_else(|| status.and_then(|s| s.capacity.as_ref())),
+        );
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        existing.push(ExistingNode {
+            name: Arc::from(name.as_str()),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: spec
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|t| taint_from_k8s(t).ok())
+                .collect(),
+            allocatable,
+            requested,
+            pods,
+            initialized: ready,
+        });
+    }
+
+    let mut pods = Vec::new();
+    for p in cluster.pending_pods() {
+        match Pod::from_k8s(p) {
+            Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
+            Ok(pod) => pods.push(pod),
+            Err(reason) => invalid_pods.push(Unschedulable {
+                pod: format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                ),
+                reason,
+            }),
+        }
+    }
+
+    Prepared {
+        input: Input {
+            nodepools,
+            existing,
+            pods,
+            options: options.scheduler,
+        },
+        invalid_pods,
+        skipped_pools,
+    }
+}
+
+/// A deterministic five-character suffix, like the API server's generateName.
+fn suffix(seed: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in seed.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (0..5)
+        .map(|i| ALPHABET[((h >> (i * 8)) % ALPHABET.len() as u64) as usize] as char)
+        .collect()
+}
+
+/// Runs provisioning on a cluster.
+pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) -> Report {
+    let prepared = prepare(cluster, catalog, options);
+    let outcome = scheduler::solve(&prepared.input);
+    let input = &prepared.input;
+    let mut placements = BTreeMap::new();
+    let mut nodeclaims = Vec::new();
+    let mut cost = Cost::default();
+    for (i, planned) in outcome.nodeclaims.iter().enumerate() {
+        let pool = &input.nodepools[planned.nodepool];
+        let name = format!("{}-{}", pool.name, suffix(&format!("{}/{i}", pool.name)));
+        let options: Vec<&InstanceType> = planned
+            .instance_types
+            .iter()
+            .map(|&t| &pool.instance_types[t as usize])
+            .collect();
+        let chosen = options
+            .iter()
+            .filter_map(|it| launch_offering(it, &planned.requirements).map(|o| (*it, o)))
+            .min_by(|(_, a), (_, b)| {
+                let rank = |o: &crate::scheduling::instance_type::Offering| match o.capacity_type {
+                    CapacityType::Reserved => 0,
+                    CapacityType::Spot => 1,
+                    CapacityType::OnDemand => 2,
+                };
+                rank(a).cmp(&rank(b)).then(a.price.total_cmp(&b.price))
+            });
+        let pods: Vec<String> = planned
+            .pods
+            .iter()
+            .map(|&p| input.pods[p as usize].key())
+            .collect();
+        for p in &pods {
+            placements.insert(p.clone(), name.clone());
+        }
+        let (instance_type, capacity_type, zone, price) = match chosen {
+            Some((it, o)) => (
+                it.name.to_string(),
+                o.capacity_type.label().to_string(),
+                o.zone.to_string(),
+                o.price,
+            ),
+            None => (String::new(), String::new(), String::new(), 0.0),
+        };
+        cost.new_per_hour += price;
+        nodeclaims.push(NodeClaimReport {
+            name,
+            node_pool: pool.name.to_string(),
+            instance_type,
+            capacity_type,
+            zone,
+            price,
+            instance_type_options: options.iter().map(|it| it.name.to_string()).collect(),
+            pods,
+            requests: planned
+                .requests
+                .to_list()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+            min_values_relaxed: planned.min_values_relaxed,
+        });
+    }
+    for (i, placement) in outcome.placements.iter().enumerate() {
+        if let Some(Placement::Existing(n)) = placement {
+            placements.insert(input.pods[i].key(), input.existing[*n].name.to_string());
+        }
+    }
+    let by_name: HashMap<&str, &InstanceType> = input
+        .nodepools
+        .iter()
+        .flat_map(|p| p.instance_types.iter())
+        .map(|it| (it.name.as_ref(), it))
+        .collect();
+    let fallback = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+    for node in &input.existing {
+        let Some(t) = node.labels.get(labels::INSTANCE_TYPE) else {
+            continue;
+        };
+        let it = by_name
+            .get(t.as_str())
+            .copied()
+            .or_else(|| fallback.iter().find(|it| it.name.as_ref() == t));
+        let ct = node
+            .labels
+            .get(labels::CAPACITY_TYPE)
+            .and_then(|c| CapacityType::from_label(c))
+            .unwrap_or(CapacityType::OnDemand);
+        let zone = node.labels.get(labels::ZONE);
+        if let Some(o) = it.and_then(|it| {
+            it.cheapest_offering(|o| {
+                o.capacity_type == ct && zone.is_none_or(|z| o.zone.as_ref() == z)
+            })
+        }) {
+            cost.existing_per_hour += o.price;
+        }
+    }
+    cost.per_hour = cost.existing_per_hour + cost.new_per_hour;
+    let mut unschedulable = prepared.invalid_pods;
+    unschedulable.extend(outcome.errors.into_iter().map(|(i, reason)| Unschedulable {
+        pod: input.pods[i].key(),
+        reason,
+    }));
+    unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+    Report {
+        region: catalog.region.clone(),
+        nodeclaims,
+        placements,
+        unschedulable,
+        nodepools: prepared.skipped_pools,
+        cost,
+    }
+}
+
+impl Report {
+    /// A human-readable rendering: one line per NodeClaim, then placements, problems and cost.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "Region: {}", self.region);
+        let _ = writeln!(out);
+        if self.nodeclaims.is_empty() {
+            let _ = writeln!(out, "No new NodeClaims.");
+        } else {
+            let _ = writeln!(
+                out,
+                "{:<28} {:<18} {:<16} {:<10} {:<12} {:>9} {:>5}  OPTIONS",
+                "NODECLAIM", "NODEPOOL", "INSTANCE TYPE", "CAPACITY", "ZONE", "$/HOUR", "PODS"
+            );
+            for c in &self.nodeclaims {
+                let shown: Vec<&str> = c
+                    .instance_type_options
+                    .iter()
+                    .take(4)
+                    .map(String::as_str)
+                    .collect();
+                let more = c.instance_type_options.len().saturating_sub(shown.len());
+                let _ = writeln!(
+                    out,
+                    "{:<28} {:<18} {:<16} {:<10} {:<12} {:>9.4} {:>5}  {}{}",
+                    c.name,
+                    c.node_pool,
+                    c.instance_type,
+                    c.capacity_type,
+                    c.zone,
+                    c.price,
+                    c.pods.len(),
+                    shown.join(", "),
+                    if more > 0 {
+                        format!(" (+{more} more)")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+        let existing =
+            self.placements.len() - self.nodeclaims.iter().map(|c| c.pods.len()).sum::<usize>();
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Pods: {} placed on new NodeClaims, {} on existing nodes, {} unschedulable.",
+            self.placements.len() - existing,
+            existing,
+            self.unschedulable.len()
+        );
+        for p in &self.nodepools {
+            let _ = writeln!(out, "NodePool {} not used: {}", p.name, p.reason);
+        }
+        for u in &self.unschedulable {
+            let _ = writeln!(out, "  unschedulable {}: {}", u.pod, u.reason);
+        }
+        let _ = writeln!(
+            out,
+            "Cost: ${:.4}/hour (new ${:.4}, existing ${:.4}); spot prices are estimates.",
+            self.cost.per_hour, self.cost.new_per_hour, self.cost.existing_per_hour
+        );
+        out
+    }
+}
