@@ -20,7 +20,7 @@ use crate::catalog::Catalog;
 use crate::cluster::Cluster;
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
 use crate::scheduling::pod::Pod;
-use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use crate::scheduling::resources::{self, Resources};
 use crate::scheduling::scheduler::{
     self, ExistingNode, Input, NodePoolTemplate, Options, Placement, launch_offering,
@@ -347,7 +347,7 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
 
     let mut pods = Vec::new();
     for p in cluster.pending_pods() {
-        match Pod::from_k8s(p) {
+        match Pod::from_k8s(p).and_then(|pod| with_volume_topology(cluster, p, pod)) {
             Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
             Ok(pod) => pods.push(pod),
             Err(reason) => invalid_pods.push(Unschedulable {
@@ -371,6 +371,134 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
         invalid_pods,
         skipped_pools,
     }
+}
+
+/// Adds the zone (or other topology) constraints of a pod's persistent volumes to its node
+/// requirements: a bound volume's PV node affinity, or an unbound claim's StorageClass
+/// `allowedTopologies`, so the node is launched where the volume can attach.
+fn with_volume_topology(cluster: &Cluster, k8s: &core::Pod, mut pod: Pod) -> Result<Pod, String> {
+    let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
+    let volumes = k8s.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    for (i, volume) in volumes.into_iter().flatten().enumerate() {
+        let Some(claim_ref) = &volume.persistent_volume_claim else {
+            continue;
+        };
+        let field = format!("spec.volumes[{i}].persistentVolumeClaim.claimName");
+        let pvc = cluster
+            .persistent_volume_claims
+            .iter()
+            .find(|c| {
+                c.metadata.name.as_deref() == Some(claim_ref.claim_name.as_str())
+                    && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{field}: PersistentVolumeClaim {namespace}/{} is not in the input; add it so its volume's zone is known",
+                    claim_ref.claim_name
+                )
+            })?;
+        let spec = pvc.spec.as_ref();
+        let terms: Vec<Vec<NodeSelectorExpression>> = match spec
+            .and_then(|s| s.volume_name.as_deref())
+        {
+            Some(pv_name) => {
+                let pv = cluster
+                    .persistent_volumes
+                    .iter()
+                    .find(|pv| pv.metadata.name.as_deref() == Some(pv_name))
+                    .ok_or_else(|| format!("{field}: PersistentVolume {pv_name} bound to the claim is not in the input"))?;
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.node_affinity.as_ref())
+                    .and_then(|a| a.required.as_ref())
+                    .map(|r| {
+                        r.node_selector_terms
+                            .iter()
+                            .map(|t| {
+                                volume_expressions(
+                                    t.match_expressions.as_deref().unwrap_or_default(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+            None => {
+                let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
+                let class = class_name.and_then(|n| {
+                    cluster
+                        .storage_classes
+                        .iter()
+                        .find(|c| c.metadata.name.as_deref() == Some(n))
+                });
+                if class.and_then(|c| c.volume_binding_mode.as_deref()) == Some("Immediate") {
+                    return Err(format!(
+                        "{field}: claim {} uses StorageClass {} with Immediate binding and is not bound yet; Karpenter waits until it is bound to a volume",
+                        claim_ref.claim_name,
+                        class_name.unwrap_or_default()
+                    ));
+                }
+                class
+                    .and_then(|c| c.allowed_topologies.as_ref())
+                    .map(|topologies| {
+                        topologies
+                            .iter()
+                            .map(|t| {
+                                t.match_label_expressions
+                                    .iter()
+                                    .flatten()
+                                    .map(|e| NodeSelectorExpression {
+                                        key: e.key.clone(),
+                                        operator: Operator::In,
+                                        values: e.values.clone(),
+                                    })
+                                    .collect()
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+        };
+        if terms.is_empty() {
+            continue;
+        }
+        // (pod terms) AND (volume terms): every combination of one term from each side.
+        let pod_terms = if pod.required_terms.is_empty() {
+            vec![Vec::new()]
+        } else {
+            std::mem::take(&mut pod.required_terms)
+        };
+        pod.required_terms = pod_terms
+            .iter()
+            .flat_map(|p| {
+                terms.iter().map(move |v| {
+                    let mut t = p.clone();
+                    t.extend(v.iter().cloned());
+                    t
+                })
+            })
+            .collect();
+    }
+    Ok(pod)
+}
+
+fn volume_expressions(list: &[core::NodeSelectorRequirement]) -> Vec<NodeSelectorExpression> {
+    list.iter()
+        .filter_map(|e| {
+            let operator = match e.operator.as_str() {
+                "In" => Operator::In,
+                "NotIn" => Operator::NotIn,
+                "Exists" => Operator::Exists,
+                "DoesNotExist" => Operator::DoesNotExist,
+                _ => return None,
+            };
+            Some(NodeSelectorExpression {
+                key: e.key.clone(),
+                operator,
+                values: e.values.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// A deterministic five-character suffix, like the API server's generateName.

@@ -213,23 +213,42 @@ pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 /// On EC2NodeClasses: blocks deletion while NodeClaims still use the class.
 pub const AWS_TERMINATION_FINALIZER: &str = "karpenter.k8s.aws/termination";
 
-/// Label keys Karpenter owns outright: users may neither set them in a template nor require them.
-pub const RESTRICTED_LABELS: &[&str] = &[NODEPOOL, HOSTNAME];
+/// Label keys no requirement may name: every node has its own value, so no NodePool can promise one.
+pub const RESTRICTED_LABELS: &[&str] = &[HOSTNAME];
 
-/// Label domains reserved for Kubernetes and Karpenter, with the keys inside them users may still use.
+/// Label domains Kubernetes and Karpenter reserve for values they set themselves.
+const RESTRICTED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", GROUP, AWS_GROUP];
+
+/// Subdomains of the reserved domains that remain free for users.
+const DOMAIN_EXCEPTIONS: &[&str] = &[
+    "node.kubernetes.io",
+    "node-restriction.kubernetes.io",
+    "kops.k8s.io",
+];
+
+/// Whether a NodePool or pod may not require this label key (nor a NodePool set it): the
+/// well-known labels are always allowed; `kubernetes.io/hostname` and keys in the reserved
+/// domains (`kubernetes.io`, `k8s.io`, `karpenter.sh`, `karpenter.k8s.aws`, outside their
+/// exceptions) are not, because only Kubernetes, Karpenter or the cloud provider set them.
 pub fn is_restricted_label(key: &str) -> bool {
+    let key = normalize(key);
+    if WELL_KNOWN_LABELS.contains(&key)
+        || AWS_WELL_KNOWN_LABELS.contains(&key)
+        || key == EC2NODECLASS
+    {
+        return false;
+    }
     if RESTRICTED_LABELS.contains(&key) {
         return true;
     }
-    let domain = key.split_once('/').map(|(d, _)| d).unwrap_or("");
-    let in_domain = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
-    if in_domain(GROUP) {
-        return !WELL_KNOWN_LABELS.contains(&key);
+    let Some((domain, _)) = key.split_once('/') else {
+        return false;
+    };
+    let within = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    if DOMAIN_EXCEPTIONS.iter().any(|d| within(d)) {
+        return false;
     }
-    if in_domain(AWS_GROUP) {
-        return !AWS_WELL_KNOWN_LABELS.contains(&key);
-    }
-    false
+    RESTRICTED_DOMAINS.iter().any(|d| within(d))
 }
 
 /// The current name of a label key, mapping deprecated beta keys to their GA names.
@@ -247,8 +266,16 @@ mod tests {
 
     #[test]
     fn restricted_domains_allow_well_known_keys_only() {
-        assert!(is_restricted_label(NODEPOOL));
+        assert!(!is_restricted_label(NODEPOOL));
+        assert!(!is_restricted_label(ZONE));
+        assert!(!is_restricted_label(
+            "failure-domain.beta.kubernetes.io/zone"
+        ));
         assert!(is_restricted_label(HOSTNAME));
+        assert!(is_restricted_label("kubernetes.io/custom"));
+        assert!(is_restricted_label("sub.k8s.io/custom"));
+        assert!(!is_restricted_label("node.kubernetes.io/role"));
+        assert!(!is_restricted_label("kops.k8s.io/instancegroup"));
         assert!(is_restricted_label("karpenter.sh/custom"));
         assert!(is_restricted_label("sub.karpenter.sh/custom"));
         assert!(!is_restricted_label(CAPACITY_TYPE));

@@ -414,9 +414,17 @@ impl<'a> Solver<'a> {
         });
 
         let mut topology = Topology::default();
+        // Zones a NodePool can launch in: its instance types' offerings within its requirements.
         for pool in &pools {
+            let allowed = pool.template.requirements.get(labels::ZONE);
             for it in pool.template.instance_types.iter() {
-                topology.add_domains(labels::ZONE, it.offerings.iter().map(|o| &o.zone));
+                topology.add_domains(
+                    labels::ZONE,
+                    it.offerings
+                        .iter()
+                        .map(|o| &o.zone)
+                        .filter(|z| allowed.is_none_or(|r| r.has(z))),
+                );
             }
         }
         let mut existing: Vec<Existing> = input
@@ -1096,6 +1104,15 @@ impl<'a> Solver<'a> {
         }
         if template.nodes_limit.is_some_and(|n| n <= 0) {
             return Err("node limits have been exhausted for nodepool".to_string());
+        }
+        if let Some(r) = reqs.iter().find(|r| {
+            labels::is_restricted_label(r.key())
+                && !matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist)
+        }) {
+            return Err(format!(
+                "the pod requires label {} ({r}), which is restricted: only Kubernetes or the cloud provider set it, so no new node can be launched with a chosen value; select a well-known or custom label instead",
+                r.key()
+            ));
         }
         template
             .requirements

@@ -1,0 +1,702 @@
+//! Scenario tests for provisioning through `simulate`'s library entry: manifests in, the
+//! NodeClaims and placements the controller would produce out, on the bundled us-east-1 catalog.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use karpenter_rs::catalog::Catalog;
+use karpenter_rs::scheduling::scheduler::Options;
+use karpenter_rs::simulate::{self, Report, SimulateOptions};
+use karpenter_rs::{cluster, manifest};
+
+const NODECLASS: &str = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+"#;
+
+fn nodepool(name: &str, extra_spec: &str, requirements: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+{extra_spec}
+  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+      requirements:
+        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}
+{requirements}
+"#
+    )
+}
+
+fn deployment(name: &str, replicas: u32, cpu: &str, extra_pod_spec: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+        - name: c
+          image: pause
+          resources: {{requests: {{cpu: "{cpu}", memory: 256Mi}}}}
+{extra_pod_spec}
+"#
+    )
+}
+
+fn run_with(docs: &[String], options: Options) -> Report {
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
+    let c = cluster::load(&parsed, chrono::Utc::now()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    simulate::simulate(&c, &catalog, &SimulateOptions { scheduler: options })
+}
+
+fn run(docs: &[String]) -> Report {
+    run_with(docs, Options::default())
+}
+
+fn pods_per_zone(report: &Report) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for c in &report.nodeclaims {
+        *out.entry(c.zone.clone()).or_default() += c.pods.len();
+    }
+    out
+}
+
+#[test]
+fn a_spread_across_three_zones_is_balanced() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a, us-east-1b, us-east-1c]}",
+        ),
+        deployment(
+            "web",
+            9,
+            "500m",
+            "      topologySpreadConstraints:\n        - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}",
+        ),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    let zones = pods_per_zone(&report);
+    assert_eq!(
+        zones,
+        BTreeMap::from([
+            ("us-east-1a".to_string(), 3),
+            ("us-east-1b".to_string(), 3),
+            ("us-east-1c".to_string(), 3)
+        ])
+    );
+}
+
+#[test]
+fn hostname_anti_affinity_yields_one_node_per_pod() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        deployment(
+            "db",
+            5,
+            "100m",
+            "      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: db}}}",
+        ),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    assert_eq!(report.nodeclaims.len(), 5);
+    assert!(report.nodeclaims.iter().all(|c| c.pods.len() == 1));
+}
+
+#[test]
+fn limits_leave_the_excess_pods_unschedulable_with_a_limits_reason() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "small",
+            "  limits: {cpu: 4}",
+            "        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}",
+        ),
+        deployment("big", 3, "1500m", ""),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 2, "{:#?}", report.nodeclaims);
+    assert_eq!(report.unschedulable.len(), 1);
+    assert!(
+        report.unschedulable[0].reason.contains("limits"),
+        "{}",
+        report.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn the_nodes_limit_caps_nodeclaims() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "capped",
+            "  limits: {nodes: 2}",
+            "        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}",
+        ),
+        deployment("big", 3, "1500m", ""),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 2);
+    assert!(
+        report.unschedulable[0]
+            .reason
+            .contains("node limits have been exhausted")
+    );
+}
+
+#[test]
+fn the_higher_weight_nodepool_wins_even_when_pricier() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "cheap",
+            "  weight: 1",
+            "        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [t]}",
+        ),
+        nodepool(
+            "preferred",
+            "  weight: 50",
+            "        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [r]}",
+        ),
+        deployment("app", 1, "500m", ""),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 1);
+    assert_eq!(report.nodeclaims[0].node_pool, "preferred");
+    assert!(report.nodeclaims[0].instance_type.starts_with('r'));
+}
+
+#[test]
+fn startup_taints_need_no_toleration_but_taints_do() {
+    let tainted = nodepool(
+        "tainted",
+        "",
+        "      startupTaints: [{key: example.com/agent-not-ready, effect: NoSchedule}]",
+    );
+    let report = run(&[NODECLASS.into(), tainted, deployment("app", 1, "500m", "")]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    let dedicated = nodepool(
+        "dedicated",
+        "",
+        "      taints: [{key: dedicated, value: gpu, effect: NoSchedule}]",
+    );
+    let report = run(&[
+        NODECLASS.into(),
+        dedicated.clone(),
+        deployment("app", 1, "500m", ""),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 0);
+    assert!(
+        report.unschedulable[0]
+            .reason
+            .contains("did not tolerate taint dedicated=gpu")
+    );
+    let tolerating = deployment(
+        "app",
+        1,
+        "500m",
+        "      tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]",
+    );
+    assert_eq!(
+        run(&[NODECLASS.into(), dedicated, tolerating])
+            .nodeclaims
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn selectors_on_restricted_labels_are_not_provisioned_for() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        deployment(
+            "pinned",
+            1,
+            "100m",
+            "      nodeSelector: {kubernetes.io/hostname: ip-10-0-0-1}",
+        ),
+        deployment(
+            "reserved",
+            1,
+            "100m",
+            "      nodeSelector: {karpenter.sh/custom: x}",
+        ),
+    ]);
+    assert!(report.nodeclaims.is_empty(), "{:#?}", report.nodeclaims);
+    assert_eq!(report.unschedulable.len(), 2);
+    assert!(
+        report
+            .unschedulable
+            .iter()
+            .all(|u| u.reason.contains("restricted")),
+        "{:#?}",
+        report.unschedulable
+    );
+    // Custom labels set by the template are fine.
+    let labelled = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: team}
+spec:
+  template:
+    metadata: {labels: {example.com/team: blue}}
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]
+"#;
+    let report = run(&[
+        NODECLASS.into(),
+        labelled.into(),
+        deployment(
+            "team",
+            1,
+            "100m",
+            "      nodeSelector: {example.com/team: blue}",
+        ),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 1, "{:#?}", report.unschedulable);
+}
+
+#[test]
+fn a_bound_volume_pins_the_pod_to_its_zone() {
+    let volume = r#"
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: data-1}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: ebs.csi.aws.com, volumeHandle: vol-1}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1d]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 10Gi}}
+  volumeName: data-1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: default}
+spec:
+  containers: [{name: c, image: pause, resources: {requests: {cpu: 500m}}}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+"#;
+    let report = run(&[NODECLASS.into(), nodepool("default", "", ""), volume.into()]);
+    assert_eq!(report.nodeclaims.len(), 1, "{:#?}", report.unschedulable);
+    assert_eq!(report.nodeclaims[0].zone, "us-east-1d");
+}
+
+#[test]
+fn a_storage_class_topology_restricts_the_zone() {
+    let volume = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: zonal}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: WaitForFirstConsumer
+allowedTopologies:
+  - matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [us-east-1c]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: default}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: zonal
+  resources: {requests: {storage: 10Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: default}
+spec:
+  containers: [{name: c, image: pause, resources: {requests: {cpu: 500m}}}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+"#;
+    let report = run(&[NODECLASS.into(), nodepool("default", "", ""), volume.into()]);
+    assert_eq!(report.nodeclaims.len(), 1, "{:#?}", report.unschedulable);
+    assert_eq!(report.nodeclaims[0].zone, "us-east-1c");
+}
+
+#[test]
+fn daemonset_overhead_that_fits_no_instance_type_yields_no_nodeclaim() {
+    let daemonset = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: greedy, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: greedy}}
+  template:
+    metadata: {labels: {app: greedy}}
+    spec:
+      containers: [{name: c, image: pause, resources: {requests: {cpu: "3", memory: 1Gi}}}]
+"#;
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "small",
+            "",
+            "        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, c5.large]}",
+        ),
+        daemonset.into(),
+        deployment("app", 1, "100m", ""),
+    ]);
+    assert!(report.nodeclaims.is_empty());
+    let reason = &report.unschedulable[0].reason;
+    assert!(
+        reason.contains("DaemonSet overhead") && reason.contains("cpu"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn daemonset_overhead_is_added_to_new_nodeclaims() {
+    let daemonset = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: c, image: pause, resources: {requests: {cpu: 200m, memory: 128Mi}}}]
+"#;
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        daemonset.into(),
+        deployment("app", 1, "1", ""),
+    ]);
+    assert_eq!(report.nodeclaims[0].requests["cpu"], "1200m");
+}
+
+#[test]
+fn existing_capacity_is_used_before_a_new_node() {
+    let node = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: ip-10-0-1-1.ec2.internal
+  labels:
+    kubernetes.io/hostname: ip-10-0-1-1.ec2.internal
+    kubernetes.io/arch: amd64
+    topology.kubernetes.io/zone: us-east-1a
+    node.kubernetes.io/instance-type: m5.xlarge
+    karpenter.sh/capacity-type: on-demand
+    karpenter.sh/nodepool: default
+status:
+  capacity: {cpu: "4", memory: 16Gi, pods: "58"}
+  allocatable: {cpu: 3920m, memory: 15Gi, pods: "58"}
+  conditions: [{type: Ready, status: "True"}]
+"#;
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        node.into(),
+        deployment("app", 3, "1", ""),
+    ]);
+    assert!(report.nodeclaims.is_empty(), "{:#?}", report.nodeclaims);
+    assert_eq!(report.placements.len(), 3);
+    assert!(
+        report
+            .placements
+            .values()
+            .all(|n| n == "ip-10-0-1-1.ec2.internal")
+    );
+    assert!(report.cost.existing_per_hour > 0.0);
+    // A fourth pod no longer fits: a new node is planned for it.
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        node.into(),
+        deployment("app", 4, "1", ""),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 1);
+    assert_eq!(report.nodeclaims[0].pods.len(), 1);
+}
+
+#[test]
+fn the_cheapest_fitting_type_is_chosen_for_a_small_pod() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [m]}\n        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+        ),
+        deployment("tiny", 1, "100m", ""),
+    ]);
+    let claim = &report.nodeclaims[0];
+    assert_eq!(claim.capacity_type, "on-demand");
+    // Cross-check against the catalog: no compatible m-type amd64 on-demand instance is cheaper.
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let types = catalog.instance_types(
+        &karpenter_rs::scheduling::instance_type::NodeClassSettings::for_family(
+            karpenter_rs::apis::ec2nodeclass::AMIFamily::AL2023,
+        ),
+    );
+    let cheapest = types
+        .iter()
+        .filter(|t| {
+            t.labels
+                .get("karpenter.k8s.aws/instance-category")
+                .map(String::as_str)
+                == Some("m")
+        })
+        .filter(|t| t.labels["kubernetes.io/arch"] == "amd64")
+        .filter(|t| t.allocatable.cpu >= 100 && t.allocatable.memory >= 256 << 20)
+        .filter_map(|t| {
+            t.cheapest_offering(|o| {
+                o.capacity_type == karpenter_rs::scheduling::instance_type::CapacityType::OnDemand
+            })
+            .map(|o| o.price)
+        })
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        (claim.price - cheapest).abs() < 1e-9,
+        "chose {} at {} but {cheapest} exists",
+        claim.instance_type,
+        claim.price
+    );
+    assert_eq!(claim.instance_type_options[0], claim.instance_type);
+}
+
+#[test]
+fn spot_is_preferred_when_the_nodepool_allows_it() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}",
+        ),
+        deployment("app", 1, "1", ""),
+    ]);
+    assert_eq!(report.nodeclaims[0].capacity_type, "spot");
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        deployment("app", 1, "1", ""),
+    ]);
+    assert_eq!(
+        report.nodeclaims[0].capacity_type, "on-demand",
+        "unconstrained pools launch on-demand"
+    );
+}
+
+#[test]
+fn min_values_keeps_enough_families() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "flexible",
+            "",
+            "        - {key: karpenter.k8s.aws/instance-family, operator: Exists, minValues: 5}",
+        ),
+        deployment("app", 2, "2", ""),
+    ]);
+    let families: BTreeSet<String> = report.nodeclaims[0]
+        .instance_type_options
+        .iter()
+        .map(|t| t.split('.').next().unwrap_or_default().to_string())
+        .collect();
+    assert!(families.len() >= 5, "{families:?}");
+    let strict = nodepool(
+        "strict",
+        "",
+        "        - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, c5], minValues: 2}\n        - {key: karpenter.k8s.aws/instance-size, operator: In, values: [large]}\n        - {key: karpenter.k8s.aws/instance-cpu, operator: Gt, values: [\"2\"]}",
+    );
+    let report = run(&[
+        NODECLASS.into(),
+        strict.clone(),
+        deployment("app", 1, "100m", ""),
+    ]);
+    assert!(report.nodeclaims.is_empty());
+    assert!(
+        report.unschedulable[0].reason.contains("minValues")
+            || report.unschedulable[0].reason.contains("no instance type"),
+        "{}",
+        report.unschedulable[0].reason
+    );
+    let relaxed = nodepool(
+        "relaxed",
+        "",
+        "        - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, c5], minValues: 2}\n        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m5.xlarge]}",
+    );
+    let report = run(&[
+        NODECLASS.into(),
+        relaxed.clone(),
+        deployment("app", 1, "100m", ""),
+    ]);
+    assert!(
+        report.nodeclaims.is_empty(),
+        "Strict policy fails when minValues cannot be met"
+    );
+    let report = run_with(
+        &[NODECLASS.into(), relaxed, deployment("app", 1, "100m", "")],
+        Options {
+            min_values_best_effort: true,
+            ..Options::default()
+        },
+    );
+    assert_eq!(report.nodeclaims.len(), 1);
+    assert!(report.nodeclaims[0].min_values_relaxed);
+}
+
+#[test]
+fn unsatisfiable_preferences_are_relaxed() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a]}",
+        ),
+        deployment(
+            "app",
+            1,
+            "100m",
+            "      affinity:\n        nodeAffinity:\n          preferredDuringSchedulingIgnoredDuringExecution:\n            - {weight: 100, preference: {matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [us-west-2a]}]}}",
+        ),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 1, "{:#?}", report.unschedulable);
+    assert_eq!(report.nodeclaims[0].zone, "us-east-1a");
+    // The same term as a requirement cannot be met, and the reason says which key.
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a]}",
+        ),
+        deployment(
+            "app",
+            1,
+            "100m",
+            "      nodeSelector: {topology.kubernetes.io/zone: us-west-2a}",
+        ),
+    ]);
+    assert!(
+        report.unschedulable[0]
+            .reason
+            .contains("topology.kubernetes.io/zone"),
+        "{}",
+        report.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn zonal_self_affinity_keeps_a_deployment_in_one_zone() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        deployment(
+            "cache",
+            6,
+            "2",
+            "      affinity:\n        podAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            - {topologyKey: topology.kubernetes.io/zone, labelSelector: {matchLabels: {app: cache}}}",
+        ),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    assert_eq!(
+        pods_per_zone(&report).len(),
+        1,
+        "{:#?}",
+        pods_per_zone(&report)
+    );
+}
+
+#[test]
+fn gpu_pods_get_gpu_instances() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("gpu", "", ""),
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer, namespace: ml}
+spec:
+  containers: [{name: c, image: cuda, resources: {limits: {nvidia.com/gpu: "1"}, requests: {cpu: "2", memory: 8Gi}}}]
+"#
+        .to_string(),
+    ]);
+    let claim = &report.nodeclaims[0];
+    assert!(
+        claim.instance_type.starts_with('g') || claim.instance_type.starts_with('p'),
+        "{}",
+        claim.instance_type
+    );
+}
+
+#[test]
+fn arm64_pods_get_graviton_instances() {
+    let report = run(&[
+        NODECLASS.into(),
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: multi-arch}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64, arm64]}]
+"#
+        .into(),
+        deployment(
+            "arm",
+            1,
+            "1",
+            "      nodeSelector: {kubernetes.io/arch: arm64}",
+        ),
+    ]);
+    let claim = &report.nodeclaims[0];
+    let graviton = [
+        "a1", "c6g", "c7g", "c8g", "m6g", "m7g", "m8g", "r6g", "r7g", "r8g", "t4g", "x2g", "im4g",
+        "is4g", "i4g", "c6gd", "c6gn", "c7gd", "c7gn", "m6gd", "m7gd", "r6gd", "r7gd", "x8g",
+        "i8g", "g5g",
+    ];
+    let family = claim.instance_type.split('.').next().unwrap_or_default();
+    assert!(graviton.contains(&family), "{}", claim.instance_type);
+}
