@@ -878,15 +878,15 @@ impl Requirements {
         }
     }
 
-    /// The labels these requirements pin down: every single-valued `In` requirement whose key
-    /// users may set (not [`labels::is_restricted_label`]), for stamping onto NodeClaims.
+    /// The labels a node launched for these requirements carries, as upstream's `Labels()`: for
+    /// every key users may set (not [`labels::is_restricted_label`]) whose requirement the label's
+    /// absence would not satisfy, one allowed value ([`Requirement::any`], deterministic). So a
+    /// pod requiring `team Exists` or `team In [a b]` lands on a node that really has `team`.
     pub fn labels(&self) -> BTreeMap<String, String> {
         self.by_key
             .iter()
-            .filter(|r| {
-                !r.complement && r.values.len() == 1 && !labels::is_restricted_label(&r.key)
-            })
-            .filter_map(|r| Some((r.key.to_string(), r.values.as_slice().first()?.to_string())))
+            .filter(|r| !r.allows_absence() && !labels::is_restricted_label(&r.key))
+            .filter_map(|r| Some((r.key.to_string(), r.any()?)))
             .collect()
     }
 
@@ -1870,7 +1870,7 @@ mod tests {
     }
 
     #[test]
-    fn labels_are_single_valued_user_settable_requirements() {
+    fn labels_give_every_required_user_settable_key_a_value() {
         let requirements = set(vec![
             keyed(labels::ZONE, Operator::In, &["us-east-1a"]),
             keyed(labels::ARCH, Operator::In, &["amd64", "arm64"]),
@@ -1883,10 +1883,15 @@ mod tests {
             keyed("example.com/cpu", Operator::Gte, &["4"]),
             keyed("example.com/gone", Operator::DoesNotExist, &[]),
         ]);
+        // Restricted keys and requirements the label's absence satisfies (NotIn, DoesNotExist)
+        // give no label; every other requirement gives one allowed value.
         let expected = BTreeMap::from(
             [
+                (labels::ARCH, "amd64"),
                 (labels::CAPACITY_TYPE, "spot"),
+                ("example.com/cpu", "4"),
                 ("example.com/team", "a"),
+                (labels::NODEPOOL, "default"),
                 (labels::ZONE, "us-east-1a"),
             ]
             .map(|(k, v)| (k.to_owned(), v.to_owned())),

@@ -206,6 +206,9 @@ struct Class {
     min_request: Resources,
     /// Pod requirements per relaxation state.
     requirements: HashMap<Relaxation, Arc<Requirements>>,
+    /// The node selector combined with each required node-affinity term (ORed; preferences
+    /// excluded): the domains these allow are the universe spread minimums are taken over.
+    universe: Vec<Requirements>,
 }
 
 struct Claim {
@@ -422,6 +425,7 @@ impl<'a> Solver<'a> {
                     labels::ZONE,
                     it.offerings
                         .iter()
+                        .filter(|o| o.available)
                         .map(|o| &o.zone)
                         .filter(|z| allowed.is_none_or(|r| r.has(z))),
                 );
@@ -491,9 +495,18 @@ impl<'a> Solver<'a> {
                 let next = classes.len() as u32;
                 let id = *class_index.entry(key).or_insert(next);
                 if id == next {
+                    let universe = if p.required_terms.is_empty() {
+                        vec![Requirements::for_pod(&p.node_selector, &[])]
+                    } else {
+                        p.required_terms
+                            .iter()
+                            .map(|t| Requirements::for_pod(&p.node_selector, &[t.as_slice()]))
+                            .collect()
+                    };
                     classes.push(Class {
                         min_request: p.requests.clone(),
                         requirements: HashMap::new(),
+                        universe,
                     });
                 } else {
                     let c = &mut classes[id as usize];
@@ -646,7 +659,6 @@ impl<'a> Solver<'a> {
         &self,
         i: usize,
         relax: Relaxation,
-        pod_reqs: &Requirements,
         candidates_of: &dyn Fn(&str) -> Vec<Arc<str>>,
     ) -> Option<Vec<(Arc<str>, Arc<str>)>> {
         let topo = &self.pod_topology[i];
@@ -654,17 +666,20 @@ impl<'a> Solver<'a> {
         let mut keys: Vec<&str> = self.topology.keys(topo, active).collect();
         keys.sort_unstable();
         keys.dedup();
+        let universe = &self.classes[self.class_of[i] as usize].universe;
         let mut narrowing = Vec::new();
         for key in keys {
             let candidates = candidates_of(key);
-            let allowed_by_pod = |d: &str| pod_reqs.get(key).is_none_or(|r| r.has(d));
+            let allowed_by_pod =
+                |d: &str| universe.iter().any(|u| u.get(key).is_none_or(|r| r.has(d)));
             let allowed =
                 self.topology
                     .allowed_domains(key, topo, &active, &candidates, &allowed_by_pod);
             if allowed.is_empty() {
                 return None;
             }
-            if key != labels::HOSTNAME && candidates.len() > 1 {
+            // Pin the domain (even a single candidate) so the placement is counted exactly.
+            if key != labels::HOSTNAME {
                 let best = self.topology.best_domain(key, topo, &active, &allowed)?;
                 narrowing.push((Arc::from(key), best));
             }
@@ -740,7 +755,7 @@ impl<'a> Solver<'a> {
         }
         let node = &e.node;
         let candidates = |key: &str| domain_of_node(node, key).into_iter().collect();
-        match self.topology_for(i, relax, reqs, &candidates) {
+        match self.topology_for(i, relax, &candidates) {
             Some(_) => Verdict::Fits(()),
             None => Verdict::NotNow,
         }
@@ -885,7 +900,7 @@ impl<'a> Solver<'a> {
         let candidates = |key: &str| {
             self.claim_domains(claim.nodepool, &claim.hostname, base, &claim.options, key)
         };
-        let Some(narrowing) = self.topology_for(i, relax, reqs, &candidates) else {
+        let Some(narrowing) = self.topology_for(i, relax, &candidates) else {
             // Hostname anti-affinity against a pod already on this claim never clears.
             return if self.blocked_by_hostname(i, relax, claim) {
                 Verdict::Never
@@ -895,13 +910,17 @@ impl<'a> Solver<'a> {
         };
         let mut new_reqs = requirements;
         for (key, domain) in narrowing {
-            let r = new_reqs.get_or_insert_with(|| claim.requirements.clone());
-            r.add_requirement(Requirement::new(
-                &key,
-                Operator::In,
-                [domain.as_ref()],
-                None,
-            ));
+            let current = new_reqs.as_ref().unwrap_or(&claim.requirements).get(&key);
+            let pinned = current.is_some_and(|r| r.len() == Some(1) && r.has(&domain));
+            if !pinned {
+                let r = new_reqs.get_or_insert_with(|| claim.requirements.clone());
+                r.add_requirement(Requirement::new(
+                    &key,
+                    Operator::In,
+                    [domain.as_ref()],
+                    None,
+                ));
+            }
         }
         let mut total = claim.requests.clone();
         total.add(&pod.requests);
@@ -1193,11 +1212,9 @@ impl<'a> Solver<'a> {
         let candidates = |key: &str| {
             self.claim_domains(p, &probe.hostname, &probe.requirements, &probe.options, key)
         };
-        let narrowing = self
-            .topology_for(i, relax, reqs, &candidates)
-            .ok_or_else(|| {
-                "its topology spread or pod (anti-)affinity constraints cannot be met".to_string()
-            })?;
+        let narrowing = self.topology_for(i, relax, &candidates).ok_or_else(|| {
+            "its topology spread or pod (anti-)affinity constraints cannot be met".to_string()
+        })?;
         if !narrowing.is_empty() {
             for (key, domain) in narrowing {
                 requirements.add_requirement(Requirement::new(
