@@ -4,6 +4,7 @@
 pub mod apis;
 pub mod catalog;
 pub mod cluster;
+pub mod disruption;
 pub mod manifest;
 pub mod scheduling;
 pub mod simulate;

@@ -70,6 +70,25 @@ enum Command {
         /// `BestEffort` relaxes minValues instead of failing (MIN_VALUES_POLICY).
         #[arg(long, value_enum, env = "MIN_VALUES_POLICY", default_value = "strict")]
         min_values_policy: MinValuesPolicy,
+        /// Also evaluate disruption (drift, expiration, emptiness, consolidation) once after
+        /// provisioning.
+        #[arg(long)]
+        disruption: bool,
+        /// Repeat disruption rounds (with re-provisioning) until nothing changes.
+        #[arg(long)]
+        settle: bool,
+        /// Simulated time between rounds for --settle (e.g. 15s, 5m).
+        #[arg(long, default_value = "15s", value_parser = parse_step)]
+        step: std::time::Duration,
+        /// The simulated current time (RFC 3339); default now.
+        #[arg(long, value_parser = parse_now)]
+        now: Option<chrono::DateTime<chrono::Utc>>,
+        /// Print the full disruption reasoning for one node instead of the report.
+        #[arg(long, value_name = "NODE")]
+        explain: Option<String>,
+        /// Feature gates, e.g. `SpotToSpotConsolidation=true` (FEATURE_GATES).
+        #[arg(long, env = "FEATURE_GATES", default_value = "")]
+        feature_gates: String,
     },
     /// Print the CustomResourceDefinitions generated from the API types.
     Crds {
@@ -114,7 +133,20 @@ fn main() -> ExitCode {
             catalog,
             preference_policy,
             min_values_policy,
+            disruption,
+            settle,
+            step,
+            now,
+            explain,
+            feature_gates,
         } => {
+            let spot_to_spot = match feature_gate(&feature_gates, "SpotToSpotConsolidation") {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("karpenter-rs: --feature-gates: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let options = SimulateOptions {
                 scheduler: Options {
                     ignore_preferences: matches!(preference_policy, PreferencePolicy::Ignore),
@@ -123,6 +155,15 @@ fn main() -> ExitCode {
                         MinValuesPolicy::BestEffort
                     ),
                 },
+                disruption: karpenter_rs::disruption::Options { spot_to_spot },
+            };
+            let mode = Mode {
+                disruption: disruption || settle || explain.is_some(),
+                settle: settle.then(|| {
+                    chrono::Duration::from_std(step).unwrap_or(chrono::Duration::seconds(15))
+                }),
+                now: now.unwrap_or_else(chrono::Utc::now),
+                explain,
             };
             report(run_simulate(
                 &files,
@@ -130,6 +171,7 @@ fn main() -> ExitCode {
                 region,
                 catalog.as_deref(),
                 &options,
+                &mode,
             ))
         }
         Command::Crds { output_dir } => report(print_crds(output_dir.as_deref())),
@@ -162,15 +204,50 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// What `simulate` runs beyond provisioning.
+struct Mode {
+    disruption: bool,
+    settle: Option<chrono::Duration>,
+    now: chrono::DateTime<chrono::Utc>,
+    explain: Option<String>,
+}
+
+fn parse_step(s: &str) -> Result<std::time::Duration, String> {
+    karpenter_rs::apis::duration::parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_now(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time such as 2026-11-23T10:00:00Z: {e}"))
+}
+
+/// Reads one gate from a `Name=true,Other=false` list; unknown names are ignored, bad values
+/// rejected.
+fn feature_gate(gates: &str, name: &str) -> Result<bool, String> {
+    for entry in gates.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (k, v) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("{entry:?} is not Name=true|false"))?;
+        if k == name {
+            return v
+                .parse::<bool>()
+                .map_err(|_| format!("{k}={v}: the value must be true or false"));
+        }
+    }
+    Ok(false)
+}
+
 fn run_simulate(
     files: &[PathBuf],
     output: Output,
     region: Option<String>,
     catalog_file: Option<&Path>,
     options: &SimulateOptions,
+    mode: &Mode,
 ) -> anyhow::Result<()> {
     let docs = manifest::read_paths(files)?;
-    let cluster = cluster::load(&docs, chrono::Utc::now())?;
+    let cluster = cluster::load(&docs, mode.now)?;
     for i in &cluster.ignored {
         eprintln!(
             "karpenter-rs: ignoring {} from {}: {}",
@@ -186,7 +263,20 @@ fn run_simulate(
             Catalog::bundled(&region)?
         }
     };
-    let result = simulate::simulate(&cluster, &catalog, options);
+    if let Some(node) = &mode.explain {
+        let explanation = simulate::explain(&cluster, &catalog, options, mode.now, node)
+            .ok_or_else(|| anyhow::anyhow!("--explain: no node named {node:?} in the input or among the NodeClaims simulate would launch"))?;
+        match output {
+            Output::Table => print!("{explanation}"),
+            Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+        }
+        return Ok(());
+    }
+    let result = if mode.disruption {
+        simulate::simulate_with_disruption(&cluster, &catalog, options, mode.now, mode.settle)
+    } else {
+        simulate::simulate(&cluster, &catalog, options)
+    };
     match output {
         Output::Table => print!("{}", result.to_table()),
         Output::Json => println!(

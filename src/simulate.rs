@@ -6,6 +6,8 @@
 //! runs it, and reports every new NodeClaim, every pod's placement and the cost.
 
 use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -18,6 +20,8 @@ use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
 use crate::cluster::Cluster;
+use crate::disruption::state::State;
+use crate::disruption::{self, Blocked, Command};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
 use crate::scheduling::pod::Pod;
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
@@ -43,6 +47,15 @@ pub struct Report {
     pub nodepools: Vec<NodePoolReport>,
     /// Hourly cost.
     pub cost: Cost,
+    /// Disruption commands (with `--disruption` or `--settle`), in the order they were taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disruptions: Option<Vec<Command>>,
+    /// Nodes left alone by the last disruption evaluation, with the reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<Vec<Blocked>>,
+    /// Rounds run by `--settle`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<u32>,
 }
 
 /// One planned NodeClaim.
@@ -99,6 +112,12 @@ pub struct Cost {
     pub existing_per_hour: f64,
     /// New NodeClaims.
     pub new_per_hour: f64,
+    /// With disruption: the cluster after provisioning, before disruption.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<f64>,
+    /// With disruption: after the disruption commands are carried out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<f64>,
 }
 
 /// Simulation settings.
@@ -106,6 +125,8 @@ pub struct Cost {
 pub struct SimulateOptions {
     /// Scheduler options.
     pub scheduler: Options,
+    /// Disruption engine options.
+    pub disruption: disruption::Options,
 }
 
 /// Prepared scheduler input plus what is needed to report on it.
@@ -625,6 +646,194 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
         unschedulable,
         nodepools: prepared.skipped_pools,
         cost,
+        disruptions: None,
+        blocked: None,
+        rounds: None,
+    }
+}
+
+/// Materializes a provisioning outcome into the disruption state: planned NodeClaims become
+/// launched nodes holding their pods; pods placed on existing nodes are bound there.
+fn apply_provisioning(state: &mut State, report: &Report, now: DateTime<Utc>) {
+    let keys: HashMap<String, usize> = state
+        .pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.pod.key(), i))
+        .collect();
+    for claim in &report.nodeclaims {
+        let Some(template) = state
+            .templates
+            .iter()
+            .find(|t| t.name.as_ref() == claim.node_pool)
+        else {
+            continue;
+        };
+        let Some(it) = template
+            .instance_types
+            .iter()
+            .find(|t| t.name.as_ref() == claim.instance_type)
+            .cloned()
+        else {
+            continue;
+        };
+        let Some(offering) = it
+            .offerings
+            .iter()
+            .find(|o| {
+                o.zone.as_ref() == claim.zone && o.capacity_type.label() == claim.capacity_type
+            })
+            .cloned()
+        else {
+            continue;
+        };
+        let mut reqs = Requirements::new();
+        if let Some(pool) = state.nodepool(&claim.node_pool) {
+            reqs = template_requirements(pool);
+        }
+        let pods: Vec<usize> = claim
+            .pods
+            .iter()
+            .filter_map(|p| keys.get(p).copied())
+            .collect();
+        let name = claim.name.clone();
+        let pool = claim.node_pool.clone();
+        state.launch(&name, &pool, &reqs, &it, &offering, &pods, now);
+    }
+    for (pod, node) in &report.placements {
+        if let (Some(&p), Some(n)) = (
+            keys.get(pod),
+            state.nodes.iter().position(|n| n.name.as_ref() == node),
+        ) && state.pods[p].node.is_none()
+        {
+            state.pods[p].node = Some(n);
+        }
+    }
+}
+
+/// Provisioning followed by disruption: one evaluation, or (`settle`) rounds of provisioning and
+/// disruption until nothing changes, the clock advancing by `step` each round, as the
+/// controller would behave.
+pub fn simulate_with_disruption(
+    cluster: &Cluster,
+    catalog: &Catalog,
+    options: &SimulateOptions,
+    now: DateTime<Utc>,
+    settle: Option<chrono::Duration>,
+) -> Report {
+    let mut report = simulate(cluster, catalog, options);
+    let prepared = prepare(cluster, catalog, options);
+    let mut state = State::from_cluster(
+        cluster,
+        prepared.input.nodepools.clone(),
+        options.scheduler,
+        now,
+    );
+    apply_provisioning(&mut state, &report, now);
+    let before = state.cost();
+    let mut clock = now;
+    let mut commands = Vec::new();
+    let mut rounds = 0;
+    let mut blocked;
+    loop {
+        rounds += 1;
+        let decision = disruption::evaluate(&state, clock, options.disruption);
+        blocked = decision.blocked;
+        if decision.commands.is_empty() {
+            break;
+        }
+        for cmd in &decision.commands {
+            apply_command(&mut state, cmd, clock);
+        }
+        commands.extend(decision.commands);
+        // Pods of removed nodes that no replacement took go back through provisioning.
+        let pending = state.pending();
+        if !pending.is_empty() {
+            let pods: Vec<Pod> = pending.iter().map(|&p| state.pods[p].pod.clone()).collect();
+            let input = state.scheduler_input(&[], pods);
+            let outcome = scheduler::solve(&input);
+            for (k, placement) in outcome.placements.iter().enumerate() {
+                if let Some(Placement::Existing(n)) = placement {
+                    let name = input.existing[*n].name.clone();
+                    if let Some(i) = state.nodes.iter().position(|x| x.name == name) {
+                        state.pods[pending[k]].node = Some(i);
+                    }
+                }
+            }
+        }
+        match settle {
+            Some(step) if rounds < 100 => clock += step,
+            _ => break,
+        }
+    }
+    report.cost.before = Some(before);
+    report.cost.after = Some(state.cost());
+    report.disruptions = Some(commands);
+    report.blocked = Some(blocked);
+    report.rounds = settle.map(|_| rounds);
+    report
+}
+
+/// Carries out a command on the state: launch replacements with the candidates' pods, then
+/// remove the candidates.
+fn apply_command(state: &mut State, cmd: &Command, now: DateTime<Utc>) {
+    let candidates: Vec<usize> = cmd
+        .candidates
+        .iter()
+        .filter_map(|name| state.nodes.iter().position(|n| n.name.as_ref() == name))
+        .collect();
+    for (i, r) in cmd.replacements.iter().enumerate() {
+        let Some(template) = state
+            .templates
+            .iter()
+            .find(|t| t.name.as_ref() == r.node_pool)
+        else {
+            continue;
+        };
+        let Some(it) = template
+            .instance_types
+            .iter()
+            .find(|t| t.name.as_ref() == r.instance_type)
+            .cloned()
+        else {
+            continue;
+        };
+        let Some(offering) = it
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type.label() == r.capacity_type && o.available)
+            .min_by(|a, b| a.price.total_cmp(&b.price))
+            .cloned()
+        else {
+            continue;
+        };
+        let reqs = state
+            .nodepool(&r.node_pool)
+            .map(template_requirements)
+            .unwrap_or_default();
+        let pods: Vec<usize> = state
+            .pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| r.pods.contains(&p.pod.key()))
+            .map(|(k, _)| k)
+            .collect();
+        let name = format!(
+            "{}-{}",
+            r.node_pool,
+            suffix(&format!(
+                "{}/{}/{i}",
+                cmd.candidates.join(","),
+                now.timestamp()
+            ))
+        );
+        let pool = r.node_pool.clone();
+        state.launch(&name, &pool, &reqs, &it, &offering, &pods, now);
+    }
+    let mut sorted = candidates;
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    for n in sorted {
+        state.remove(n);
     }
 }
 
@@ -692,4 +901,24 @@ impl Report {
         );
         out
     }
+}
+
+/// The engine's reasoning for one node after provisioning, for `simulate --explain`.
+pub fn explain(
+    cluster: &Cluster,
+    catalog: &Catalog,
+    options: &SimulateOptions,
+    now: DateTime<Utc>,
+    node: &str,
+) -> Option<disruption::Explanation> {
+    let report = simulate(cluster, catalog, options);
+    let prepared = prepare(cluster, catalog, options);
+    let mut state = State::from_cluster(
+        cluster,
+        prepared.input.nodepools.clone(),
+        options.scheduler,
+        now,
+    );
+    apply_provisioning(&mut state, &report, now);
+    disruption::explain(&state, now, options.disruption, node)
 }

@@ -64,7 +64,14 @@ fn run_with(docs: &[String], options: Options) -> Report {
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
     let c = cluster::load(&parsed, chrono::Utc::now()).unwrap_or_else(|e| panic!("{e}"));
     let catalog = Catalog::bundled("us-east-1").expect("catalog");
-    simulate::simulate(&c, &catalog, &SimulateOptions { scheduler: options })
+    simulate::simulate(
+        &c,
+        &catalog,
+        &SimulateOptions {
+            scheduler: options,
+            ..Default::default()
+        },
+    )
 }
 
 fn run(docs: &[String]) -> Report {

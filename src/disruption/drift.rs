@@ -1,0 +1,318 @@
+//! Drift: a node no longer matches what its NodePool or EC2NodeClass asks for.
+//!
+//! Static drift compares hashes stamped at creation with the current ones. Every hash carries a
+//! version; a NodeClaim stamped by another implementation (upstream Karpenter writes `v3`) or an
+//! older version of ours is re-stamped, never drifted — that is what makes swapping controllers
+//! safe: a fleet does not roll just because the hashing code changed.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::apis::ec2nodeclass::EC2NodeClass;
+use crate::apis::labels;
+use crate::apis::nodepool::NodePool;
+use crate::scheduling::requirements::Requirements;
+
+/// The version of our NodePool template hash (`karpenter.sh/nodepool-hash-version`).
+pub const NODEPOOL_HASH_VERSION: &str = "karpenter-rs-v1";
+/// The version of our EC2NodeClass hash (`karpenter.k8s.aws/ec2nodeclass-hash-version`).
+pub const NODECLASS_HASH_VERSION: &str = "karpenter-rs-v1";
+
+/// Why a node is drifted (upstream's condition reasons).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum DriftReason {
+    /// The NodePool template (labels, annotations, taints, startup taints, node class reference,
+    /// expireAfter, terminationGracePeriod) changed.
+    NodePoolDrifted,
+    /// The node's labels no longer satisfy the NodePool's requirements.
+    RequirementsDrifted,
+    /// A static EC2NodeClass field (user data, tags, block devices, kubelet, ...) changed.
+    NodeClassDrift,
+    /// The node's AMI is no longer among the EC2NodeClass' resolved AMIs.
+    AMIDrift,
+}
+
+impl DriftReason {
+    /// The condition reason string.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::NodePoolDrifted => "NodePoolDrifted",
+            Self::RequirementsDrifted => "RequirementsDrifted",
+            Self::NodeClassDrift => "NodeClassDrift",
+            Self::AMIDrift => "AMIDrift",
+        }
+    }
+}
+
+/// What drift detection knows about one node.
+pub struct DriftInput<'a> {
+    /// The node's (or NodeClaim's) labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// The NodeClaim's annotations (hashes and their versions).
+    pub annotations: &'a BTreeMap<String, String>,
+    /// The image the instance booted, from the NodeClaim's status.
+    pub image_id: Option<&'a str>,
+}
+
+/// What drift detection decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriftVerdict {
+    /// In sync.
+    None,
+    /// Stamped with another hash version: re-stamp with ours, do not drift.
+    Restamp,
+    /// Drifted, with the reason and a human explanation.
+    Drifted(DriftReason, String),
+}
+
+/// Stable 64-bit FNV-1a: the hash must not change between builds or platforms, which rules out
+/// the standard library's randomized hasher.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Canonical JSON: object keys sorted (serde_json's map is ordered), arrays of objects that are
+/// sets (taints) sorted, so equal templates hash equally whatever the order users wrote.
+fn canonical(mut value: Value) -> String {
+    fn sort_sets(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    sort_sets(child);
+                    if matches!(k.as_str(), "taints" | "startupTaints")
+                        && let Value::Array(items) = child
+                    {
+                        items.sort_by_key(|a| a.to_string());
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(sort_sets),
+            _ => {}
+        }
+    }
+    sort_sets(&mut value);
+    value.to_string()
+}
+
+/// The NodePool template hash: everything in `spec.template` except `requirements` (which drift
+/// through [`DriftReason::RequirementsDrifted`] instead).
+pub fn nodepool_hash(pool: &NodePool) -> String {
+    let mut template = serde_json::to_value(&pool.spec.template).unwrap_or(Value::Null);
+    if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("requirements");
+    }
+    fnv1a(canonical(template).as_bytes()).to_string()
+}
+
+/// The EC2NodeClass static hash: the fields that shape a launch but are not re-resolved
+/// dynamically (selectors are: their results drift through AMIs, subnets and security groups).
+pub fn nodeclass_hash(class: &EC2NodeClass) -> String {
+    let mut spec = serde_json::to_value(&class.spec).unwrap_or(Value::Null);
+    if let Some(map) = spec.as_object_mut() {
+        for dynamic in [
+            "subnetSelectorTerms",
+            "securityGroupSelectorTerms",
+            "amiSelectorTerms",
+            "capacityReservationSelectorTerms",
+            "ipPrefixCount",
+        ] {
+            map.remove(dynamic);
+        }
+        map.insert(
+            "amiFamily".into(),
+            serde_json::to_value(class.spec.ami_family()).unwrap_or(Value::Null),
+        );
+    }
+    fnv1a(canonical(spec).as_bytes()).to_string()
+}
+
+/// Decides whether a node drifted from its NodePool and EC2NodeClass.
+pub fn detect(
+    node: &DriftInput<'_>,
+    pool: &NodePool,
+    class: Option<&EC2NodeClass>,
+) -> DriftVerdict {
+    let stamped = |hash_key: &str, version_key: &str, version: &str, current: &str| match (
+        node.annotations.get(hash_key),
+        node.annotations.get(version_key),
+    ) {
+        (Some(h), Some(v)) if v == version => Some(h != current),
+        (Some(_), _) => None,
+        (None, _) => Some(false),
+    };
+    let mut restamp = false;
+    match stamped(
+        labels::NODEPOOL_HASH,
+        labels::NODEPOOL_HASH_VERSION,
+        NODEPOOL_HASH_VERSION,
+        &nodepool_hash(pool),
+    ) {
+        Some(true) => {
+            return DriftVerdict::Drifted(
+                DriftReason::NodePoolDrifted,
+                "the NodePool's template changed since the node was launched (its nodepool-hash no longer matches)".into(),
+            );
+        }
+        None => restamp = true,
+        Some(false) => {}
+    }
+    let reqs = Requirements::from_node_selector_requirements(&pool.spec.template.spec.requirements);
+    if !reqs.is_compatible_labels(node.labels) {
+        let offending = reqs
+            .iter()
+            .find(|r| {
+                let single = Requirements::from_iter([(*r).clone()]);
+                !single.is_compatible_labels(node.labels)
+            })
+            .map(|r| {
+                format!(
+                    "{r}, but the node has {}",
+                    node.labels
+                        .get(r.key())
+                        .map(|v| format!("{}={v}", r.key()))
+                        .unwrap_or_else(|| format!("no {} label", r.key()))
+                )
+            })
+            .unwrap_or_default();
+        return DriftVerdict::Drifted(
+            DriftReason::RequirementsDrifted,
+            format!("the NodePool now requires {offending}"),
+        );
+    }
+    if let Some(class) = class {
+        match stamped(
+            labels::EC2NODECLASS_HASH,
+            labels::EC2NODECLASS_HASH_VERSION,
+            NODECLASS_HASH_VERSION,
+            &nodeclass_hash(class),
+        ) {
+            Some(true) => {
+                return DriftVerdict::Drifted(
+                    DriftReason::NodeClassDrift,
+                    format!(
+                        "the EC2NodeClass {} changed a static field (user data, tags, block devices, kubelet, metadata options, ...)",
+                        class.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                );
+            }
+            None => restamp = true,
+            Some(false) => {}
+        }
+        let amis = class.status.as_ref().map(|s| &s.amis);
+        if let (Some(image), Some(amis)) = (node.image_id, amis)
+            && !amis.is_empty()
+            && !amis.iter().any(|a| a.id == image)
+        {
+            return DriftVerdict::Drifted(
+                DriftReason::AMIDrift,
+                format!(
+                    "its AMI {image} is no longer selected by EC2NodeClass {} (now: {})",
+                    class.metadata.name.as_deref().unwrap_or_default(),
+                    amis.iter()
+                        .map(|a| a.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    }
+    if restamp {
+        DriftVerdict::Restamp
+    } else {
+        DriftVerdict::None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(label: &str) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
+            "spec": {"template": {
+                "metadata": {"labels": {"team": label}},
+                "spec": {
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    "taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "NoSchedule"}]
+                }
+            }}
+        }))
+        .expect("pool")
+    }
+
+    fn stamped(hash: &str, version: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (labels::NODEPOOL_HASH.to_string(), hash.to_string()),
+            (
+                labels::NODEPOOL_HASH_VERSION.to_string(),
+                version.to_string(),
+            ),
+        ])
+    }
+
+    #[test]
+    fn hash_ignores_requirements_and_taint_order() {
+        let a = pool("blue");
+        let mut b = pool("blue");
+        b.spec.template.spec.requirements.clear();
+        b.spec.template.spec.taints.reverse();
+        assert_eq!(nodepool_hash(&a), nodepool_hash(&b));
+        assert_ne!(nodepool_hash(&a), nodepool_hash(&pool("green")));
+    }
+
+    #[test]
+    fn template_changes_drift_and_other_versions_restamp() {
+        let labels_ =
+            BTreeMap::from([("karpenter.sh/capacity-type".to_string(), "spot".to_string())]);
+        let old = pool("blue");
+        let new = pool("green");
+        let ann = stamped(&nodepool_hash(&old), NODEPOOL_HASH_VERSION);
+        let node = DriftInput {
+            labels: &labels_,
+            annotations: &ann,
+            image_id: None,
+        };
+        assert_eq!(detect(&node, &old, None), DriftVerdict::None);
+        assert!(matches!(
+            detect(&node, &new, None),
+            DriftVerdict::Drifted(DriftReason::NodePoolDrifted, _)
+        ));
+        let upstream = stamped("123456", "v3");
+        let node = DriftInput {
+            labels: &labels_,
+            annotations: &upstream,
+            image_id: None,
+        };
+        assert_eq!(detect(&node, &new, None), DriftVerdict::Restamp);
+    }
+
+    #[test]
+    fn requirement_changes_drift() {
+        let on_demand = BTreeMap::from([(
+            "karpenter.sh/capacity-type".to_string(),
+            "on-demand".to_string(),
+        )]);
+        let none = BTreeMap::new();
+        let node = DriftInput {
+            labels: &on_demand,
+            annotations: &none,
+            image_id: None,
+        };
+        match detect(&node, &pool("blue"), None) {
+            DriftVerdict::Drifted(DriftReason::RequirementsDrifted, why) => {
+                assert!(
+                    why.contains("karpenter.sh/capacity-type=on-demand"),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

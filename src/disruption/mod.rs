@@ -1,0 +1,808 @@
+//! The disruption engine: pure decisions over a cluster state and an injected clock.
+//!
+//! Each evaluation runs upstream Karpenter's methods in order — expiration (forceful, outside
+//! budgets), then emptiness, drift, multi-node and single-node consolidation, of which only the
+//! first that finds something acts — and returns commands (what to delete, what to launch
+//! instead, what it saves) plus, for every node left alone, the reason.
+
+pub mod budgets;
+pub mod candidates;
+pub mod drift;
+pub mod state;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::apis::labels;
+use crate::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
+use crate::scheduling::instance_type::CapacityType;
+use crate::scheduling::requirements::Requirement;
+use crate::scheduling::scheduler::{self, PlannedNodeClaim, cheapest_offering};
+
+use candidates::Candidate;
+use drift::DriftVerdict;
+use state::State;
+
+/// Upstream's cap on candidates in one multi-node consolidation.
+pub const MAX_MULTI_NODE_CANDIDATES: usize = 100;
+/// Spot-to-spot consolidation needs at least this many cheaper instance types.
+pub const MIN_SPOT_TO_SPOT_TYPES: usize = 15;
+
+/// Engine settings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// The `SpotToSpotConsolidation` feature gate (default off, as upstream).
+    pub spot_to_spot: bool,
+}
+
+/// The method that produced a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Method {
+    /// `expireAfter` reached: forceful, outside budgets and do-not-disrupt.
+    Expiration,
+    /// No workload pods left.
+    Emptiness,
+    /// The node no longer matches its NodePool or node class.
+    Drift,
+    /// Several nodes replaced by at most one.
+    MultiNodeConsolidation,
+    /// One node deleted or replaced by a cheaper one.
+    SingleNodeConsolidation,
+}
+
+/// A node to launch in place of disrupted ones.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacement {
+    /// NodePool.
+    pub node_pool: String,
+    /// Cheapest option.
+    pub instance_type: String,
+    /// Its capacity type.
+    pub capacity_type: String,
+    /// Its hourly price.
+    pub price: f64,
+    /// All options, cheapest first.
+    pub instance_type_options: Vec<String>,
+    /// Pods it will take.
+    pub pods: Vec<String>,
+}
+
+/// One decision.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Command {
+    /// How it was found.
+    pub method: Method,
+    /// `Expired`, `Empty`, `Drifted` or `Underutilized` (with the drift reason for drift).
+    pub reason: String,
+    /// Nodes to disrupt.
+    pub candidates: Vec<String>,
+    /// Nodes to launch first.
+    pub replacements: Vec<Replacement>,
+    /// Hourly savings (negative when a replacement costs more, e.g. drift to a pricier type).
+    pub savings: f64,
+}
+
+/// Why a node was left alone.
+#[derive(Clone, Debug, Serialize)]
+pub struct Blocked {
+    /// Node name.
+    pub node: String,
+    /// The reason.
+    pub reason: String,
+}
+
+/// The engine's answer for one evaluation.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Decision {
+    /// Commands to carry out.
+    pub commands: Vec<Command>,
+    /// Every node not in a command, with the reason.
+    pub blocked: Vec<Blocked>,
+}
+
+/// The outcome of simulating pods' rescheduling without some nodes.
+enum Reschedule {
+    /// Everything fits on the remaining nodes.
+    Delete,
+    /// Everything fits with exactly one new node.
+    Replace(Box<(PlannedNodeClaim, Vec<u32>)>),
+    /// Not possible, with the reason.
+    No(String),
+}
+
+struct Engine<'a> {
+    state: &'a State,
+    now: DateTime<Utc>,
+    options: Options,
+}
+
+/// Evaluates disruption once.
+pub fn evaluate(state: &State, now: DateTime<Utc>, options: Options) -> Decision {
+    Engine {
+        state,
+        now,
+        options,
+    }
+    .run()
+}
+
+impl Engine<'_> {
+    fn name(&self, c: &Candidate) -> String {
+        self.state.nodes[c.node].name.to_string()
+    }
+
+    fn pool_counts(&self, pool: &str) -> (u32, u32) {
+        let nodes = self
+            .state
+            .nodes
+            .iter()
+            .filter(|n| n.nodepool.as_deref() == Some(pool));
+        let (total, disrupting) =
+            nodes.fold((0, 0), |(t, d), n| (t + 1, d + u32::from(n.disrupting)));
+        (total, disrupting)
+    }
+
+    fn allowance(&self, pool: &str, reason: DisruptionReason, taken: u32) -> budgets::Allowance {
+        let (total, disrupting) = self.pool_counts(pool);
+        match self.state.nodepool(pool) {
+            Some(p) => budgets::allowance(p, reason, total, disrupting + taken, self.now),
+            None => budgets::Allowance {
+                limit: 0,
+                disrupting,
+                remaining: 0,
+                explanation: vec![format!("NodePool {pool} is missing")],
+            },
+        }
+    }
+
+    fn reschedule(&self, nodes: &[&Candidate]) -> Reschedule {
+        let excluded: Vec<usize> = nodes.iter().map(|c| c.node).collect();
+        let pods: Vec<_> = nodes
+            .iter()
+            .flat_map(|c| c.pods.iter().map(|&p| self.state.pods[p].pod.clone()))
+            .collect();
+        if pods.is_empty() {
+            return Reschedule::Delete;
+        }
+        let input = self.state.scheduler_input(&excluded, pods);
+        let outcome = scheduler::solve(&input);
+        if let Some((i, reason)) = outcome.errors.first() {
+            return Reschedule::No(format!(
+                "pod {} could not be rescheduled: {reason}",
+                input.pods[*i].key()
+            ));
+        }
+        match outcome.nodeclaims.len() {
+            0 => Reschedule::Delete,
+            1 => {
+                let claim = outcome
+                    .nodeclaims
+                    .into_iter()
+                    .next()
+                    .expect("one NodeClaim");
+                let options = claim.instance_types.clone();
+                Reschedule::Replace(Box::new((claim, options)))
+            }
+            n => Reschedule::No(format!("its pods would need {n} new nodes")),
+        }
+    }
+
+    fn replacement(
+        &self,
+        claim: &PlannedNodeClaim,
+        options: &[u32],
+        input_pods: &[String],
+    ) -> Replacement {
+        let pool = &self.state.templates[claim.nodepool];
+        let first = options.first().map(|&t| &pool.instance_types[t as usize]);
+        let offering = first.and_then(|it| scheduler::launch_offering(it, &claim.requirements));
+        Replacement {
+            node_pool: pool.name.to_string(),
+            instance_type: first.map(|it| it.name.to_string()).unwrap_or_default(),
+            capacity_type: offering
+                .map(|o| o.capacity_type.label().to_string())
+                .unwrap_or_default(),
+            price: offering.map_or(0.0, |o| o.price),
+            instance_type_options: options
+                .iter()
+                .map(|&t| pool.instance_types[t as usize].name.to_string())
+                .collect(),
+            pods: input_pods.to_vec(),
+        }
+    }
+
+    fn pod_names(&self, nodes: &[&Candidate]) -> Vec<String> {
+        nodes
+            .iter()
+            .flat_map(|c| c.pods.iter().map(|&p| self.state.pods[p].pod.key()))
+            .collect()
+    }
+
+    /// Consolidation of `nodes` (delete, or replace with one cheaper node), or why not.
+    fn consolidate(&self, nodes: &[&Candidate], method: Method) -> Result<Command, String> {
+        let price: f64 = nodes.iter().map(|c| c.price).sum();
+        let names = nodes.iter().map(|c| self.name(c)).collect();
+        match self.reschedule(nodes) {
+            Reschedule::No(why) => Err(why),
+            Reschedule::Delete => Ok(Command {
+                method,
+                reason: DisruptionReason::Underutilized.to_string(),
+                candidates: names,
+                replacements: vec![],
+                savings: price,
+            }),
+            Reschedule::Replace(boxed) => {
+                let (mut claim, options) = *boxed;
+                let pool = &self.state.templates[claim.nodepool];
+                let all_spot = nodes
+                    .iter()
+                    .all(|c| self.state.nodes[c.node].capacity_type == CapacityType::Spot);
+                let allowed_ct = |ct: CapacityType, claim: &PlannedNodeClaim| {
+                    claim
+                        .requirements
+                        .get(labels::CAPACITY_TYPE)
+                        .is_none_or(|r| r.has(ct.label()))
+                };
+                let spot_allowed = allowed_ct(CapacityType::Spot, &claim);
+                let on_demand_allowed = allowed_ct(CapacityType::OnDemand, &claim);
+                if all_spot && spot_allowed {
+                    if !self.options.spot_to_spot {
+                        return Err("SpotToSpotConsolidation is disabled, so a spot node can only be deleted, not replaced by another spot node".into());
+                    }
+                    if nodes.len() > 1 {
+                        return Err("spot-to-spot consolidation replaces one node at a time".into());
+                    }
+                    claim.requirements.add_requirement(Requirement::new(
+                        labels::CAPACITY_TYPE,
+                        crate::apis::nodeclaim::Operator::In,
+                        [labels::CAPACITY_TYPE_SPOT],
+                        None,
+                    ));
+                } else if spot_allowed && on_demand_allowed {
+                    // Cheaper options are priced as spot; never fall back to pricier on-demand.
+                    claim.requirements.add_requirement(Requirement::new(
+                        labels::CAPACITY_TYPE,
+                        crate::apis::nodeclaim::Operator::In,
+                        [labels::CAPACITY_TYPE_SPOT],
+                        None,
+                    ));
+                }
+                let priced: Vec<(u32, f64)> = options
+                    .iter()
+                    .filter_map(|&t| {
+                        cheapest_offering(&pool.instance_types[t as usize], &claim.requirements)
+                            .map(|o| (t, o.price))
+                    })
+                    .collect();
+                let mut cheaper: Vec<(u32, f64)> =
+                    priced.into_iter().filter(|(_, p)| *p < price).collect();
+                cheaper.sort_by(|a, b| a.1.total_cmp(&b.1));
+                if cheaper.is_empty() {
+                    return Err(format!(
+                        "its pods need a new node, and no instance type that fits them is cheaper than the ${price:.4}/hour it costs now"
+                    ));
+                }
+                if all_spot && spot_allowed {
+                    let current = self.state.nodes[nodes[0].node]
+                        .labels
+                        .get(labels::INSTANCE_TYPE);
+                    if cheaper.len() < MIN_SPOT_TO_SPOT_TYPES {
+                        return Err(format!(
+                            "spot-to-spot replacement needs at least {MIN_SPOT_TO_SPOT_TYPES} cheaper instance types, only {} exist",
+                            cheaper.len()
+                        ));
+                    }
+                    if cheaper.iter().take(MIN_SPOT_TO_SPOT_TYPES).any(|(t, _)| {
+                        Some(&pool.instance_types[*t as usize].name.to_string()) == current
+                    }) {
+                        return Err(
+                            "its instance type is already among the cheapest spot options".into(),
+                        );
+                    }
+                    cheaper.truncate(MIN_SPOT_TO_SPOT_TYPES);
+                }
+                let cheaper_options: Vec<u32> = cheaper.iter().map(|(t, _)| *t).collect();
+                let replacement =
+                    self.replacement(&claim, &cheaper_options, &self.pod_names(nodes));
+                Ok(Command {
+                    method,
+                    reason: DisruptionReason::Underutilized.to_string(),
+                    candidates: names,
+                    savings: price - replacement.price,
+                    replacements: vec![replacement],
+                })
+            }
+        }
+    }
+
+    fn run(&self) -> Decision {
+        let (cands, not_candidates) = candidates::candidates(self.state, self.now);
+        let mut decision = Decision::default();
+        let mut used: Vec<usize> = Vec::new();
+        let mut why: BTreeMap<usize, String> = not_candidates.into_iter().collect();
+
+        // Expiration: forceful, no budgets, no do-not-disrupt.
+        for c in &cands {
+            if c.expires.is_some_and(|at| at <= self.now) {
+                let mut cmd = Command {
+                    method: Method::Expiration,
+                    reason: "Expired".into(),
+                    candidates: vec![self.name(c)],
+                    replacements: vec![],
+                    savings: c.price,
+                };
+                if let Reschedule::Replace(boxed) = self.reschedule(&[c]) {
+                    let (claim, options) = *boxed;
+                    let r = self.replacement(&claim, &options, &self.pod_names(&[c]));
+                    cmd.savings -= r.price;
+                    cmd.replacements.push(r);
+                }
+                decision.commands.push(cmd);
+                used.push(c.node);
+            }
+        }
+        let live: Vec<&Candidate> = cands.iter().filter(|c| !used.contains(&c.node)).collect();
+
+        let voluntary = self
+            .emptiness(&live, &mut why)
+            .or_else(|| self.drift(&live, &mut why))
+            .or_else(|| self.multi_node(&live, &mut why))
+            .or_else(|| self.single_node(&live, &mut why));
+        if let Some(cmd) = voluntary {
+            for name in &cmd.candidates {
+                if let Some(i) = self
+                    .state
+                    .nodes
+                    .iter()
+                    .position(|n| n.name.as_ref() == name)
+                {
+                    used.push(i);
+                }
+            }
+            decision.commands.push(cmd);
+        }
+        for (i, node) in self.state.nodes.iter().enumerate() {
+            if used.contains(&i) {
+                continue;
+            }
+            let reason = why.remove(&i).unwrap_or_else(|| {
+                "nothing to do: not expired, not drifted, not empty, and consolidation would not save money".into()
+            });
+            decision.blocked.push(Blocked {
+                node: node.name.to_string(),
+                reason,
+            });
+        }
+        decision
+    }
+
+    fn emptiness(&self, live: &[&Candidate], why: &mut BTreeMap<usize, String>) -> Option<Command> {
+        let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut chosen: Vec<&Candidate> = Vec::new();
+        for c in live.iter().filter(|c| c.pods.is_empty()) {
+            if let Some(p) = &c.protected {
+                why.insert(c.node, format!("empty, but protected: {p}"));
+                continue;
+            }
+            if !c.consolidatable {
+                why.insert(
+                    c.node,
+                    match c.consolidatable_in {
+                        Some(s) => {
+                            format!("empty, but consolidateAfter has not elapsed ({s}s left)")
+                        }
+                        None => "empty, but its NodePool has consolidateAfter: Never".into(),
+                    },
+                );
+                continue;
+            }
+            let n = taken.entry(c.nodepool.as_str()).or_default();
+            let allowance = self.allowance(&c.nodepool, DisruptionReason::Empty, *n);
+            if allowance.remaining == 0 {
+                why.insert(
+                    c.node,
+                    format!(
+                        "empty, but the disruption budget for Empty is used up: {}",
+                        allowance.explanation.join("; ")
+                    ),
+                );
+                continue;
+            }
+            *n += 1;
+            chosen.push(c);
+        }
+        (!chosen.is_empty()).then(|| Command {
+            method: Method::Emptiness,
+            reason: DisruptionReason::Empty.to_string(),
+            savings: chosen.iter().map(|c| c.price).sum(),
+            candidates: chosen.iter().map(|c| self.name(c)).collect(),
+            replacements: vec![],
+        })
+    }
+
+    fn drift(&self, live: &[&Candidate], why: &mut BTreeMap<usize, String>) -> Option<Command> {
+        let mut drifted: Vec<&Candidate> = Vec::new();
+        for c in live {
+            if let DriftVerdict::Drifted(_, _) = &c.drift {
+                if let Some(p) = c.protected.as_ref().filter(|_| !c.has_tgp) {
+                    why.insert(c.node, format!("drifted, but protected: {p} (set terminationGracePeriod on the NodePool to bound this)"));
+                    continue;
+                }
+                drifted.push(c);
+            }
+        }
+        // Oldest drift first: the controller's Drifted time, else the node's age.
+        drifted.sort_by_key(|c| {
+            let n = &self.state.nodes[c.node];
+            n.claim
+                .as_ref()
+                .and_then(|cl| cl.drifted_since)
+                .unwrap_or(n.created)
+        });
+        let reason_of = |c: &Candidate| match &c.drift {
+            DriftVerdict::Drifted(r, _) => r.as_str().to_string(),
+            _ => String::new(),
+        };
+        // Empty drifted nodes go together, within budget.
+        let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut empty = Vec::new();
+        for c in drifted.iter().filter(|c| c.pods.is_empty()) {
+            let n = taken.entry(c.nodepool.as_str()).or_default();
+            if self
+                .allowance(&c.nodepool, DisruptionReason::Drifted, *n)
+                .remaining
+                == 0
+            {
+                why.insert(
+                    c.node,
+                    format!(
+                        "drifted ({}), but the disruption budget for Drifted is used up",
+                        reason_of(c)
+                    ),
+                );
+                continue;
+            }
+            *n += 1;
+            empty.push(*c);
+        }
+        if !empty.is_empty() {
+            return Some(Command {
+                method: Method::Drift,
+                reason: reason_of(empty[0]),
+                savings: empty.iter().map(|c| c.price).sum(),
+                candidates: empty.iter().map(|c| self.name(c)).collect(),
+                replacements: vec![],
+            });
+        }
+        for c in drifted.iter().filter(|c| !c.pods.is_empty()) {
+            let allowance = self.allowance(&c.nodepool, DisruptionReason::Drifted, 0);
+            if allowance.remaining == 0 {
+                why.insert(
+                    c.node,
+                    format!(
+                        "drifted ({}), but the disruption budget for Drifted is used up: {}",
+                        reason_of(c),
+                        allowance.explanation.join("; ")
+                    ),
+                );
+                continue;
+            }
+            match self.reschedule(&[c]) {
+                Reschedule::No(reason) => {
+                    why.insert(c.node, format!("drifted ({}), but {reason}", reason_of(c)));
+                }
+                Reschedule::Delete => {
+                    return Some(Command {
+                        method: Method::Drift,
+                        reason: reason_of(c),
+                        candidates: vec![self.name(c)],
+                        replacements: vec![],
+                        savings: c.price,
+                    });
+                }
+                Reschedule::Replace(boxed) => {
+                    let (claim, options) = *boxed;
+                    let r = self.replacement(&claim, &options, &self.pod_names(&[c]));
+                    return Some(Command {
+                        method: Method::Drift,
+                        reason: reason_of(c),
+                        candidates: vec![self.name(c)],
+                        savings: c.price - r.price,
+                        replacements: vec![r],
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// Candidates consolidation may consider, cheapest to disrupt first, within budgets.
+    fn consolidation_candidates<'c>(
+        &self,
+        live: &[&'c Candidate],
+        why: &mut BTreeMap<usize, String>,
+    ) -> Vec<&'c Candidate> {
+        let mut out: Vec<&Candidate> = Vec::new();
+        let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut sorted: Vec<&Candidate> = live
+            .iter()
+            .copied()
+            .filter(|c| !c.pods.is_empty())
+            .collect();
+        sorted.sort_by(|a, b| a.cost.total_cmp(&b.cost).then(a.node.cmp(&b.node)));
+        for c in sorted {
+            if c.policy == ConsolidationPolicy::WhenEmpty {
+                why.entry(c.node).or_insert_with(|| {
+                    "its NodePool only consolidates empty nodes (WhenEmpty)".into()
+                });
+                continue;
+            }
+            if let Some(p) = &c.protected {
+                why.entry(c.node)
+                    .or_insert_with(|| format!("protected: {p}"));
+                continue;
+            }
+            if !c.consolidatable {
+                why.entry(c.node)
+                    .or_insert_with(|| match c.consolidatable_in {
+                        Some(s) => format!(
+                            "consolidateAfter has not elapsed since the last pod change ({s}s left)"
+                        ),
+                        None => "its NodePool has consolidateAfter: Never".into(),
+                    });
+                continue;
+            }
+            let n = taken.entry(c.nodepool.as_str()).or_default();
+            let allowance = self.allowance(&c.nodepool, DisruptionReason::Underutilized, *n);
+            if allowance.remaining == 0 {
+                why.entry(c.node).or_insert_with(|| {
+                    format!(
+                        "the disruption budget for Underutilized is used up: {}",
+                        allowance.explanation.join("; ")
+                    )
+                });
+                continue;
+            }
+            *n += 1;
+            out.push(c);
+        }
+        out
+    }
+
+    fn multi_node(
+        &self,
+        live: &[&Candidate],
+        why: &mut BTreeMap<usize, String>,
+    ) -> Option<Command> {
+        let mut cands = self.consolidation_candidates(live, why);
+        if cands.len() < 2 {
+            return None;
+        }
+        // Upstream orders multi-node candidates by price per unit of disruption, best first.
+        cands.sort_by(|a, b| {
+            let ratio = |c: &Candidate| c.price / c.cost.max(f64::MIN_POSITIVE);
+            ratio(b).total_cmp(&ratio(a))
+        });
+        cands.truncate(MAX_MULTI_NODE_CANDIDATES);
+        // Binary search for the largest prefix that consolidates.
+        let (mut lo, mut hi) = (2usize, cands.len());
+        let mut best = None;
+        while lo <= hi {
+            let mid = (lo + hi) / 2;
+            match self.consolidate(&cands[..mid], Method::MultiNodeConsolidation) {
+                Ok(cmd) if cmd.savings > 0.0 => {
+                    best = Some(cmd);
+                    lo = mid + 1;
+                }
+                _ => hi = mid - 1,
+            }
+        }
+        best
+    }
+
+    fn single_node(
+        &self,
+        live: &[&Candidate],
+        why: &mut BTreeMap<usize, String>,
+    ) -> Option<Command> {
+        for c in self.consolidation_candidates(live, why) {
+            match self.consolidate(&[c], Method::SingleNodeConsolidation) {
+                Ok(cmd) if cmd.savings > 0.0 => return Some(cmd),
+                Ok(_) => {
+                    why.insert(c.node, "consolidating it would not save money".into());
+                }
+                Err(reason) => {
+                    why.insert(c.node, format!("cannot consolidate: {reason}"));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Everything the engine considered for one node, for `simulate --explain`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// Node name.
+    pub node: String,
+    /// Facts: NodePool, instance type, price, age, pods.
+    pub facts: Vec<String>,
+    /// Budget arithmetic per reason.
+    pub budgets: Vec<String>,
+    /// What protects it, if anything.
+    pub protection: Option<String>,
+    /// Drift, expiry and consolidatability.
+    pub status: Vec<String>,
+    /// What removing it would take: delete, or which replacement at what price.
+    pub if_removed: String,
+    /// The decision: the command it is in, or why it is left alone.
+    pub decision: String,
+}
+
+/// Explains the engine's reasoning for one node; `None` when no node has that name.
+pub fn explain(
+    state: &State,
+    now: DateTime<Utc>,
+    options: Options,
+    node: &str,
+) -> Option<Explanation> {
+    let n = state.nodes.iter().position(|x| x.name.as_ref() == node)?;
+    let engine = Engine {
+        state,
+        now,
+        options,
+    };
+    let decision = engine.run();
+    let (cands, _) = candidates::candidates(state, now);
+    let c = cands.iter().find(|c| c.node == n);
+    let sn = &state.nodes[n];
+    let mut facts = vec![
+        format!("NodePool: {}", sn.nodepool.as_deref().unwrap_or("(none)")),
+        format!(
+            "instance type: {} ({}, {}), ${:.4}/hour",
+            sn.labels
+                .get(labels::INSTANCE_TYPE)
+                .map(String::as_str)
+                .unwrap_or("?"),
+            sn.capacity_type.label(),
+            sn.labels
+                .get(labels::ZONE)
+                .map(String::as_str)
+                .unwrap_or("?"),
+            sn.price.unwrap_or(0.0)
+        ),
+        format!("age: {}s", (now - sn.created).num_seconds().max(0)),
+    ];
+    let pods: Vec<String> = state
+        .pods_on(n)
+        .map(|p| {
+            format!(
+                "{}{}",
+                p.pod.key(),
+                if p.reschedulable() {
+                    ""
+                } else {
+                    " (DaemonSet/mirror/finished: not moved)"
+                }
+            )
+        })
+        .collect();
+    facts.push(format!(
+        "pods ({}): {}",
+        pods.len(),
+        if pods.is_empty() {
+            "none".into()
+        } else {
+            pods.join(", ")
+        }
+    ));
+    let budgets = sn
+        .nodepool
+        .as_deref()
+        .map(|pool| {
+            DisruptionReason::ALL
+                .iter()
+                .map(|r| {
+                    let a = engine.allowance(pool, *r, 0);
+                    format!(
+                        "{r}: {} (remaining {})",
+                        a.explanation.join("; "),
+                        a.remaining
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut status = Vec::new();
+    let mut if_removed = "not a disruption candidate".to_string();
+    if let Some(c) = c {
+        status.push(match &c.drift {
+            DriftVerdict::Drifted(r, why) => format!("drifted ({}): {why}", r.as_str()),
+            DriftVerdict::Restamp => {
+                "not drifted (hash stamped by another version: re-stamped, not drifted)".into()
+            }
+            DriftVerdict::None => "not drifted".into(),
+        });
+        status.push(match c.expires {
+            Some(at) if at <= now => format!("expired at {at}"),
+            Some(at) => format!("expires at {at}"),
+            None => "never expires".into(),
+        });
+        status.push(match (c.consolidatable, c.consolidatable_in) {
+            (true, _) => "consolidatable (consolidateAfter elapsed)".into(),
+            (false, Some(s)) => format!("consolidatable in {s}s"),
+            (false, None) => "never consolidatable (consolidateAfter: Never)".into(),
+        });
+        if_removed = match engine.reschedule(&[c]) {
+            Reschedule::Delete => {
+                "its pods fit on the other nodes: it could simply be deleted".into()
+            }
+            Reschedule::Replace(boxed) => {
+                let (claim, options) = *boxed;
+                let r = engine.replacement(&claim, &options, &[]);
+                format!(
+                    "its pods need one new node: cheapest {} ({}) at ${:.4}/hour vs ${:.4}/hour now",
+                    r.instance_type, r.capacity_type, r.price, c.price
+                )
+            }
+            Reschedule::No(why) => format!("it cannot be removed: {why}"),
+        };
+    }
+    let name = sn.name.to_string();
+    let decision_text = decision
+        .commands
+        .iter()
+        .find(|cmd| cmd.candidates.contains(&name))
+        .map(|cmd| {
+            format!(
+                "{:?} ({}), saving ${:.4}/hour",
+                cmd.method, cmd.reason, cmd.savings
+            )
+        })
+        .or_else(|| {
+            decision
+                .blocked
+                .iter()
+                .find(|b| b.node == name)
+                .map(|b| format!("left alone: {}", b.reason))
+        })
+        .unwrap_or_default();
+    Some(Explanation {
+        node: name,
+        facts,
+        budgets,
+        protection: c.and_then(|c| c.protected.clone()),
+        status,
+        if_removed,
+        decision: decision_text,
+    })
+}
+
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "Node {}", self.node)?;
+        for l in &self.facts {
+            writeln!(f, "  {l}")?;
+        }
+        writeln!(f, "Status:")?;
+        for l in &self.status {
+            writeln!(f, "  {l}")?;
+        }
+        writeln!(
+            f,
+            "Protection: {}",
+            self.protection.as_deref().unwrap_or("none")
+        )?;
+        writeln!(f, "Budgets:")?;
+        for l in &self.budgets {
+            writeln!(f, "  {l}")?;
+        }
+        writeln!(f, "If removed: {}", self.if_removed)?;
+        writeln!(f, "Decision: {}", self.decision)
+    }
+}

@@ -1,0 +1,552 @@
+//! Scenario tests for the disruption engine through `simulate`'s library entry: existing nodes,
+//! NodeClaims and pods in, the commands and the reasons for every node left alone out.
+
+use std::path::Path;
+
+use chrono::{DateTime, TimeZone, Utc};
+use karpenter_rs::apis::ec2nodeclass::AMIFamily;
+use karpenter_rs::apis::labels;
+use karpenter_rs::catalog::Catalog;
+use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
+use karpenter_rs::disruption::{self, Method};
+use karpenter_rs::scheduling::instance_type::NodeClassSettings;
+use karpenter_rs::simulate::{self, Report, SimulateOptions};
+use karpenter_rs::{cluster, manifest};
+
+const NODECLASS: &str = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+status:
+  amis:
+    - {id: ami-new, requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]}
+"#;
+
+/// Monday 2026-11-23 10:00 UTC.
+fn monday_10() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 23, 10, 0, 0).unwrap()
+}
+
+fn nodepool(name: &str, disruption: &str, extra_template: &str) -> String {
+    format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  disruption:
+{disruption}
+  template:
+    metadata: {{labels: {{team: blue}}}}
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+      requirements:
+        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}
+        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand, spot]}}
+{extra_template}
+"#
+    )
+}
+
+const CONSOLIDATE: &str = "    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: 0s\n    budgets: [{nodes: \"100%\"}]";
+
+/// A Node and its NodeClaim, created `age_hours` before Monday 10:00, with allocatable from the
+/// catalog so the scheduler sees the real shape.
+fn node(
+    name: &str,
+    pool: &str,
+    instance_type: &str,
+    capacity_type: &str,
+    age_hours: i64,
+    extra: &str,
+) -> String {
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+    let it = types
+        .iter()
+        .find(|t| t.name.as_ref() == instance_type)
+        .expect("type in catalog");
+    let alloc: Vec<String> = it
+        .allocatable
+        .to_list()
+        .into_iter()
+        .map(|(k, v)| format!("{k}: \"{}\"", v.0))
+        .collect();
+    let created = (monday_10() - chrono::Duration::hours(age_hours)).to_rfc3339();
+    // Every label the instance type gives a real node (family, category, cpu, ...).
+    let type_labels: String = it
+        .labels
+        .iter()
+        .filter(|(k, _)| {
+            !matches!(
+                **k,
+                "kubernetes.io/arch" | "kubernetes.io/os" | "node.kubernetes.io/instance-type"
+            )
+        })
+        .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
+        .collect();
+    let pool_obj =
+        serde_yaml_ng::from_str::<karpenter_rs::apis::NodePool>(&nodepool(pool, CONSOLIDATE, ""))
+            .expect("pool");
+    let hash = nodepool_hash(&pool_obj);
+    format!(
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  creationTimestamp: "{created}"
+  labels:
+    kubernetes.io/hostname: {name}
+    kubernetes.io/arch: amd64
+    kubernetes.io/os: linux
+    topology.kubernetes.io/zone: us-east-1a
+    node.kubernetes.io/instance-type: {instance_type}
+    karpenter.sh/capacity-type: {capacity_type}
+    karpenter.sh/nodepool: {pool}
+    karpenter.sh/initialized: "true"
+    team: blue
+{type_labels}spec:
+  providerID: aws:///us-east-1a/i-{name}
+status:
+  allocatable: {{{alloc}}}
+  conditions: [{{type: Ready, status: "True"}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: {name}
+  creationTimestamp: "{created}"
+  labels: {{karpenter.sh/nodepool: {pool}}}
+  annotations:
+    karpenter.sh/nodepool-hash: "{hash}"
+    karpenter.sh/nodepool-hash-version: "{NODEPOOL_HASH_VERSION}"
+{extra}
+spec:
+  requirements: [{{key: karpenter.sh/nodepool, operator: In, values: [{pool}]}}]
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+status:
+  nodeName: {name}
+  providerID: aws:///us-east-1a/i-{name}
+  imageID: ami-new
+"#,
+        alloc = alloc.join(", ")
+    )
+}
+
+fn pod(name: &str, node: &str, cpu: &str, extra_meta: &str, extra_spec: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels: {{app: {name}}}
+{extra_meta}
+spec:
+  nodeName: {node}
+  containers: [{{name: c, image: pause, resources: {{requests: {{cpu: "{cpu}", memory: 512Mi}}}}}}]
+{extra_spec}
+status: {{phase: Running}}
+"#
+    )
+}
+
+fn run_at(docs: &[String], now: DateTime<Utc>, options: SimulateOptions) -> Report {
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
+    let c = cluster::load(&parsed, now).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    simulate::simulate_with_disruption(&c, &catalog, &options, now, None)
+}
+
+fn run(docs: &[String]) -> Report {
+    run_at(docs, monday_10(), SimulateOptions::default())
+}
+
+fn commands(r: &Report) -> &[disruption::Command] {
+    r.disruptions.as_deref().unwrap_or_default()
+}
+
+fn blocked_reason<'a>(r: &'a Report, node: &str) -> &'a str {
+    r.blocked
+        .as_ref()
+        .and_then(|b| b.iter().find(|b| b.node == node))
+        .map(|b| b.reason.as_str())
+        .unwrap_or("")
+}
+
+#[test]
+fn empty_nodes_are_deleted_up_to_the_budget() {
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool(
+            "default",
+            "    consolidationPolicy: WhenEmpty\n    consolidateAfter: 0s\n    budgets: [{nodes: \"30%\"}]",
+            "",
+        ),
+    ];
+    for i in 0..10 {
+        docs.push(node(
+            &format!("empty-{i}"),
+            "default",
+            "m5.large",
+            "on-demand",
+            48,
+            "",
+        ));
+    }
+    let r = run(&docs);
+    let cmds = commands(&r);
+    assert_eq!(cmds.len(), 1, "{cmds:#?}");
+    assert_eq!(cmds[0].method, Method::Emptiness);
+    assert_eq!(cmds[0].candidates.len(), 3, "30% of 10 nodes");
+    assert!(cmds[0].savings > 0.0);
+    let left = r.blocked.as_ref().unwrap();
+    assert_eq!(left.len(), 7);
+    assert!(
+        left.iter()
+            .all(|b| b.reason.contains("budget for Empty is used up")),
+        "{left:#?}"
+    );
+}
+
+#[test]
+fn do_not_disrupt_blocks_consolidation_but_not_expiration() {
+    let protected_pod = pod(
+        "batch",
+        "n1",
+        "100m",
+        "  annotations: {karpenter.sh/do-not-disrupt: \"true\"}",
+        "",
+    );
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("n1", "default", "m5.4xlarge", "on-demand", 24, ""),
+        node("n2", "default", "m5.4xlarge", "on-demand", 24, ""),
+        protected_pod.clone(),
+        pod("web", "n2", "100m", "", ""),
+    ];
+    let r = run(&docs);
+    assert!(
+        commands(&r)
+            .iter()
+            .all(|c| !c.candidates.contains(&"n1".to_string())),
+        "{:#?}",
+        commands(&r)
+    );
+    assert!(
+        blocked_reason(&r, "n1").contains("do-not-disrupt"),
+        "{}",
+        blocked_reason(&r, "n1")
+    );
+    // The same node past its expireAfter is expired regardless.
+    // NodeClaims carry the expireAfter their NodePool had when they were created.
+    let expiring = node("n1", "default", "m5.4xlarge", "on-demand", 24, "").replace(
+        "  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus:",
+        "  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n  expireAfter: 12h\nstatus:",
+    );
+    assert!(expiring.contains("expireAfter: 12h"));
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        expiring,
+        protected_pod,
+    ];
+    let r = run(&docs);
+    let cmd = commands(&r)
+        .iter()
+        .find(|c| c.candidates == ["n1"])
+        .expect("n1 expires");
+    assert_eq!(cmd.method, Method::Expiration);
+    assert_eq!(cmd.replacements.len(), 1, "its pod needs a replacement");
+}
+
+#[test]
+fn a_pdb_with_max_unavailable_zero_blocks() {
+    let pdb = r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: web}}
+"#;
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("big", "default", "m5.8xlarge", "on-demand", 24, ""),
+        pod("web", "big", "100m", "", ""),
+        pdb.to_string(),
+    ];
+    let r = run(&docs);
+    assert!(commands(&r).is_empty(), "{:#?}", commands(&r));
+    assert!(
+        blocked_reason(&r, "big").contains("PodDisruptionBudget default/web allows no disruption"),
+        "{}",
+        blocked_reason(&r, "big")
+    );
+}
+
+#[test]
+fn a_small_pod_on_a_large_instance_is_replaced_by_a_cheaper_one() {
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("big", "default", "m5.8xlarge", "on-demand", 24, ""),
+        pod("web", "big", "500m", "", ""),
+    ];
+    let r = run(&docs);
+    let cmds = commands(&r);
+    assert_eq!(cmds.len(), 1, "{cmds:#?}");
+    let cmd = &cmds[0];
+    assert_eq!(cmd.method, Method::SingleNodeConsolidation);
+    assert_eq!(cmd.replacements.len(), 1);
+    assert!(
+        cmd.replacements[0].price < 1.536,
+        "{:?}",
+        cmd.replacements[0]
+    );
+    assert!(cmd.savings > 1.0, "{}", cmd.savings);
+    assert!(r.cost.after.unwrap() < r.cost.before.unwrap());
+}
+
+#[test]
+fn three_underutilized_nodes_merge_into_one() {
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool(
+            "default",
+            CONSOLIDATE,
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+        ),
+        node("a", "default", "m5.2xlarge", "on-demand", 24, ""),
+        node("b", "default", "m5.2xlarge", "on-demand", 24, ""),
+        node("c", "default", "m5.2xlarge", "on-demand", 24, ""),
+        pod("p1", "a", "1", "", ""),
+        pod("p2", "b", "1", "", ""),
+        pod("p3", "c", "1", "", ""),
+    ];
+    let r = run(&docs);
+    let cmds = commands(&r);
+    assert_eq!(cmds.len(), 1, "{cmds:#?}");
+    assert_eq!(cmds[0].method, Method::MultiNodeConsolidation);
+    assert_eq!(cmds[0].candidates.len(), 3);
+    assert!(cmds[0].replacements.len() <= 1);
+    assert!(cmds[0].savings > 0.0);
+}
+
+#[test]
+fn anti_affinity_that_would_break_prevents_a_delete() {
+    let anti = "  affinity:\n    podAntiAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {tier: db}}}";
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("a", "default", "m5.large", "on-demand", 24, ""),
+        node("b", "default", "m5.large", "on-demand", 24, ""),
+        pod("db-0", "a", "100m", "  labels: {tier: db}", anti).replace(
+            "labels: {app: db-0}\n  labels: {tier: db}",
+            "labels: {app: db-0, tier: db}",
+        ),
+        pod("db-1", "b", "100m", "  labels: {tier: db}", anti).replace(
+            "labels: {app: db-1}\n  labels: {tier: db}",
+            "labels: {app: db-1, tier: db}",
+        ),
+    ];
+    let r = run(&docs);
+    // Neither node may simply be deleted: the other node already holds a db pod.
+    for cmd in commands(&r) {
+        assert!(
+            !cmd.replacements.is_empty() || cmd.candidates.is_empty(),
+            "a delete would break anti-affinity: {cmd:#?}"
+        );
+    }
+}
+
+#[test]
+fn spot_is_not_replaced_by_spot_unless_15_cheaper_types_exist() {
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("spot-big", "default", "m5.8xlarge", "spot", 24, ""),
+        pod("web", "spot-big", "500m", "", ""),
+    ];
+    // Gate off (the default): spot may only be deleted, never replaced by spot.
+    let r = run(&docs);
+    assert!(commands(&r).is_empty(), "{:#?}", commands(&r));
+    assert!(
+        blocked_reason(&r, "spot-big").contains("SpotToSpotConsolidation is disabled"),
+        "{}",
+        blocked_reason(&r, "spot-big")
+    );
+    // Gate on: plenty of cheaper spot types exist for a 500m pod, so it is replaced, with the
+    // 15 cheapest as options.
+    let options = SimulateOptions {
+        disruption: disruption::Options { spot_to_spot: true },
+        ..Default::default()
+    };
+    let r = run_at(&docs, monday_10(), options.clone());
+    let cmd = &commands(&r)[0];
+    assert_eq!(cmd.replacements[0].capacity_type, "spot");
+    assert_eq!(cmd.replacements[0].instance_type_options.len(), 15);
+    // Restricted to its own family, fewer than 15 cheaper types exist: left alone.
+    let narrow = nodepool(
+        "default",
+        CONSOLIDATE,
+        "        - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}",
+    );
+    let docs = vec![
+        NODECLASS.to_string(),
+        narrow,
+        node("spot-big", "default", "m5.8xlarge", "spot", 24, ""),
+        pod("web", "spot-big", "500m", "", ""),
+    ];
+    let r = run_at(&docs, monday_10(), options);
+    assert!(commands(&r).is_empty(), "{:#?}", commands(&r));
+    assert!(
+        blocked_reason(&r, "spot-big").contains("at least 15 cheaper instance types"),
+        "{}",
+        blocked_reason(&r, "spot-big")
+    );
+}
+
+#[test]
+fn a_business_hours_budget_blocks_drift_inside_the_window_only() {
+    let pool = |label: &str| {
+        nodepool(
+            "default",
+            "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets:\n      - {nodes: \"0\", schedule: \"0 9 * * mon-fri\", duration: 8h}\n      - {nodes: \"100%\"}",
+            "",
+        )
+        .replace("team: blue", &format!("team: {label}"))
+    };
+    // The node was launched with team=blue; the pool now says green: drifted.
+    let docs = vec![
+        NODECLASS.to_string(),
+        pool("green"),
+        node("n1", "default", "m5.large", "on-demand", 24, ""),
+        pod("web", "n1", "100m", "", ""),
+    ];
+    let inside = run(&docs);
+    assert!(commands(&inside).is_empty(), "{:#?}", commands(&inside));
+    assert!(
+        blocked_reason(&inside, "n1").contains("budget for Drifted is used up"),
+        "{}",
+        blocked_reason(&inside, "n1")
+    );
+    let evening = Utc.with_ymd_and_hms(2026, 11, 23, 18, 0, 0).unwrap();
+    let outside = run_at(&docs, evening, SimulateOptions::default());
+    let cmd = &commands(&outside)[0];
+    assert_eq!(cmd.method, Method::Drift);
+    assert_eq!(cmd.reason, "NodePoolDrifted");
+    assert_eq!(cmd.replacements.len(), 1, "replacement first");
+}
+
+#[test]
+fn drift_replaces_one_node_at_a_time_oldest_first() {
+    let drifted = nodepool("default", "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{nodes: \"100%\"}]", "").replace("team: blue", "team: green");
+    let docs = vec![
+        NODECLASS.to_string(),
+        drifted,
+        node("young", "default", "m5.large", "on-demand", 2, ""),
+        node("old", "default", "m5.large", "on-demand", 200, ""),
+        node("middle", "default", "m5.large", "on-demand", 50, ""),
+        pod("a", "young", "100m", "", ""),
+        pod("b", "old", "100m", "", ""),
+        pod("c", "middle", "100m", "", ""),
+    ];
+    let r = run(&docs);
+    let cmds = commands(&r);
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].candidates, ["old"]);
+    // Settling rolls them all, one per round, oldest first, each replaced before removal.
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).unwrap();
+    let c = cluster::load(&parsed, monday_10()).unwrap();
+    let catalog = Catalog::bundled("us-east-1").unwrap();
+    let settled = simulate::simulate_with_disruption(
+        &c,
+        &catalog,
+        &SimulateOptions::default(),
+        monday_10(),
+        Some(chrono::Duration::seconds(15)),
+    );
+    let order: Vec<&str> = settled
+        .disruptions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.candidates[0].as_str())
+        .collect();
+    assert_eq!(order, ["old", "middle", "young"]);
+    let cmds = settled.disruptions.as_ref().unwrap();
+    assert!(cmds.iter().all(|c| c.candidates.len() == 1), "{cmds:#?}");
+    // The first two nodes' pods fit on the others; the last one's need a replacement.
+    assert!(cmds[0].replacements.is_empty() && cmds[1].replacements.is_empty());
+    assert_eq!(cmds[2].replacements.len(), 1);
+    assert!(settled.unschedulable.is_empty());
+}
+
+#[test]
+fn a_changed_ami_selection_drifts_the_nodes() {
+    let docs = vec![
+        NODECLASS.replace("ami-new", "ami-newer"),
+        nodepool(
+            "default",
+            "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never",
+            "",
+        ),
+        node("n1", "default", "m5.large", "on-demand", 24, ""),
+        pod("web", "n1", "100m", "", ""),
+    ];
+    let r = run(&docs);
+    let cmd = &commands(&r)[0];
+    assert_eq!(cmd.method, Method::Drift);
+    assert_eq!(cmd.reason, "AMIDrift");
+}
+
+#[test]
+fn a_hash_version_mismatch_restamps_instead_of_drifting() {
+    let upstream_stamped = node("n1", "default", "m5.large", "on-demand", 24, "")
+        .replace(&format!("\"{NODEPOOL_HASH_VERSION}\""), "\"v3\"")
+        .replace(
+            "karpenter.sh/nodepool-hash: \"",
+            "karpenter.sh/nodepool-hash: \"999",
+        );
+    let changed = nodepool(
+        "default",
+        "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never",
+        "",
+    )
+    .replace("team: blue", "team: green");
+    let docs = vec![
+        NODECLASS.to_string(),
+        changed,
+        upstream_stamped,
+        pod("web", "n1", "100m", "", ""),
+    ];
+    let r = run(&docs);
+    assert!(commands(&r).is_empty(), "{:#?}", commands(&r));
+    // Explain says why.
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).unwrap();
+    let c = cluster::load(&parsed, monday_10()).unwrap();
+    let catalog = Catalog::bundled("us-east-1").unwrap();
+    let e = simulate::explain(&c, &catalog, &SimulateOptions::default(), monday_10(), "n1")
+        .expect("n1");
+    assert!(
+        e.status
+            .iter()
+            .any(|s| s.contains("re-stamped, not drifted")),
+        "{e}"
+    );
+    assert!(e.budgets.iter().any(|b| b.contains("Drifted")), "{e}");
+    let _ = labels::NODEPOOL_HASH;
+}
