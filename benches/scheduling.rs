@@ -215,6 +215,7 @@ impl PodFactory {
             owner_kind: None,
             annotations: BTreeMap::new(),
             priority: 0,
+            volumes: vec![],
         }
     }
 
@@ -338,16 +339,17 @@ fn bench_diverse(c: &mut Criterion) {
     for n in SIZES {
         let input = input(diverse_pods(n), Options::default());
         group.throughput(Throughput::Elements(n as u64));
-        if n >= 2000 {
-            // A few seconds per case at most: ten flat samples of one solve each.
-            group.sample_size(10);
-            group.sampling_mode(SamplingMode::Flat);
-            group.measurement_time(Duration::from_secs(2));
-        } else {
-            group.sample_size(30);
-            group.sampling_mode(SamplingMode::Auto);
-            group.measurement_time(Duration::from_secs(3));
-        }
+        // Small cases take many timed solves; big ones ten flat samples of about one solve
+        // each, so the whole run stays within a few minutes on two cores.
+        let (samples, mode) = match n {
+            0..500 => (20, SamplingMode::Auto),
+            500..2000 => (20, SamplingMode::Flat),
+            _ => (10, SamplingMode::Flat),
+        };
+        group.sample_size(samples);
+        group.sampling_mode(mode);
+        group.warm_up_time(Duration::from_secs(1));
+        group.measurement_time(Duration::from_secs(3));
         let mut reported = false;
         group.bench_with_input(BenchmarkId::from_parameter(n), &input, |b, input| {
             if !reported {
@@ -366,7 +368,8 @@ fn bench_preferences(c: &mut Criterion) {
     group.throughput(Throughput::Elements(PREFERENCE_PODS as u64));
     group.sample_size(10);
     group.sampling_mode(SamplingMode::Flat);
-    group.measurement_time(Duration::from_secs(2));
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
     let cases = [
         ("respect", Options::default()),
         (

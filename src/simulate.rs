@@ -23,7 +23,7 @@ use crate::cluster::Cluster;
 use crate::disruption::state::State;
 use crate::disruption::{self, Blocked, Command};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
-use crate::scheduling::pod::Pod;
+use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use crate::scheduling::resources::{self, Resources};
 use crate::scheduling::scheduler::{
@@ -335,7 +335,22 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
             .get(name.as_str())
             .into_iter()
             .flatten()
-            .filter_map(|p| Pod::from_k8s(p).ok())
+            .filter_map(|p| {
+                Pod::from_k8s(p).ok().map(|mut pod| {
+                    pod.volumes = volumes_of(cluster, p);
+                    pod
+                })
+            })
+            .collect();
+        let volume_limits: BTreeMap<String, i64> = cluster
+            .csi_nodes
+            .iter()
+            .filter(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+            .flat_map(|c| c.spec.drivers.iter())
+            .filter_map(|d| {
+                let count = d.allocatable.as_ref()?.count?;
+                Some((d.name.clone(), i64::from(count)))
+            })
             .collect();
         let mut requested = Resources::default();
         for p in &pods {
@@ -363,6 +378,64 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
             requested,
             pods,
             initialized: ready,
+            volume_limits,
+        });
+    }
+
+    // NodeClaims launched (or launching) whose Node has not registered yet are capacity too, as
+    // upstream's in-flight nodes: their daemon overhead is expected, their taints apply, startup
+    // taints do not.
+    let fallback_types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+    for claim in &cluster.nodeclaims {
+        let status = claim.status.as_ref();
+        let registered = status
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| {
+                cluster
+                    .nodes
+                    .iter()
+                    .any(|node| node.metadata.name.as_deref() == Some(n))
+            })
+            || status
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|id| {
+                    cluster.nodes.iter().any(|node| {
+                        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id)
+                    })
+                });
+        if registered || claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let mut node_labels = claim.metadata.labels.clone().unwrap_or_default();
+        node_labels.extend(
+            Requirements::from_node_selector_requirements(&claim.spec.requirements).labels(),
+        );
+        let instance_type = node_labels
+            .get(labels::INSTANCE_TYPE)
+            .and_then(|t| fallback_types.iter().find(|it| it.name.as_ref() == t));
+        let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
+            Some(a) => node_resources(Some(a)),
+            None => match instance_type {
+                Some(it) => it.allocatable.clone(),
+                None => continue,
+            },
+        };
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let pool = node_labels.get(labels::NODEPOOL).cloned();
+        let daemon = pool
+            .and_then(|p| nodepools.iter().find(|t| t.name.as_ref() == p))
+            .map(|t| t.daemon_overhead.clone())
+            .unwrap_or_default();
+        node_labels.insert(labels::HOSTNAME.into(), name.clone());
+        existing.push(ExistingNode {
+            name: Arc::from(name.as_str()),
+            labels: node_labels,
+            taints: claim.spec.taints.clone(),
+            allocatable,
+            requested: daemon,
+            pods: Vec::new(),
+            initialized: false,
+            volume_limits: Default::default(),
         });
     }
 
@@ -398,6 +471,7 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
 /// requirements: a bound volume's PV node affinity, or an unbound claim's StorageClass
 /// `allowedTopologies`, so the node is launched where the volume can attach.
 fn with_volume_topology(cluster: &Cluster, k8s: &core::Pod, mut pod: Pod) -> Result<Pod, String> {
+    pod.volumes = volumes_of(cluster, k8s);
     let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
     let volumes = k8s.spec.as_ref().and_then(|s| s.volumes.as_ref());
     for (i, volume) in volumes.into_iter().flatten().enumerate() {
@@ -501,6 +575,51 @@ fn with_volume_topology(cluster: &Cluster, k8s: &core::Pod, mut pod: Pod) -> Res
             .collect();
     }
     Ok(pod)
+}
+
+/// The CSI volumes a pod mounts: the bound PV's driver, or the claim's StorageClass provisioner
+/// while unbound. Claims or volumes missing from the input are skipped here (the topology step
+/// reports them).
+fn volumes_of(cluster: &Cluster, k8s: &core::Pod) -> Vec<VolumeRef> {
+    let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
+    let volumes = k8s.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .filter_map(|claim_ref| {
+            let pvc = cluster.persistent_volume_claims.iter().find(|c| {
+                c.metadata.name.as_deref() == Some(claim_ref.claim_name.as_str())
+                    && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })?;
+            let spec = pvc.spec.as_ref()?;
+            match spec.volume_name.as_deref() {
+                Some(pv_name) => {
+                    let pv = cluster
+                        .persistent_volumes
+                        .iter()
+                        .find(|pv| pv.metadata.name.as_deref() == Some(pv_name))?;
+                    let driver = pv.spec.as_ref()?.csi.as_ref()?.driver.clone();
+                    Some(VolumeRef {
+                        driver: Arc::from(driver),
+                        id: Arc::from(pv_name),
+                    })
+                }
+                None => {
+                    let class = spec.storage_class_name.as_deref().and_then(|n| {
+                        cluster
+                            .storage_classes
+                            .iter()
+                            .find(|c| c.metadata.name.as_deref() == Some(n))
+                    })?;
+                    Some(VolumeRef {
+                        driver: Arc::from(class.provisioner.as_str()),
+                        id: Arc::from(format!("pvc/{namespace}/{}", claim_ref.claim_name)),
+                    })
+                }
+            }
+        })
+        .collect()
 }
 
 fn volume_expressions(list: &[core::NodeSelectorRequirement]) -> Vec<NodeSelectorExpression> {

@@ -707,3 +707,83 @@ spec:
     let family = claim.instance_type.split('.').next().unwrap_or_default();
     assert!(graviton.contains(&family), "{}", claim.instance_type);
 }
+
+#[test]
+fn volume_attach_limits_force_a_new_node() {
+    let node = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: ip-10-0-1-1.ec2.internal
+  labels: {kubernetes.io/hostname: ip-10-0-1-1.ec2.internal, kubernetes.io/arch: amd64, topology.kubernetes.io/zone: us-east-1a}
+status:
+  allocatable: {cpu: "8", memory: 32Gi, pods: "58"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: ip-10-0-1-1.ec2.internal}
+spec:
+  drivers: [{name: ebs.csi.aws.com, nodeID: i-1, allocatable: {count: 1}}]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: gp3}
+provisioner: ebs.csi.aws.com
+volumeBindingMode: WaitForFirstConsumer
+"#;
+    let with_claim = |name: &str| {
+        format!(
+            r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: default}}
+spec: {{accessModes: [ReadWriteOnce], storageClassName: gp3, resources: {{requests: {{storage: 1Gi}}}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  containers: [{{name: c, image: pause, resources: {{requests: {{cpu: 100m}}}}}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {name}}}}}]
+"#
+        )
+    };
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        node.into(),
+        with_claim("a"),
+        with_claim("b"),
+    ]);
+    // The node can attach one EBS volume: one pod lands there, the other needs a new node.
+    let on_node = report
+        .placements
+        .values()
+        .filter(|n| n.starts_with("ip-10-0-1-1"))
+        .count();
+    assert_eq!(on_node, 1, "{:#?}", report.placements);
+    assert_eq!(report.nodeclaims.len(), 1);
+}
+
+#[test]
+fn in_flight_nodeclaims_are_used_before_new_ones() {
+    let claim = r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: default-abcde
+  labels: {karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: m5.2xlarge, kubernetes.io/arch: amd64, topology.kubernetes.io/zone: us-east-1a}
+spec:
+  requirements: [{key: karpenter.sh/nodepool, operator: In, values: [default]}]
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+"#;
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        claim.into(),
+        deployment("app", 4, "1", ""),
+    ]);
+    assert!(report.nodeclaims.is_empty(), "{:#?}", report.nodeclaims);
+    assert!(report.placements.values().all(|n| n == "default-abcde"));
+}

@@ -456,6 +456,7 @@ fn bare_pod(namespace: &str, name: &str, app: &str, cpu_m: i64, mem: i64) -> Pod
         owner_kind: Some("ReplicaSet".to_string()),
         annotations: BTreeMap::new(),
         priority: 0,
+        volumes: vec![],
     }
 }
 
@@ -692,6 +693,7 @@ fn build(s: &Scenario) -> Input {
                 requested,
                 pods,
                 initialized: spec.initialized,
+                volume_limits: Default::default(),
             }
         })
         .collect();
@@ -2072,6 +2074,7 @@ fn regression_bound_anti_affinity_and_daemon_ports() {
         requested: bound.requests.clone(),
         pods: vec![bound],
         initialized: true,
+        volume_limits: Default::default(),
     };
     let mut pool = one_pool(vec![fixed_type("a.large", 2, 4, &["z1"])]);
     pool.daemon_host_ports = vec![host_port(DAEMON_PORT, false)];
@@ -2128,6 +2131,7 @@ fn checker_detects_corrupted_outcomes() {
         requested: Resources::default(),
         pods: vec![],
         initialized: true,
+        volume_limits: Default::default(),
     };
     let input = Input {
         nodepools: vec![pool.clone()],

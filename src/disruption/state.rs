@@ -245,6 +245,7 @@ impl State {
                     requested,
                     pods: bound,
                     initialized: n.initialized,
+                    volume_limits: Default::default(),
                 }
             })
             .collect();
@@ -514,8 +515,7 @@ impl State {
     /// Removes a node (its instance terminated) and leaves its pods pending, as eviction would.
     /// DaemonSet pods go with the node.
     pub fn remove(&mut self, n: usize) {
-        self.pods
-            .retain(|p| p.node != Some(n) || p.reschedulable());
+        self.pods.retain(|p| p.node != Some(n) || p.reschedulable());
         for p in &mut self.pods {
             match p.node {
                 Some(i) if i == n => p.node = None,

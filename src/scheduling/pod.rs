@@ -178,6 +178,16 @@ impl HostPort {
     }
 }
 
+/// A persistent volume a pod mounts through a CSI driver: nodes can attach only so many volumes
+/// per driver (CSINode `allocatable.count`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VolumeRef {
+    /// CSI driver, e.g. `ebs.csi.aws.com`.
+    pub driver: Arc<str>,
+    /// The volume (PV name, or the claim while unbound).
+    pub id: Arc<str>,
+}
+
 /// A pod as the scheduler sees it.
 #[derive(Clone, Debug)]
 pub struct Pod {
@@ -219,6 +229,8 @@ pub struct Pod {
     pub annotations: BTreeMap<String, String>,
     /// Priority (pod cost in disruption).
     pub priority: i32,
+    /// CSI volumes it mounts (filled in by the caller, which knows the PVCs and PVs).
+    pub volumes: Vec<VolumeRef>,
 }
 
 impl Pod {
@@ -405,6 +417,7 @@ impl Pod {
                 .map(|o| o.kind.clone()),
             annotations: meta.annotations.clone().unwrap_or_default(),
             priority: spec.priority.unwrap_or(0),
+            volumes: Vec::new(),
         })
     }
 }

@@ -72,6 +72,9 @@ pub struct ExistingNode {
     pub pods: Vec<Pod>,
     /// Whether the node is initialized; initialized nodes are tried first.
     pub initialized: bool,
+    /// Volumes the node can attach per CSI driver (from its CSINode); drivers not listed are
+    /// unlimited.
+    pub volume_limits: BTreeMap<String, i64>,
 }
 
 /// Solver options (operator settings).
@@ -230,6 +233,8 @@ struct Existing {
     /// Index in `Input::existing` (the list is reordered: initialized nodes first).
     index: usize,
     node: ExistingNode,
+    /// Volumes attached, per driver.
+    volumes: BTreeMap<Arc<str>, Vec<Arc<str>>>,
     requirements_ok: HashMap<(u32, Relaxation), bool>,
     host_ports: Vec<HostPort>,
 }
@@ -437,6 +442,7 @@ impl<'a> Solver<'a> {
             .enumerate()
             .map(|(index, n)| Existing {
                 index,
+                volumes: attached(n.pods.iter().flat_map(|p| p.volumes.iter())),
                 host_ports: n
                     .pods
                     .iter()
@@ -667,11 +673,21 @@ impl<'a> Solver<'a> {
         keys.sort_unstable();
         keys.dedup();
         let universe = &self.classes[self.class_of[i] as usize].universe;
+        let pod = &self.input.pods[i];
         let mut narrowing = Vec::new();
         for key in keys {
             let candidates = candidates_of(key);
-            let allowed_by_pod =
-                |d: &str| universe.iter().any(|u| u.get(key).is_none_or(|r| r.has(d)));
+            // `nodeAffinityPolicy: Ignore` on every spread constraint of this key: count all
+            // domains, not only those the pod's node affinity allows.
+            let ignore_affinity = pod
+                .spread
+                .iter()
+                .filter(|c| c.topology_key == key)
+                .all(|c| !c.honor_node_affinity)
+                && pod.spread.iter().any(|c| c.topology_key == key);
+            let allowed_by_pod = |d: &str| {
+                ignore_affinity || universe.iter().any(|u| u.get(key).is_none_or(|r| r.has(d)))
+            };
             let allowed =
                 self.topology
                     .allowed_domains(key, topo, &active, &candidates, &allowed_by_pod);
@@ -753,6 +769,9 @@ impl<'a> Solver<'a> {
         {
             return Verdict::Never;
         }
+        if !volumes_fit(&e.volumes, &pod.volumes, &e.node.volume_limits) {
+            return Verdict::NotNow;
+        }
         let node = &e.node;
         let candidates = |key: &str| domain_of_node(node, key).into_iter().collect();
         match self.topology_for(i, relax, &candidates) {
@@ -766,6 +785,12 @@ impl<'a> Solver<'a> {
         let e = &mut self.existing[n];
         e.node.requested.add(&pod.requests);
         e.host_ports.extend(pod.host_ports.iter().cloned());
+        for v in &pod.volumes {
+            let ids = e.volumes.entry(v.driver.clone()).or_default();
+            if !ids.contains(&v.id) {
+                ids.push(v.id.clone());
+            }
+        }
         let node = &e.node;
         self.topology
             .record(&self.pod_topology[i], |key| domain_of_node(node, key));
@@ -1301,6 +1326,38 @@ fn domain_of_node(node: &ExistingNode, key: &str) -> Option<Arc<str>> {
         );
     }
     node.labels.get(key).map(|v| Arc::from(v.as_str()))
+}
+
+/// Volumes attached per driver, deduplicated (pods may share a volume).
+fn attached<'v>(
+    volumes: impl Iterator<Item = &'v super::pod::VolumeRef>,
+) -> BTreeMap<Arc<str>, Vec<Arc<str>>> {
+    let mut out: BTreeMap<Arc<str>, Vec<Arc<str>>> = BTreeMap::new();
+    for v in volumes {
+        let ids = out.entry(v.driver.clone()).or_default();
+        if !ids.contains(&v.id) {
+            ids.push(v.id.clone());
+        }
+    }
+    out
+}
+
+/// Whether a node can attach a pod's volumes on top of those it has, per driver limit.
+fn volumes_fit(
+    attached: &BTreeMap<Arc<str>, Vec<Arc<str>>>,
+    wanted: &[super::pod::VolumeRef],
+    limits: &BTreeMap<String, i64>,
+) -> bool {
+    limits.iter().all(|(driver, limit)| {
+        let current = attached.get(driver.as_str());
+        let mut count = current.map_or(0, Vec::len) as i64;
+        for v in wanted.iter().filter(|v| v.driver.as_ref() == driver) {
+            if current.is_none_or(|ids| !ids.contains(&v.id)) {
+                count += 1;
+            }
+        }
+        count <= *limit
+    })
 }
 
 fn min_resources(a: &Resources, b: &Resources) -> Resources {

@@ -388,6 +388,7 @@ mod tests {
             owner_kind: None,
             annotations: BTreeMap::new(),
             priority: 0,
+            volumes: vec![],
         }
     }
 
