@@ -141,6 +141,7 @@ fn nodepool() -> NodePoolTemplate {
         daemon_host_ports: Vec::new(),
         limits: Vec::new(),
         nodes_limit: None,
+        cache: Default::default(),
     }
 }
 

@@ -27,7 +27,7 @@ use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use crate::scheduling::resources::{self, Resources};
 use crate::scheduling::scheduler::{
-    self, ExistingNode, Input, NodePoolTemplate, Options, Placement, launch_offering,
+    self, ExistingNode, Input, NodePoolTemplate, Options, Placement, PoolCache, launch_offering,
 };
 use crate::scheduling::taints::taint_from_k8s;
 
@@ -206,7 +206,8 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
     let bound = cluster.bound_pods();
     let mut invalid_pods = Vec::new();
     let mut skipped_pools = Vec::new();
-    let mut types_by_class: HashMap<String, Arc<Vec<InstanceType>>> = HashMap::new();
+    let mut types_by_class: HashMap<String, (Arc<Vec<InstanceType>>, Arc<PoolCache>)> =
+        HashMap::new();
 
     let daemon_pods: Vec<Pod> = cluster
         .daemonsets
@@ -265,9 +266,10 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
             "{:?}|{:?}|{}",
             settings.ami_family, settings.kubelet, settings.ephemeral_storage
         );
-        let instance_types = types_by_class
+        // Pools on the same node class share instance types, and so the derived caches.
+        let (instance_types, cache) = types_by_class
             .entry(class_key)
-            .or_insert_with(|| Arc::new(catalog.instance_types(&settings)))
+            .or_insert_with(|| (Arc::new(catalog.instance_types(&settings)), Arc::default()))
             .clone();
         let requirements = template_requirements(pool);
         let taints: Vec<_> = pool.spec.template.spec.taints.clone();
@@ -319,6 +321,7 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
             daemon_host_ports,
             limits,
             nodes_limit,
+            cache,
         });
     }
 

@@ -614,6 +614,7 @@ fn build(s: &Scenario) -> Input {
                     .into_iter()
                     .collect(),
                 nodes_limit: p.nodes_limit,
+                cache: Default::default(),
             }
         })
         .collect();
@@ -1905,6 +1906,7 @@ fn one_pool(types: Vec<InstanceType>) -> NodePoolTemplate {
         daemon_host_ports: vec![],
         limits: vec![],
         nodes_limit: None,
+        cache: Default::default(),
     }
 }
 

@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::{Mutex, OnceLock};
 
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
@@ -53,6 +54,20 @@ pub struct NodePoolTemplate {
     pub limits: Vec<(String, i64)>,
     /// Remaining nodes under a `nodes` limit.
     pub nodes_limit: Option<i64>,
+    /// Work derived from `instance_types` alone, shared by every solve over this template (the
+    /// disruption engine solves hundreds of times per evaluation). Give a template whose
+    /// instance types change a fresh cache.
+    pub cache: Arc<PoolCache>,
+}
+
+/// Memoized per-template computations: requirement sets of the instance types, their price
+/// order, and which types satisfy a given requirement set.
+#[derive(Debug, Default)]
+pub struct PoolCache {
+    type_requirements: OnceLock<Arc<Vec<Requirements>>>,
+    by_price: OnceLock<Arc<Vec<u32>>>,
+    compatible: Mutex<HashMap<String, Arc<Vec<u32>>>>,
+    price_order: Mutex<HashMap<String, Arc<Vec<f64>>>>,
 }
 
 /// A node (or launched NodeClaim) that already exists.
@@ -252,11 +267,11 @@ struct Pool {
     template: NodePoolTemplate,
     /// Requirements of each instance type (labels, zones, capacity types, and `DoesNotExist` for
     /// the well-known labels it lacks).
-    type_requirements: Vec<Requirements>,
-    /// Instance types compatible with a requirement set (before resource fit), by its rendering.
-    compatible_cache: HashMap<String, Arc<Vec<u32>>>,
+    type_requirements: Arc<Vec<Requirements>>,
     /// Instance types by cheapest available price, the order options are kept in.
-    by_price: Vec<u32>,
+    by_price: Arc<Vec<u32>>,
+    /// Largest allocatable of any instance type, per resource.
+    max_allocatable: Resources,
 }
 
 struct Solver<'a> {
@@ -269,8 +284,8 @@ struct Solver<'a> {
     pod_topology: Vec<PodTopology>,
     class_of: Vec<u32>,
     classes: Vec<Class>,
-    claim_cursor: HashMap<(u32, Relaxation), usize>,
-    existing_cursor: HashMap<(u32, Relaxation), usize>,
+    claim_skip: HashMap<(u32, Relaxation), SkipList>,
+    existing_skip: HashMap<(u32, Relaxation), SkipList>,
     allow_well_known: AllowUndefined,
 }
 
@@ -379,16 +394,42 @@ pub fn launch_offering<'a>(
     })
 }
 
+/// Per-resource maximum of `allocatable - requests` over the options: an upper bound on what
+/// one more pod may request. Computed without allocating for the common resources.
 fn headroom(pool: &Pool, options: &[u32], requests: &Resources) -> Resources {
-    let mut out = Resources::default();
-    let mut first = true;
-    for &i in options {
-        let a = &pool.template.instance_types[i as usize].allocatable;
-        let mut left = a.clone();
-        left.sub(requests);
-        out = if first { left } else { out.max(&left) };
-        first = false;
+    if options.is_empty() {
+        return Resources::default();
     }
+    // Most claims keep the pool's largest types among their options; then the bound is known.
+    let types = &pool.template.instance_types;
+    let mut out = Resources {
+        cpu: i64::MIN,
+        memory: i64::MIN,
+        pods: i64::MIN,
+        ephemeral_storage: i64::MIN,
+        extended: Vec::new(),
+    };
+    for &i in options {
+        let a = &types[i as usize].allocatable;
+        out.cpu = out.cpu.max(a.cpu);
+        out.memory = out.memory.max(a.memory);
+        out.pods = out.pods.max(a.pods);
+        out.ephemeral_storage = out.ephemeral_storage.max(a.ephemeral_storage);
+        for (name, amount) in &a.extended {
+            if *amount > out.get(name) {
+                out.set(name, *amount);
+            }
+        }
+        if out.cpu == pool.max_allocatable.cpu
+            && out.memory == pool.max_allocatable.memory
+            && out.pods == pool.max_allocatable.pods
+            && out.ephemeral_storage == pool.max_allocatable.ephemeral_storage
+            && out.extended == pool.max_allocatable.extended
+        {
+            break;
+        }
+    }
+    out.sub(requests);
     out
 }
 
@@ -398,20 +439,36 @@ impl<'a> Solver<'a> {
             .nodepools
             .iter()
             .map(|t| {
-                let type_requirements: Vec<Requirements> =
-                    t.instance_types.iter().map(type_requirements).collect();
-                let mut by_price: Vec<u32> = (0..t.instance_types.len() as u32).collect();
-                let price = |i: &u32| {
-                    t.instance_types[*i as usize]
-                        .cheapest_offering(|_| true)
-                        .map_or(f64::INFINITY, |o| o.price)
-                };
-                by_price.sort_by(|a, b| price(a).total_cmp(&price(b)).then(a.cmp(b)));
+                let type_requirements = t
+                    .cache
+                    .type_requirements
+                    .get_or_init(|| {
+                        Arc::new(t.instance_types.iter().map(type_requirements).collect())
+                    })
+                    .clone();
+                let by_price = t
+                    .cache
+                    .by_price
+                    .get_or_init(|| {
+                        let mut order: Vec<u32> = (0..t.instance_types.len() as u32).collect();
+                        let price = |i: &u32| {
+                            t.instance_types[*i as usize]
+                                .cheapest_offering(|_| true)
+                                .map_or(f64::INFINITY, |o| o.price)
+                        };
+                        order.sort_by(|a, b| price(a).total_cmp(&price(b)).then(a.cmp(b)));
+                        Arc::new(order)
+                    })
+                    .clone();
+                let mut max_allocatable = Resources::default();
+                for it in t.instance_types.iter() {
+                    max_allocatable = max_allocatable.max(&it.allocatable);
+                }
                 Pool {
                     template: t.clone(),
                     type_requirements,
-                    compatible_cache: HashMap::new(),
                     by_price,
+                    max_allocatable,
                 }
             })
             .collect();
@@ -532,8 +589,8 @@ impl<'a> Solver<'a> {
             pod_topology,
             class_of,
             classes,
-            claim_cursor: HashMap::new(),
-            existing_cursor: HashMap::new(),
+            claim_skip: HashMap::new(),
+            existing_skip: HashMap::new(),
             allow_well_known: AllowUndefined::well_known_labels(),
         }
     }
@@ -571,16 +628,18 @@ impl<'a> Solver<'a> {
     }
 
     fn finish(&self, claim: Claim) -> PlannedNodeClaim {
-        let pool = &self.pools[claim.nodepool];
+        let prices = self.prices(claim.nodepool, &claim.requirements);
         let mut options = claim.options;
-        let price = |i: &u32| {
-            cheapest_offering(
-                &pool.template.instance_types[*i as usize],
-                &claim.requirements,
-            )
-            .map_or(f64::INFINITY, |o| o.price)
+        // Options are kept in the pool's overall price order; re-sort only when the claim's zone
+        // or capacity type makes that order wrong.
+        let price_order = |a: &u32, b: &u32| {
+            prices[*a as usize]
+                .total_cmp(&prices[*b as usize])
+                .then(a.cmp(b))
         };
-        options.sort_by(|a, b| price(a).total_cmp(&price(b)).then(a.cmp(b)));
+        if !options.is_sorted_by(|a, b| price_order(a, b).is_le()) {
+            options.sort_by(price_order);
+        }
         options.truncate(MAX_INSTANCE_TYPES);
         PlannedNodeClaim {
             nodepool: claim.nodepool,
@@ -709,24 +768,25 @@ impl<'a> Solver<'a> {
         relax: Relaxation,
         reqs: &Arc<Requirements>,
     ) -> Option<Placement> {
-        let class = self.class_of[i];
-        let start = *self.existing_cursor.get(&(class, relax)).unwrap_or(&0);
-        let mut advance = true;
-        for n in start..self.existing.len() {
-            let verdict = self.check_existing(i, n, relax, reqs);
-            match verdict {
+        let key = (self.class_of[i], relax);
+        let mut skip = self.existing_skip.remove(&key).unwrap_or_default();
+        let len = self.existing.len();
+        let mut n = skip.find(0, len);
+        let mut placed = None;
+        while n < len {
+            match self.check_existing(i, n, relax, reqs) {
                 Verdict::Fits(()) => {
                     self.commit_existing(i, n);
-                    return Some(Placement::Existing(self.existing[n].index));
+                    placed = Some(Placement::Existing(self.existing[n].index));
+                    break;
                 }
-                Verdict::Never if advance => {
-                    self.existing_cursor.insert((class, relax), n + 1);
-                }
-                Verdict::Never => {}
-                Verdict::NotNow => advance = false,
+                Verdict::Never => skip.kill(n),
+                Verdict::NotNow => {}
             }
+            n = skip.find(n + 1, len);
         }
-        None
+        self.existing_skip.insert(key, skip);
+        placed
     }
 
     fn check_existing(
@@ -802,23 +862,25 @@ impl<'a> Solver<'a> {
         relax: Relaxation,
         reqs: &Arc<Requirements>,
     ) -> Option<Placement> {
-        let class = self.class_of[i];
-        let start = *self.claim_cursor.get(&(class, relax)).unwrap_or(&0);
-        let mut advance = true;
-        for c in start..self.claims.len() {
+        let key = (self.class_of[i], relax);
+        let mut skip = self.claim_skip.remove(&key).unwrap_or_default();
+        let len = self.claims.len();
+        let mut c = skip.find(0, len);
+        let mut placed = None;
+        while c < len {
             match self.check_claim(i, c, relax, reqs) {
                 Verdict::Fits(update) => {
                     self.commit_claim(i, c, relax, update);
-                    return Some(Placement::NodeClaim(c));
+                    placed = Some(Placement::NodeClaim(c));
+                    break;
                 }
-                Verdict::Never if advance => {
-                    self.claim_cursor.insert((class, relax), c + 1);
-                }
-                Verdict::Never => {}
-                Verdict::NotNow => advance = false,
+                Verdict::Never => skip.kill(c),
+                Verdict::NotNow => {}
             }
+            c = skip.find(c + 1, len);
         }
-        None
+        self.claim_skip.insert(key, skip);
+        placed
     }
 
     /// The domains a planned NodeClaim could still land in for a key, given its requirements
@@ -1117,16 +1179,27 @@ impl<'a> Solver<'a> {
         Err(msg)
     }
 
+    /// Pessimistically charges a new NodeClaim to its pool's limits: the capacity of its largest
+    /// instance-type option, per limited resource.
     fn consume_limits(&mut self, p: usize, c: usize) {
         let claim = &self.claims[c];
         let pool = &self.pools[p];
-        let mut largest = Resources::default();
-        for &t in &claim.options {
-            largest = largest.max(&pool.template.instance_types[t as usize].capacity);
-        }
+        let charges: Vec<i64> = pool
+            .template
+            .limits
+            .iter()
+            .map(|(name, _)| {
+                claim
+                    .options
+                    .iter()
+                    .map(|&t| pool.template.instance_types[t as usize].capacity.get(name))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
         let template = &mut self.pools[p].template;
-        for (name, remaining) in template.limits.iter_mut() {
-            *remaining -= largest.get(name);
+        for ((_, remaining), charge) in template.limits.iter_mut().zip(charges) {
+            *remaining -= charge;
         }
         if let Some(n) = template.nodes_limit.as_mut() {
             *n -= 1;
@@ -1284,28 +1357,89 @@ impl<'a> Solver<'a> {
         })
     }
 
-    /// Instance types of a pool compatible with a requirement set, price-ordered, memoized.
-    fn compatible_types(&mut self, p: usize, reqs: &Requirements) -> Arc<Vec<u32>> {
+    /// Instance types of a pool compatible with a requirement set, price-ordered, memoized
+    /// across solves.
+    fn compatible_types(&self, p: usize, reqs: &Requirements) -> Arc<Vec<u32>> {
+        let pool = &self.pools[p];
         let key = reqs.to_string();
-        if let Some(hit) = self.pools[p].compatible_cache.get(&key) {
+        if let Ok(cache) = pool.template.cache.compatible.lock()
+            && let Some(hit) = cache.get(&key)
+        {
             return hit.clone();
         }
-        let pool = &self.pools[p];
-        let list: Vec<u32> = pool
-            .by_price
-            .iter()
-            .copied()
-            .filter(|&t| {
-                type_fits_requirements(
-                    &pool.template.instance_types[t as usize],
-                    &pool.type_requirements[t as usize],
-                    reqs,
-                )
-            })
-            .collect();
-        let list = Arc::new(list);
-        self.pools[p].compatible_cache.insert(key, list.clone());
+        let list: Arc<Vec<u32>> = Arc::new(
+            pool.by_price
+                .iter()
+                .copied()
+                .filter(|&t| {
+                    type_fits_requirements(
+                        &pool.template.instance_types[t as usize],
+                        &pool.type_requirements[t as usize],
+                        reqs,
+                    )
+                })
+                .collect(),
+        );
+        if let Ok(mut cache) = pool.template.cache.compatible.lock() {
+            cache.insert(key, list.clone());
+        }
         list
+    }
+
+    /// Each instance type's cheapest price under the zone and capacity-type constraints of
+    /// `reqs` (infinite when it has no such offering), memoized across NodeClaims and solves.
+    fn prices(&self, p: usize, reqs: &Requirements) -> Arc<Vec<f64>> {
+        let pool = &self.pools[p];
+        let key = [labels::ZONE, labels::CAPACITY_TYPE, labels::ZONE_ID]
+            .iter()
+            .map(|k| reqs.get(k).map(ToString::to_string).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("|");
+        if let Ok(cache) = pool.template.cache.price_order.lock()
+            && let Some(hit) = cache.get(&key)
+        {
+            return hit.clone();
+        }
+        let prices: Arc<Vec<f64>> = Arc::new(
+            pool.template
+                .instance_types
+                .iter()
+                .map(|it| cheapest_offering(it, reqs).map_or(f64::INFINITY, |o| o.price))
+                .collect(),
+        );
+        if let Ok(mut cache) = pool.template.cache.price_order.lock() {
+            cache.insert(key, prices.clone());
+        }
+        prices
+    }
+}
+
+/// Candidates (planned NodeClaims or existing nodes) a pod class can never use again, kept as a
+/// "next live index" forest with path halving, so a pod skips any number of dead candidates in
+/// amortized constant time instead of re-checking them.
+#[derive(Default)]
+struct SkipList {
+    next: Vec<u32>,
+}
+
+impl SkipList {
+    /// The first live index at or after `i`; `len` when none.
+    fn find(&mut self, mut i: usize, len: usize) -> usize {
+        while self.next.len() <= len {
+            let k = self.next.len() as u32;
+            self.next.push(k);
+        }
+        while self.next[i] as usize != i {
+            let parent = self.next[i] as usize;
+            self.next[i] = self.next[parent];
+            i = parent;
+        }
+        i
+    }
+
+    /// Marks index `i` (already reached by `find`) as never usable again.
+    fn kill(&mut self, i: usize) {
+        self.next[i] = (i + 1) as u32;
     }
 }
 
