@@ -69,7 +69,7 @@ fn manifests(nodes: usize, pools: usize, packed: bool) -> String {
             cat = &itype[..1]
         );
         // Packed: pods fill most of the node; underutilized: every third node holds one small pod.
-        let pods = if packed { 3 } else if n % 3 == 0 { 1 } else { 3 };
+        let pods = if !packed && n % 3 == 0 { 1 } else { 3 };
         for k in 0..pods {
             let (c, m) = if packed {
                 // A third of the node each: nothing fits anywhere else.
@@ -127,7 +127,11 @@ fn bench(c: &mut Criterion) {
                 group.bench_with_input(
                     BenchmarkId::from_parameter(format!("{nodes}-nodes-{pools}-pools")),
                     &s,
-                    |b, s| b.iter(|| black_box(disruption::evaluate(s, now, disruption::Options::default()))),
+                    |b, s| {
+                        b.iter(|| {
+                            black_box(disruption::evaluate(s, now, disruption::Options::default()))
+                        })
+                    },
                 );
             }
         }

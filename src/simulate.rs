@@ -774,6 +774,18 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
     }
 }
 
+/// The resolved instance type `name` of NodePool `pool`, as the state's templates know it.
+fn instance_type_of(state: &State, pool: &str, name: &str) -> Option<InstanceType> {
+    state
+        .templates
+        .iter()
+        .find(|t| t.name.as_ref() == pool)?
+        .instance_types
+        .iter()
+        .find(|t| t.name.as_ref() == name)
+        .cloned()
+}
+
 /// Materializes a provisioning outcome into the disruption state: planned NodeClaims become
 /// launched nodes holding their pods; pods placed on existing nodes are bound there.
 fn apply_provisioning(state: &mut State, report: &Report, now: DateTime<Utc>) {
@@ -784,19 +796,7 @@ fn apply_provisioning(state: &mut State, report: &Report, now: DateTime<Utc>) {
         .map(|(i, p)| (p.pod.key(), i))
         .collect();
     for claim in &report.nodeclaims {
-        let Some(template) = state
-            .templates
-            .iter()
-            .find(|t| t.name.as_ref() == claim.node_pool)
-        else {
-            continue;
-        };
-        let Some(it) = template
-            .instance_types
-            .iter()
-            .find(|t| t.name.as_ref() == claim.instance_type)
-            .cloned()
-        else {
+        let Some(it) = instance_type_of(state, &claim.node_pool, &claim.instance_type) else {
             continue;
         };
         let Some(offering) = it
@@ -905,19 +905,7 @@ fn apply_command(state: &mut State, cmd: &Command, now: DateTime<Utc>) {
         .filter_map(|name| state.nodes.iter().position(|n| n.name.as_ref() == name))
         .collect();
     for (i, r) in cmd.replacements.iter().enumerate() {
-        let Some(template) = state
-            .templates
-            .iter()
-            .find(|t| t.name.as_ref() == r.node_pool)
-        else {
-            continue;
-        };
-        let Some(it) = template
-            .instance_types
-            .iter()
-            .find(|t| t.name.as_ref() == r.instance_type)
-            .cloned()
-        else {
+        let Some(it) = instance_type_of(state, &r.node_pool, &r.instance_type) else {
             continue;
         };
         let Some(offering) = it
