@@ -550,3 +550,33 @@ fn a_hash_version_mismatch_restamps_instead_of_drifting() {
     assert!(e.budgets.iter().any(|b| b.contains("Drifted")), "{e}");
     let _ = labels::NODEPOOL_HASH;
 }
+
+#[test]
+fn balanced_consolidation_needs_savings_worth_the_disruption() {
+    let docs = |policy: &str| {
+        vec![
+            NODECLASS.to_string(),
+            nodepool(
+                "default",
+                &format!(
+                    "    consolidationPolicy: {policy}\n    consolidateAfter: 0s\n    budgets: [{{nodes: \"100%\"}}]"
+                ),
+                "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+            ),
+            node("n1", "default", "m5.xlarge", "on-demand", 24, ""),
+            pod("busy", "n1", "3", "", ""),
+        ]
+    };
+    // A replacement saves a little: WhenEmptyOrUnderutilized takes it, Balanced does not.
+    let r = run(&docs("WhenEmptyOrUnderutilized"));
+    let cmd = &commands(&r)[0];
+    assert_eq!(cmd.method, Method::SingleNodeConsolidation);
+    assert!(cmd.savings > 0.0 && cmd.savings < 0.096, "{}", cmd.savings);
+    let r = run(&docs("Balanced"));
+    assert!(commands(&r).is_empty(), "{:#?}", commands(&r));
+    assert!(
+        blocked_reason(&r, "n1").contains("Balanced policy needs a score of at least 0.5"),
+        "{}",
+        blocked_reason(&r, "n1")
+    );
+}

@@ -139,6 +139,8 @@ pub fn candidates(state: &State, now: DateTime<Utc>) -> (Vec<Candidate>, Vec<(us
                     .map(|c| &c.annotations)
                     .unwrap_or(&std::collections::BTreeMap::new()),
                 image_id: claim.and_then(|c| c.image_id.as_deref()),
+                subnet_id: claim.and_then(|c| c.subnet_id.as_deref()),
+                security_groups: claim.and_then(|c| c.security_groups.as_deref()),
             },
             pool,
             state.nodeclasses.iter().find(|c| {

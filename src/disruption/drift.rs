@@ -32,6 +32,10 @@ pub enum DriftReason {
     NodeClassDrift,
     /// The node's AMI is no longer among the EC2NodeClass' resolved AMIs.
     AMIDrift,
+    /// The instance's subnet is no longer selected by the EC2NodeClass.
+    SubnetDrift,
+    /// The instance's security groups differ from the EC2NodeClass' selected ones.
+    SecurityGroupDrift,
 }
 
 impl DriftReason {
@@ -42,6 +46,8 @@ impl DriftReason {
             Self::RequirementsDrifted => "RequirementsDrifted",
             Self::NodeClassDrift => "NodeClassDrift",
             Self::AMIDrift => "AMIDrift",
+            Self::SubnetDrift => "SubnetDrift",
+            Self::SecurityGroupDrift => "SecurityGroupDrift",
         }
     }
 }
@@ -54,6 +60,10 @@ pub struct DriftInput<'a> {
     pub annotations: &'a BTreeMap<String, String>,
     /// The image the instance booted, from the NodeClaim's status.
     pub image_id: Option<&'a str>,
+    /// The instance's subnet, when the cloud provider reported it.
+    pub subnet_id: Option<&'a str>,
+    /// The instance's security groups, when the cloud provider reported them.
+    pub security_groups: Option<&'a [String]>,
 }
 
 /// What drift detection decided.
@@ -220,6 +230,44 @@ pub fn detect(
             );
         }
     }
+    if let Some(status) = class.and_then(|c| c.status.as_ref()) {
+        let class_name = class
+            .and_then(|c| c.metadata.name.as_deref())
+            .unwrap_or_default();
+        if let Some(subnet) = node.subnet_id
+            && !status.subnets.is_empty()
+            && !status.subnets.iter().any(|s| s.id == subnet)
+        {
+            return DriftVerdict::Drifted(
+                DriftReason::SubnetDrift,
+                format!("its subnet {subnet} is no longer selected by EC2NodeClass {class_name}"),
+            );
+        }
+        if let Some(groups) = node.security_groups
+            && !status.security_groups.is_empty()
+        {
+            let mut have: Vec<&str> = groups.iter().map(String::as_str).collect();
+            let mut want: Vec<&str> = status
+                .security_groups
+                .iter()
+                .map(|g| g.id.as_str())
+                .collect();
+            have.sort_unstable();
+            have.dedup();
+            want.sort_unstable();
+            want.dedup();
+            if have != want {
+                return DriftVerdict::Drifted(
+                    DriftReason::SecurityGroupDrift,
+                    format!(
+                        "its security groups [{}] differ from those EC2NodeClass {class_name} selects [{}]",
+                        have.join(", "),
+                        want.join(", ")
+                    ),
+                );
+            }
+        }
+    }
     if restamp {
         DriftVerdict::Restamp
     } else {
@@ -230,6 +278,7 @@ pub fn detect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::ec2nodeclass::EC2NodeClass;
     use serde_json::json;
 
     fn pool(label: &str) -> NodePool {
@@ -278,6 +327,8 @@ mod tests {
             labels: &labels_,
             annotations: &ann,
             image_id: None,
+            subnet_id: None,
+            security_groups: None,
         };
         assert_eq!(detect(&node, &old, None), DriftVerdict::None);
         assert!(matches!(
@@ -289,8 +340,54 @@ mod tests {
             labels: &labels_,
             annotations: &upstream,
             image_id: None,
+            subnet_id: None,
+            security_groups: None,
         };
         assert_eq!(detect(&node, &new, None), DriftVerdict::Restamp);
+    }
+
+    #[test]
+    fn subnet_and_security_group_changes_drift() {
+        let class: EC2NodeClass = serde_json::from_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+            "status": {"subnets": [{"id": "subnet-new", "zone": "us-east-1a"}], "securityGroups": [{"id": "sg-1"}, {"id": "sg-2"}]}
+        }))
+        .expect("class");
+        let labels_ =
+            BTreeMap::from([("karpenter.sh/capacity-type".to_string(), "spot".to_string())]);
+        let none = BTreeMap::new();
+        let same_groups = vec!["sg-2".to_string(), "sg-1".to_string()];
+        let node = |subnet, groups| DriftInput {
+            labels: &labels_,
+            annotations: &none,
+            image_id: None,
+            subnet_id: subnet,
+            security_groups: groups,
+        };
+        assert_eq!(
+            detect(
+                &node(Some("subnet-new"), Some(&same_groups)),
+                &pool("blue"),
+                Some(&class)
+            ),
+            DriftVerdict::None
+        );
+        assert!(matches!(
+            detect(&node(Some("subnet-old"), None), &pool("blue"), Some(&class)),
+            DriftVerdict::Drifted(DriftReason::SubnetDrift, _)
+        ));
+        let fewer = vec!["sg-1".to_string()];
+        assert!(matches!(
+            detect(&node(None, Some(&fewer)), &pool("blue"), Some(&class)),
+            DriftVerdict::Drifted(DriftReason::SecurityGroupDrift, _)
+        ));
+        // Unknown (not reported by the provider): no verdict either way.
+        assert_eq!(
+            detect(&node(None, None), &pool("blue"), Some(&class)),
+            DriftVerdict::None
+        );
     }
 
     #[test]
@@ -304,6 +401,8 @@ mod tests {
             labels: &on_demand,
             annotations: &none,
             image_id: None,
+            subnet_id: None,
+            security_groups: None,
         };
         match detect(&node, &pool("blue"), None) {
             DriftVerdict::Drifted(DriftReason::RequirementsDrifted, why) => {

@@ -573,6 +573,54 @@ impl Engine<'_> {
         out
     }
 
+    /// The `Balanced` policy's check: a move is worth its disruption only if the fraction of the
+    /// pool's cost it saves is at least half the fraction of the pool's disruption cost it causes
+    /// (upstream's k = 2, with a base cost of 1 per node).
+    fn balanced_ok(
+        &self,
+        nodes: &[&Candidate],
+        savings: f64,
+        live: &[&Candidate],
+    ) -> Result<(), String> {
+        let Some(pool) = nodes
+            .iter()
+            .find(|c| c.policy == ConsolidationPolicy::Balanced)
+            .map(|c| c.nodepool.as_str())
+        else {
+            return Ok(());
+        };
+        let in_pool = |n: &&state::StateNode| n.nodepool.as_deref() == Some(pool);
+        let pool_cost: f64 = self
+            .state
+            .nodes
+            .iter()
+            .filter(in_pool)
+            .filter_map(|n| n.price)
+            .sum();
+        let known: f64 = live
+            .iter()
+            .filter(|c| c.nodepool == pool)
+            .map(|c| 1.0 + c.cost)
+            .sum();
+        let unknown = self.state.nodes.iter().filter(in_pool).count()
+            - live.iter().filter(|c| c.nodepool == pool).count();
+        let pool_disruption = known + unknown as f64;
+        let disruption: f64 = nodes.iter().map(|c| 1.0 + c.cost).sum();
+        if pool_cost <= 0.0 || pool_disruption <= 0.0 {
+            return Ok(());
+        }
+        let score = (savings / pool_cost) / (disruption / pool_disruption);
+        if score >= 0.5 {
+            Ok(())
+        } else {
+            Err(format!(
+                "the Balanced policy needs a score of at least 0.5, this move scores {score:.2} (saves {:.1}% of the pool's cost for {:.1}% of its disruption)",
+                100.0 * savings / pool_cost,
+                100.0 * disruption / pool_disruption
+            ))
+        }
+    }
+
     fn multi_node(
         &self,
         live: &[&Candidate],
@@ -593,7 +641,12 @@ impl Engine<'_> {
         let mut best = None;
         while lo <= hi {
             let mid = (lo + hi) / 2;
-            match self.consolidate(&cands[..mid], Method::MultiNodeConsolidation) {
+            match self
+                .consolidate(&cands[..mid], Method::MultiNodeConsolidation)
+                .and_then(|cmd| {
+                    self.balanced_ok(&cands[..mid], cmd.savings, live)
+                        .map(|()| cmd)
+                }) {
                 Ok(cmd) if cmd.savings > 0.0 => {
                     best = Some(cmd);
                     lo = mid + 1;
@@ -610,7 +663,10 @@ impl Engine<'_> {
         why: &mut BTreeMap<usize, String>,
     ) -> Option<Command> {
         for c in self.consolidation_candidates(live, why) {
-            match self.consolidate(&[c], Method::SingleNodeConsolidation) {
+            match self
+                .consolidate(&[c], Method::SingleNodeConsolidation)
+                .and_then(|cmd| self.balanced_ok(&[c], cmd.savings, live).map(|()| cmd))
+            {
                 Ok(cmd) if cmd.savings > 0.0 => return Some(cmd),
                 Ok(_) => {
                     why.insert(c.node, "consolidating it would not save money".into());

@@ -39,6 +39,10 @@ pub struct ClaimFacts {
     pub last_pod_event: Option<DateTime<Utc>>,
     /// When the NodeClaim became Drifted, if the controller already said so.
     pub drifted_since: Option<DateTime<Utc>>,
+    /// The instance's subnet, as the cloud provider reports it (unknown offline).
+    pub subnet_id: Option<String>,
+    /// The instance's security groups, as the cloud provider reports them (unknown offline).
+    pub security_groups: Option<Vec<String>>,
 }
 
 /// A node.
@@ -323,6 +327,8 @@ fn state_node(
             .and_then(|s| crate::apis::conditions::find(&s.conditions, "Drifted"))
             .filter(|c| c.status == crate::apis::conditions::TRUE)
             .map(|c| c.last_transition_time),
+        subnet_id: None,
+        security_groups: None,
     });
     StateNode {
         name: Arc::from(node.metadata.name.clone().unwrap_or_default()),
@@ -487,6 +493,8 @@ impl State {
             expire_after: pool.and_then(|p| p.spec.template.spec.expire_after.get()),
             last_pod_event: Some(now),
             drifted_since: None,
+            subnet_id: None,
+            security_groups: None,
         };
         let taints = pool
             .map(|p| p.spec.template.spec.taints.clone())
