@@ -5,7 +5,6 @@ use std::path::Path;
 
 use chrono::{DateTime, TimeZone, Utc};
 use karpenter_rs::apis::ec2nodeclass::AMIFamily;
-use karpenter_rs::apis::labels;
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use karpenter_rs::disruption::{self, Method};
@@ -548,7 +547,6 @@ fn a_hash_version_mismatch_restamps_instead_of_drifting() {
         "{e}"
     );
     assert!(e.budgets.iter().any(|b| b.contains("Drifted")), "{e}");
-    let _ = labels::NODEPOOL_HASH;
 }
 
 #[test]
