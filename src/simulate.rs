@@ -833,6 +833,21 @@ fn apply_provisioning(state: &mut State, report: &Report, now: DateTime<Utc>) {
     }
 }
 
+/// The provisioning report and the disruption state of the cluster once its planned NodeClaims
+/// have launched and its pods are placed.
+fn provisioned(
+    cluster: &Cluster,
+    catalog: &Catalog,
+    options: &SimulateOptions,
+    now: DateTime<Utc>,
+) -> (Report, State) {
+    let report = simulate(cluster, catalog, options);
+    let prepared = prepare(cluster, catalog, options);
+    let mut state = State::from_cluster(cluster, prepared.input.nodepools, options.scheduler, now);
+    apply_provisioning(&mut state, &report, now);
+    (report, state)
+}
+
 /// Provisioning followed by disruption: one evaluation, or (`settle`) rounds of provisioning and
 /// disruption until nothing changes, the clock advancing by `step` each round, as the
 /// controller would behave.
@@ -843,15 +858,7 @@ pub fn simulate_with_disruption(
     now: DateTime<Utc>,
     settle: Option<chrono::Duration>,
 ) -> Report {
-    let mut report = simulate(cluster, catalog, options);
-    let prepared = prepare(cluster, catalog, options);
-    let mut state = State::from_cluster(
-        cluster,
-        prepared.input.nodepools.clone(),
-        options.scheduler,
-        now,
-    );
-    apply_provisioning(&mut state, &report, now);
+    let (mut report, mut state) = provisioned(cluster, catalog, options, now);
     let before = state.cost();
     let mut clock = now;
     let mut commands = Vec::new();
@@ -1021,14 +1028,6 @@ pub fn explain(
     now: DateTime<Utc>,
     node: &str,
 ) -> Option<disruption::Explanation> {
-    let report = simulate(cluster, catalog, options);
-    let prepared = prepare(cluster, catalog, options);
-    let mut state = State::from_cluster(
-        cluster,
-        prepared.input.nodepools.clone(),
-        options.scheduler,
-        now,
-    );
-    apply_provisioning(&mut state, &report, now);
+    let (_, state) = provisioned(cluster, catalog, options, now);
     disruption::explain(&state, now, options.disruption, node)
 }
