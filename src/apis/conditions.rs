@@ -44,8 +44,3 @@ pub struct Condition {
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
-
-/// Whether the condition of this type is present with status `True`.
-pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    find(conditions, type_).is_some_and(|c| c.status == TRUE)
-}

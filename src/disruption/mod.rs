@@ -178,15 +178,13 @@ impl Engine<'_> {
         }
         match outcome.nodeclaims.len() {
             0 => Reschedule::Delete,
-            1 => {
-                let claim = outcome
-                    .nodeclaims
-                    .into_iter()
-                    .next()
-                    .expect("one NodeClaim");
-                let options = claim.instance_types.clone();
-                Reschedule::Replace(Box::new((claim, options)))
-            }
+            1 => match outcome.nodeclaims.into_iter().next() {
+                Some(claim) => {
+                    let options = claim.instance_types.clone();
+                    Reschedule::Replace(Box::new((claim, options)))
+                }
+                None => Reschedule::No("the simulation lost its NodeClaim".into()),
+            },
             n => Reschedule::No(format!("its pods would need {n} new nodes")),
         }
     }

@@ -260,14 +260,6 @@ impl State {
             options: self.options,
         }
     }
-
-    /// Re-resolves PDB allowances after pods moved.
-    pub fn refresh_pdbs(&mut self, cluster_pdbs: &[PodDisruptionBudget]) {
-        self.pdbs = cluster_pdbs
-            .iter()
-            .filter_map(|p| resolve_pdb(p, &self.pods))
-            .collect();
-    }
 }
 
 fn state_node(

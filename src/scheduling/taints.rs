@@ -66,16 +66,6 @@ impl Toleration {
             TolerationOperator::Equal => self.value == taint.value.as_deref().unwrap_or(""),
         }
     }
-
-    /// A toleration for every taint with this effect (used when relaxing preferences).
-    pub fn all_with_effect(effect: TaintEffect) -> Self {
-        Self {
-            key: String::new(),
-            operator: TolerationOperator::Exists,
-            value: String::new(),
-            effect: Some(effect),
-        }
-    }
 }
 
 /// Parses a taint effect name.
@@ -172,7 +162,11 @@ mod tests {
         assert!(
             first_untolerated_strict(
                 &taints,
-                &[Toleration::all_with_effect(TaintEffect::PreferNoSchedule)]
+                &[Toleration {
+                    operator: TolerationOperator::Exists,
+                    effect: Some(TaintEffect::PreferNoSchedule),
+                    ..Toleration::default()
+                }]
             )
             .is_none()
         );
