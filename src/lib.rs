@@ -3,6 +3,8 @@
 
 pub mod apis;
 pub mod catalog;
+pub mod clock;
+pub mod cloudprovider;
 pub mod cluster;
 pub mod disruption;
 pub mod manifest;

@@ -19,15 +19,16 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
+use crate::cloudprovider::launch_candidates;
 use crate::cluster::Cluster;
 use crate::disruption::state::State;
 use crate::disruption::{self, Blocked, Command};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
 use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
-use crate::scheduling::resources::{self, Resources};
+use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{
-    self, ExistingNode, Input, NodePoolTemplate, Options, Placement, PoolCache, launch_offering,
+    self, ExistingNode, Input, NodePoolTemplate, Options, Placement, PoolCache,
 };
 use crate::scheduling::taints::taint_from_k8s;
 
@@ -139,36 +140,6 @@ pub struct Prepared {
     pub skipped_pools: Vec<NodePoolReport>,
 }
 
-/// The node class settings that shape instance types.
-fn settings_for(nodeclass: &EC2NodeClass) -> NodeClassSettings {
-    let family = nodeclass.spec.ami_family().unwrap_or(AMIFamily::AL2023);
-    let mut settings = NodeClassSettings::for_family(family);
-    if let Some(k) = &nodeclass.spec.kubelet {
-        settings.kubelet = k.clone();
-    }
-    let ephemeral_device = match family {
-        AMIFamily::Bottlerocket => "/dev/xvdb",
-        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => "/dev/sda1",
-        _ => "/dev/xvda",
-    };
-    let bdms = &nodeclass.spec.block_device_mappings;
-    let volume = bdms
-        .iter()
-        .find(|b| b.root_volume == Some(true))
-        .or_else(|| {
-            bdms.iter()
-                .find(|b| b.device_name.as_deref() == Some(ephemeral_device))
-        });
-    if let Some(size) = volume
-        .and_then(|b| b.ebs.as_ref())
-        .and_then(|e| e.volume_size.as_deref())
-        .and_then(|s| resources::parse_quantity(resources::EPHEMERAL_STORAGE, s).ok())
-    {
-        settings.ephemeral_storage = size;
-    }
-    settings
-}
-
 /// Requirements a NodePool's template imposes, with upstream's implicit ones.
 pub fn template_requirements(pool: &NodePool) -> Requirements {
     let spec = &pool.spec.template.spec;
@@ -201,8 +172,38 @@ fn node_resources(
         .unwrap_or_default()
 }
 
-/// Builds the scheduler input from a cluster and a catalog.
-pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) -> Prepared {
+/// Where [`prepare`] finds the instance types a node class can launch: the bundled catalog
+/// offline, the cloud provider's answers (fetched before the pure core runs) in the controller.
+pub trait InstanceTypeSource {
+    /// Instance types of a node class, its overhead applied; empty when unknown.
+    fn for_nodeclass(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>>;
+}
+
+impl InstanceTypeSource for Catalog {
+    fn for_nodeclass(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>> {
+        Arc::new(self.instance_types(&NodeClassSettings::for_nodeclass(nodeclass)))
+    }
+}
+
+/// Instance types by EC2NodeClass name, as the controller fetched them from the cloud provider.
+impl InstanceTypeSource for HashMap<String, Arc<Vec<InstanceType>>> {
+    fn for_nodeclass(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>> {
+        nodeclass
+            .metadata
+            .name
+            .as_ref()
+            .and_then(|name| self.get(name))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Builds the scheduler input from a cluster and the instance types its node classes offer.
+pub fn prepare(
+    cluster: &Cluster,
+    source: &dyn InstanceTypeSource,
+    options: &SimulateOptions,
+) -> Prepared {
     let bound = cluster.bound_pods();
     let mut invalid_pods = Vec::new();
     let mut skipped_pools = Vec::new();
@@ -261,15 +262,10 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
             });
             continue;
         };
-        let settings = settings_for(nodeclass);
-        let class_key = format!(
-            "{:?}|{:?}|{}",
-            settings.ami_family, settings.kubelet, settings.ephemeral_storage
-        );
         // Pools on the same node class share instance types, and so the derived caches.
         let (instance_types, cache) = types_by_class
-            .entry(class_key)
-            .or_insert_with(|| (Arc::new(catalog.instance_types(&settings)), Arc::default()))
+            .entry(nodeclass.metadata.name.clone().unwrap_or_default())
+            .or_insert_with(|| (source.for_nodeclass(nodeclass), Arc::default()))
             .clone();
         let requirements = template_requirements(pool);
         let taints: Vec<_> = pool.spec.template.spec.taints.clone();
@@ -388,7 +384,6 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
     // NodeClaims launched (or launching) whose Node has not registered yet are capacity too, as
     // upstream's in-flight nodes: their daemon overhead is expected, their taints apply, startup
     // taints do not.
-    let fallback_types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
     for claim in &cluster.nodeclaims {
         let status = claim.status.as_ref();
         let registered = status
@@ -413,9 +408,19 @@ pub fn prepare(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) 
         node_labels.extend(
             Requirements::from_node_selector_requirements(&claim.spec.requirements).labels(),
         );
+        let claim_types = cluster
+            .nodeclass(&claim.spec.node_class_ref.name)
+            .map(|class| {
+                types_by_class
+                    .entry(class.metadata.name.clone().unwrap_or_default())
+                    .or_insert_with(|| (source.for_nodeclass(class), Arc::default()))
+                    .0
+                    .clone()
+            })
+            .unwrap_or_default();
         let instance_type = node_labels
             .get(labels::INSTANCE_TYPE)
-            .and_then(|t| fallback_types.iter().find(|it| it.name.as_ref() == t));
+            .and_then(|t| claim_types.iter().find(|it| it.name.as_ref() == t));
         let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
             Some(a) => node_resources(Some(a)),
             None => match instance_type {
@@ -673,17 +678,13 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
             .iter()
             .map(|&t| &pool.instance_types[t as usize])
             .collect();
-        let chosen = options
-            .iter()
-            .filter_map(|it| launch_offering(it, &planned.requirements).map(|o| (*it, o)))
-            .min_by(|(_, a), (_, b)| {
-                let rank = |o: &crate::scheduling::instance_type::Offering| match o.capacity_type {
-                    CapacityType::Reserved => 0,
-                    CapacityType::Spot => 1,
-                    CapacityType::OnDemand => 2,
-                };
-                rank(a).cmp(&rank(b)).then(a.price.total_cmp(&b.price))
-            });
+        let chosen = launch_candidates(
+            options.iter().copied(),
+            &planned.requirements,
+            &Resources::default(),
+        )
+        .into_iter()
+        .next();
         let pods: Vec<String> = planned
             .pods
             .iter()

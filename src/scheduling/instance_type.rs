@@ -191,6 +191,37 @@ impl NodeClassSettings {
         }
     }
 
+    /// The settings an EC2NodeClass implies: its AMI family, kubelet overrides and the size of
+    /// the volume that backs ephemeral storage (the root volume, or Bottlerocket's data volume).
+    pub fn for_nodeclass(nodeclass: &crate::apis::EC2NodeClass) -> Self {
+        let family = nodeclass.spec.ami_family().unwrap_or(AMIFamily::AL2023);
+        let mut settings = Self::for_family(family);
+        if let Some(k) = &nodeclass.spec.kubelet {
+            settings.kubelet = k.clone();
+        }
+        let ephemeral_device = match family {
+            AMIFamily::Bottlerocket => "/dev/xvdb",
+            AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => "/dev/sda1",
+            _ => "/dev/xvda",
+        };
+        let bdms = &nodeclass.spec.block_device_mappings;
+        let volume = bdms
+            .iter()
+            .find(|b| b.root_volume == Some(true))
+            .or_else(|| {
+                bdms.iter()
+                    .find(|b| b.device_name.as_deref() == Some(ephemeral_device))
+            });
+        if let Some(size) = volume
+            .and_then(|b| b.ebs.as_ref())
+            .and_then(|e| e.volume_size.as_deref())
+            .and_then(|s| resources::parse_quantity(resources::EPHEMERAL_STORAGE, s).ok())
+        {
+            settings.ephemeral_storage = size;
+        }
+        settings
+    }
+
     fn is_windows(&self) -> bool {
         matches!(
             self.ami_family,

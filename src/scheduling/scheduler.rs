@@ -338,6 +338,12 @@ fn type_requirements(it: &InstanceType) -> Requirements {
     reqs
 }
 
+/// Whether an instance type's labels agree with the requirements and it has an available
+/// offering they allow: the cloud provider's filter when it picks what to launch for a NodeClaim.
+pub fn type_matches(it: &InstanceType, reqs: &Requirements) -> bool {
+    type_fits_requirements(it, &type_requirements(it), reqs)
+}
+
 /// Whether an instance type can serve a NodeClaim with these requirements: its labels agree and
 /// it has an available offering in an allowed zone with an allowed capacity type.
 fn type_fits_requirements(

@@ -1,0 +1,336 @@
+//! The controller's hands on the cloud: launch an instance for a NodeClaim, find it again,
+//! terminate it, list what the cluster owns, tell which instance types a node class can use and
+//! whether a launched NodeClaim no longer matches its node class.
+//!
+//! The controllers talk only to [`CloudProvider`], so the same reconcilers drive real EC2
+//! (`aws`) and the in-memory [`simulated`] cloud that `run --cloud-provider simulated`, the tests
+//! and the benchmarks use. Which offering a launch picks is decided here, once
+//! ([`launch_candidates`]), so that `simulate`'s prediction and both providers agree.
+
+pub mod simulated;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::apis::ec2nodeclass::EC2NodeClassStatus;
+use crate::apis::labels;
+use crate::apis::{EC2NodeClass, NodeClaim};
+use crate::scheduling::instance_type::{CapacityType, InstanceType, Offering};
+use crate::scheduling::requirements::Requirements;
+use crate::scheduling::resources::Resources;
+use crate::scheduling::scheduler;
+
+/// The most instance type × zone pairs one launch request carries (CreateFleet's override cap
+/// that upstream also applies).
+pub const MAX_LAUNCH_OVERRIDES: usize = 60;
+
+/// What a successful launch tells the controller about the new instance, written to the
+/// NodeClaim's status and labels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launched {
+    /// `aws:///<zone>/<instance-id>`: how the Node and the NodeClaim find each other.
+    pub provider_id: String,
+    /// The image the instance booted.
+    pub image_id: Option<String>,
+    /// The instance type chosen from the NodeClaim's options.
+    pub instance_type: String,
+    /// Availability zone.
+    pub zone: String,
+    /// How the instance is bought.
+    pub capacity_type: CapacityType,
+    /// Full capacity the node will report.
+    pub capacity: Resources,
+    /// What pods can use once the node is up.
+    pub allocatable: Resources,
+    /// Labels the node will carry (instance type, zone, capacity type and the instance labels).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Where an instance is in its life, as EC2 reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceState {
+    /// Booting.
+    Pending,
+    /// Up.
+    Running,
+    /// Stopping or stopped: will not serve pods until started again.
+    Stopped,
+    /// Terminating.
+    ShuttingDown,
+    /// Gone.
+    Terminated,
+}
+
+impl InstanceState {
+    /// Whether the instance is on its way out or gone, so a NodeClaim waiting for termination can
+    /// let go once it is [`InstanceState::Terminated`].
+    pub fn is_terminating(self) -> bool {
+        matches!(self, Self::ShuttingDown | Self::Terminated)
+    }
+}
+
+/// An instance as the cloud reports it, with the tags that tie it to the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instance {
+    /// `aws:///<zone>/<instance-id>`.
+    pub provider_id: String,
+    /// The NodeClaim it was launched for (`karpenter.sh/nodeclaim` tag).
+    pub nodeclaim: Option<String>,
+    /// The NodePool (`karpenter.sh/nodepool` tag).
+    pub nodepool: Option<String>,
+    /// Instance type.
+    pub instance_type: String,
+    /// Availability zone.
+    pub zone: String,
+    /// How it is bought.
+    pub capacity_type: CapacityType,
+    /// Image it runs.
+    pub image_id: Option<String>,
+    /// Lifecycle state.
+    pub state: InstanceState,
+    /// When it was launched: garbage collection leaves young instances alone.
+    pub launch_time: DateTime<Utc>,
+}
+
+/// Why a cloud call failed, sorted by what the controller should do about it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CloudError {
+    /// No offering the NodeClaim allows has capacity right now: delete the NodeClaim so the
+    /// provisioner plans again without the exhausted offerings.
+    #[error("insufficient capacity: {0}")]
+    InsufficientCapacity(String),
+    /// The node class cannot launch yet (subnets, security groups, AMIs or instance profile not
+    /// resolved): wait and retry.
+    #[error("node class not ready: {0}")]
+    NodeClassNotReady(String),
+    /// The instance does not exist (any more).
+    #[error("instance not found: {0}")]
+    NotFound(String),
+    /// A transient failure (throttling, timeouts): retry with backoff.
+    #[error("transient cloud error: {0}")]
+    Transient(String),
+    /// The request cannot succeed as given (bad user data, unknown AMI); reported on the object.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What a node class's selectors resolve to in the cloud; the EC2NodeClass controller writes it
+/// to the status with readiness conditions.
+pub type NodeClassResolution = Result<EC2NodeClassStatus, CloudError>;
+
+/// The operations the controllers need from a cloud.
+///
+/// Implementations must make [`CloudProvider::create`] idempotent per NodeClaim name: a launch
+/// retried after a crash finds the instance the first attempt made instead of making another.
+#[async_trait]
+pub trait CloudProvider: Send + Sync {
+    /// A short name for logs and metrics (`aws`, `simulated`).
+    fn name(&self) -> &'static str;
+
+    /// Launches (or finds the already launched) instance for a NodeClaim on its node class.
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Launched, CloudError>;
+
+    /// Starts terminating the instance; [`CloudError::NotFound`] once it is gone.
+    async fn delete(&self, provider_id: &str) -> Result<(), CloudError>;
+
+    /// The instance behind a provider ID.
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError>;
+
+    /// Every instance tagged for this cluster, for garbage collection.
+    async fn list(&self) -> Result<Vec<Instance>, CloudError>;
+
+    /// Instance types a node class can launch, with current offerings (exhausted ones marked
+    /// unavailable) and the node class's overhead applied.
+    async fn instance_types(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError>;
+
+    /// Resolves a node class's selectors (subnets, security groups, AMIs, instance profile).
+    async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution;
+
+    /// Why a launched NodeClaim no longer matches what its node class resolves to now (`AMIDrift`,
+    /// `SubnetDrift`, `SecurityGroupDrift`), or `None`.
+    async fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Option<&'static str>, CloudError>;
+}
+
+/// The requirements a NodeClaim's spec states.
+pub fn claim_requirements(claim: &NodeClaim) -> Requirements {
+    Requirements::from_node_selector_requirements(&claim.spec.requirements)
+}
+
+/// Requests a NodeClaim must fit, from `spec.resources.requests`.
+pub fn claim_requests(claim: &NodeClaim) -> Resources {
+    claim
+        .spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| Resources::from_list(r).ok())
+        .unwrap_or_default()
+}
+
+/// The offerings a launch for these requirements may use, in the order the cloud is asked to try
+/// them: capacity type by preference (reserved, spot, on-demand), then price, at most
+/// [`MAX_LAUNCH_OVERRIDES`]. Instance types that do not fit `requests` or contradict the
+/// requirements are left out; so are unavailable offerings.
+pub fn launch_candidates<'a>(
+    types: impl IntoIterator<Item = &'a InstanceType>,
+    requirements: &Requirements,
+    requests: &Resources,
+) -> Vec<(&'a InstanceType, &'a Offering)> {
+    let zone = requirements.get(labels::ZONE);
+    let zone_id = requirements.get(labels::ZONE_ID);
+    let capacity = requirements.get(labels::CAPACITY_TYPE);
+    let mut out: Vec<(&InstanceType, &Offering)> = types
+        .into_iter()
+        .filter(|it| requests.fits(&it.allocatable))
+        .filter(|it| scheduler::type_matches(it, requirements))
+        .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
+        .filter(|(_, o)| {
+            o.available
+                && zone.is_none_or(|z| z.has(&o.zone))
+                && capacity.is_none_or(|c| c.has(o.capacity_type.label()))
+                && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+        })
+        .collect();
+    out.sort_by(|(a_it, a), (b_it, b)| {
+        capacity_rank(a.capacity_type)
+            .cmp(&capacity_rank(b.capacity_type))
+            .then(a.price.total_cmp(&b.price))
+            .then(a_it.name.cmp(&b_it.name))
+            .then(a.zone.cmp(&b.zone))
+    });
+    out.truncate(MAX_LAUNCH_OVERRIDES);
+    out
+}
+
+/// Upstream's capacity-type preference: reserved capacity is already paid for, spot is cheaper
+/// than on-demand.
+fn capacity_rank(ct: CapacityType) -> u8 {
+    match ct {
+        CapacityType::Reserved => 0,
+        CapacityType::Spot => 1,
+        CapacityType::OnDemand => 2,
+    }
+}
+
+/// The labels a node launched on `offering` of `it` for a NodeClaim with `requirements` carries:
+/// the requirements' single values, the instance type's labels, zone, zone ID and capacity type.
+pub fn node_labels(
+    it: &InstanceType,
+    offering: &Offering,
+    requirements: &Requirements,
+) -> BTreeMap<String, String> {
+    let mut out = requirements.labels();
+    for (k, v) in &it.labels {
+        out.insert((*k).to_string(), v.clone());
+    }
+    out.insert(labels::ZONE.into(), offering.zone.to_string());
+    if let Some(id) = &offering.zone_id {
+        out.insert(labels::ZONE_ID.into(), id.to_string());
+    }
+    out.insert(
+        labels::CAPACITY_TYPE.into(),
+        offering.capacity_type.label().into(),
+    );
+    out
+}
+
+/// The zone part of an `aws:///<zone>/<id>` provider ID.
+pub fn provider_id_zone(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws:///")?;
+    rest.split_once('/').map(|(zone, _)| zone)
+}
+
+/// The instance ID part of an `aws:///<zone>/<id>` provider ID.
+pub fn provider_id_instance(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws:///")?;
+    rest.split_once('/')
+        .map(|(_, id)| id)
+        .filter(|id| !id.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::nodeclaim::Operator;
+    use crate::catalog::Catalog;
+    use crate::scheduling::instance_type::NodeClassSettings;
+    use crate::scheduling::requirements::Requirement;
+
+    fn types() -> Vec<InstanceType> {
+        let catalog = Catalog::bundled("us-east-1").expect("bundled catalog");
+        catalog.instance_types(&NodeClassSettings::for_family(
+            crate::apis::ec2nodeclass::AMIFamily::AL2023,
+        ))
+    }
+
+    #[test]
+    fn spot_is_preferred_then_price_and_the_list_is_capped() {
+        let types = types();
+        let mut reqs = Requirements::new();
+        reqs.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            ["spot", "on-demand"],
+            None,
+        ));
+        let requests = Resources::cpu_memory(1000, 1 << 30);
+        let c = launch_candidates(&types, &reqs, &requests);
+        assert_eq!(c.len(), MAX_LAUNCH_OVERRIDES);
+        assert!(c.iter().all(|(_, o)| o.capacity_type == CapacityType::Spot));
+        assert!(c.windows(2).all(|w| w[0].1.price <= w[1].1.price));
+        assert!(c.iter().all(|(it, _)| requests.fits(&it.allocatable)));
+    }
+
+    #[test]
+    fn requirements_narrow_types_zones_and_capacity() {
+        let types = types();
+        let mut reqs = Requirements::new();
+        reqs.add_requirement(Requirement::new(
+            labels::INSTANCE_TYPE,
+            Operator::In,
+            ["m5.large", "m5.xlarge"],
+            None,
+        ));
+        reqs.add_requirement(Requirement::new(
+            labels::ZONE,
+            Operator::In,
+            ["us-east-1b"],
+            None,
+        ));
+        reqs.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            ["on-demand"],
+            None,
+        ));
+        let c = launch_candidates(&types, &reqs, &Resources::default());
+        let names: Vec<&str> = c.iter().map(|(it, _)| it.name.as_ref()).collect();
+        assert_eq!(names, ["m5.large", "m5.xlarge"]);
+        assert!(c.iter().all(|(_, o)| o.zone.as_ref() == "us-east-1b"));
+        let too_big = Resources::cpu_memory(64_000, 0);
+        assert!(launch_candidates(&types, &reqs, &too_big).is_empty());
+    }
+
+    #[test]
+    fn provider_ids_split_into_zone_and_instance() {
+        let id = "aws:///us-east-1a/i-0123456789abcdef0";
+        assert_eq!(provider_id_zone(id), Some("us-east-1a"));
+        assert_eq!(provider_id_instance(id), Some("i-0123456789abcdef0"));
+        assert_eq!(provider_id_instance("kind://x"), None);
+        assert_eq!(provider_id_instance("aws:///us-east-1a/"), None);
+    }
+}
