@@ -265,8 +265,8 @@ fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-/// See [`Cluster::pending_pods`].
-fn is_pending(pod: &Pod) -> bool {
+/// Whether a pod waits for capacity (see [`Cluster::pending_pods`]).
+pub fn is_pending(pod: &Pod) -> bool {
     let daemon = pod
         .metadata
         .owner_references

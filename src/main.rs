@@ -43,7 +43,7 @@ enum MinValuesPolicy {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller in a cluster.
-    Run,
+    Run(RunArgs),
     /// Show offline what the controller would launch for the pods in a set of manifests.
     Simulate {
         /// Manifest files or directories (`-` for stdin); repeatable.
@@ -119,13 +119,94 @@ enum Command {
     Version,
 }
 
+/// Which cloud `run` launches into.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CloudProviderKind {
+    Aws,
+    Simulated,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The cloud to launch into: `aws`, or `simulated` (the bundled catalog; Nodes are
+    /// registered by a stand-in kubelet).
+    #[arg(long, env = "CLOUD_PROVIDER", value_enum, default_value = "aws")]
+    cloud_provider: CloudProviderKind,
+    /// AWS region.
+    #[arg(long, env = "AWS_REGION", default_value = catalog::DEFAULT_REGION)]
+    region: String,
+    /// Catalog for the simulated cloud instead of the bundled one for the region.
+    #[arg(long, value_name = "FILE")]
+    catalog: Option<PathBuf>,
+    /// Run without leader election (one replica only).
+    #[arg(long, env = "DISABLE_LEADER_ELECTION")]
+    disable_leader_election: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "kube-system")]
+    leader_election_namespace: String,
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    use karpenter_rs::clock::{Clock, SystemClock};
+    use karpenter_rs::cloudprovider::CloudProvider;
+    use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
+    use karpenter_rs::controllers::{self, RunConfig};
+    use std::sync::Arc;
+
+    tracing_subscriber::fmt().with_target(false).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let (provider, simulated): (Arc<dyn CloudProvider>, _) = match args.cloud_provider {
+            CloudProviderKind::Simulated => {
+                let catalog = match &args.catalog {
+                    Some(path) => Catalog::from_file(path)?,
+                    None => Catalog::bundled(&args.region)?,
+                };
+                let cloud = Arc::new(SimulatedProvider::new(catalog, clock.clone()));
+                (cloud.clone(), Some(cloud))
+            }
+            CloudProviderKind::Aws => anyhow::bail!(
+                "the AWS cloud provider is not available in this build; use --cloud-provider simulated"
+            ),
+        };
+        tracing::info!(cloud_provider = provider.name(), region = %args.region, "cloud provider selected");
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster config)")?;
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            format!("karpenter-rs-{}", std::process::id())
+        });
+        let config = RunConfig {
+            region: args.region.clone(),
+            leader_election: (!args.disable_leader_election).then(|| {
+                (
+                    args.leader_election_namespace.clone(),
+                    "karpenter-leader-election".to_string(),
+                )
+            }),
+            identity,
+            batch: Default::default(),
+            options: SimulateOptions::default(),
+        };
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        controllers::run(client, provider, simulated, clock, config, ready).await
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run => {
-            eprintln!("karpenter-rs: `run` is not yet implemented");
-            ExitCode::from(2)
-        }
+        Command::Run(args) => match run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("karpenter-rs: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Simulate {
             files,
             output,

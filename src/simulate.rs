@@ -198,6 +198,28 @@ impl InstanceTypeSource for HashMap<String, Arc<Vec<InstanceType>>> {
     }
 }
 
+/// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
+/// yet (by name or provider ID).
+fn is_in_flight(cluster: &Cluster, claim: &crate::apis::NodeClaim) -> bool {
+    let status = claim.status.as_ref();
+    let registered = status
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| {
+            cluster
+                .nodes
+                .iter()
+                .any(|node| node.metadata.name.as_deref() == Some(n))
+        })
+        || status
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|id| {
+                cluster.nodes.iter().any(|node| {
+                    node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id)
+                })
+            });
+    !registered && claim.metadata.deletion_timestamp.is_none()
+}
+
 /// Builds the scheduler input from a cluster and the instance types its node classes offer.
 pub fn prepare(
     cluster: &Cluster,
@@ -239,6 +261,48 @@ pub fn prepare(
             ));
             entry.1 += 1;
         }
+    }
+    // In-flight NodeClaims count against limits too, or rounds before their Nodes register would
+    // overshoot: launched ones with their capacity, others with their largest option's.
+    for claim in cluster
+        .nodeclaims
+        .iter()
+        .filter(|c| is_in_flight(cluster, c))
+    {
+        let Some(pool) = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+        else {
+            continue;
+        };
+        let capacity = match claim.status.as_ref().and_then(|s| s.capacity.as_ref()) {
+            Some(c) => node_resources(Some(c)),
+            None => {
+                let types = cluster
+                    .nodeclass(&claim.spec.node_class_ref.name)
+                    .map(|class| {
+                        types_by_class
+                            .entry(class.metadata.name.clone().unwrap_or_default())
+                            .or_insert_with(|| (source.for_nodeclass(class), Arc::default()))
+                            .0
+                            .clone()
+                    })
+                    .unwrap_or_default();
+                let reqs = Requirements::from_node_selector_requirements(&claim.spec.requirements);
+                types
+                    .iter()
+                    .filter(|it| {
+                        reqs.get(labels::INSTANCE_TYPE)
+                            .is_some_and(|r| r.has(&it.name))
+                    })
+                    .fold(Resources::default(), |acc, it| acc.max(&it.capacity))
+            }
+        };
+        let entry = usage.entry(pool.clone()).or_default();
+        entry.0.add(&capacity);
+        entry.1 += 1;
     }
 
     let mut nodepools = Vec::new();
@@ -386,22 +450,7 @@ pub fn prepare(
     // taints do not.
     for claim in &cluster.nodeclaims {
         let status = claim.status.as_ref();
-        let registered = status
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| {
-                cluster
-                    .nodes
-                    .iter()
-                    .any(|node| node.metadata.name.as_deref() == Some(n))
-            })
-            || status
-                .and_then(|s| s.provider_id.as_deref())
-                .is_some_and(|id| {
-                    cluster.nodes.iter().any(|node| {
-                        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id)
-                    })
-                });
-        if registered || claim.metadata.deletion_timestamp.is_some() {
+        if !is_in_flight(cluster, claim) {
             continue;
         }
         let mut node_labels = claim.metadata.labels.clone().unwrap_or_default();
@@ -418,13 +467,23 @@ pub fn prepare(
                     .clone()
             })
             .unwrap_or_default();
-        let instance_type = node_labels
-            .get(labels::INSTANCE_TYPE)
-            .and_then(|t| claim_types.iter().find(|it| it.name.as_ref() == t));
+        // Not launched yet: count on the least any of its instance types offers, which still
+        // holds the pods it was planned for (every option fits them).
+        let claim_reqs = Requirements::from_node_selector_requirements(&claim.spec.requirements);
+        let options: Vec<&InstanceType> = claim_types
+            .iter()
+            .filter(|it| {
+                claim_reqs
+                    .get(labels::INSTANCE_TYPE)
+                    .is_some_and(|r| r.has(&it.name))
+            })
+            .collect();
         let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
             Some(a) => node_resources(Some(a)),
-            None => match instance_type {
-                Some(it) => it.allocatable.clone(),
+            None => match options.split_first() {
+                Some((first, rest)) => rest.iter().fold(first.allocatable.clone(), |acc, it| {
+                    acc.min(&it.allocatable)
+                }),
                 None => continue,
             },
         };

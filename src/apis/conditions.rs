@@ -44,3 +44,65 @@ pub struct Condition {
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
+
+/// Whether the condition of this type is `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == TRUE)
+}
+
+/// Sets a condition, keeping its `lastTransitionTime` unless the status changes, as
+/// `kubectl wait` and alerting on "how long has this been false" expect. Returns whether
+/// anything changed, so controllers write only when needed.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: DateTime<Utc>,
+) -> bool {
+    let reason = if reason.is_empty() { type_ } else { reason };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status && c.reason == reason && c.message == message => false,
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status.into();
+            c.reason = reason.into();
+            c.message = message.into();
+            true
+        }
+        None => {
+            conditions.push(Condition {
+                type_: type_.into(),
+                status: status.into(),
+                observed_generation: None,
+                last_transition_time: now,
+                reason: reason.into(),
+                message: message.into(),
+            });
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_when_the_status_changes() {
+        let t0 = DateTime::from_timestamp(1_000, 0).expect("time");
+        let t1 = DateTime::from_timestamp(2_000, 0).expect("time");
+        let mut list = Vec::new();
+        assert!(set(&mut list, "Ready", FALSE, "Waiting", "not yet", t0));
+        assert!(!set(&mut list, "Ready", FALSE, "Waiting", "not yet", t1));
+        assert!(set(&mut list, "Ready", FALSE, "Other", "still not", t1));
+        assert_eq!(list[0].last_transition_time, t0);
+        assert!(set(&mut list, "Ready", TRUE, "", "", t1));
+        assert_eq!(list[0].last_transition_time, t1);
+        assert_eq!(list[0].reason, "Ready");
+        assert!(is_true(&list, "Ready"));
+    }
+}

@@ -71,6 +71,17 @@ pub enum TaintEffect {
     NoExecute,
 }
 
+impl TaintEffect {
+    /// The effect as Kubernetes spells it on a Node.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::PreferNoSchedule => "PreferNoSchedule",
+            Self::NoExecute => "NoExecute",
+        }
+    }
+}
+
 /// A node taint, as `corev1.Taint` with the CRD's validation.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

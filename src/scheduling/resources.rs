@@ -148,6 +148,22 @@ impl Resources {
         out
     }
 
+    /// Per-resource minimum; a resource only one side lists counts as zero on the other, so
+    /// the result is what both offer for sure.
+    pub fn min(&self, other: &Resources) -> Resources {
+        let mut out = Resources {
+            cpu: self.cpu.min(other.cpu),
+            memory: self.memory.min(other.memory),
+            pods: self.pods.min(other.pods),
+            ephemeral_storage: self.ephemeral_storage.min(other.ephemeral_storage),
+            extended: Vec::new(),
+        };
+        for (name, amount) in &self.extended {
+            out.set(name, (*amount).min(other.get(name)).max(0));
+        }
+        out
+    }
+
     /// Whether `self` (a request) fits within `capacity`, resource by resource. A resource the
     /// capacity does not list has capacity zero.
     pub fn fits(&self, capacity: &Resources) -> bool {

@@ -1,0 +1,178 @@
+//! `karpenter-rs run`: the kube-rs shells around the pure core. Watches feed
+//! [`ClusterState`]; the provisioner, the NodeClaim lifecycle, the NodePool and EC2NodeClass
+//! status controllers and (with the simulated cloud) a stand-in kubelet act on it; one replica
+//! at a time, chosen by a Lease.
+
+pub mod kubelet;
+pub mod leader;
+pub mod nodeclass;
+pub mod nodepool;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::clock::Clock;
+use crate::cloudprovider::simulated::SimulatedProvider;
+use crate::cloudprovider::{CloudError, CloudProvider};
+use crate::simulate::SimulateOptions;
+use crate::state::ClusterState;
+
+/// Everything a controller needs, shared by all of them.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Reflected cluster state.
+    pub state: ClusterState,
+    /// The cloud.
+    pub provider: Arc<dyn CloudProvider>,
+    /// The simulated cloud again, when that is the cloud, for the stand-in kubelet.
+    pub simulated: Option<Arc<SimulatedProvider>>,
+    /// Publishes Kubernetes events.
+    pub recorder: Recorder,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Scheduler and disruption options.
+    pub options: SimulateOptions,
+}
+
+impl Context {
+    /// Builds the shared context; events are reported as `karpenter`, as upstream's are.
+    pub fn new(
+        client: Client,
+        state: ClusterState,
+        provider: Arc<dyn CloudProvider>,
+        simulated: Option<Arc<SimulatedProvider>>,
+        clock: Arc<dyn Clock>,
+        options: SimulateOptions,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "karpenter".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            state,
+            provider,
+            simulated,
+            clock,
+            options,
+        }
+    }
+}
+
+/// Why a reconcile failed; every variant is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or could not be reached.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The cloud refused or could not be reached.
+    #[error("cloud provider: {0}")]
+    Cloud(#[from] CloudError),
+}
+
+/// What `run` needs beyond the cloud provider.
+pub struct RunConfig {
+    /// Region the controller works in (names simulated nodes).
+    pub region: String,
+    /// Lease namespace and name, or `None` when leader election is disabled.
+    pub leader_election: Option<(String, String)>,
+    /// This replica's identity in the Lease.
+    pub identity: String,
+    /// Provisioning batch windows.
+    pub batch: crate::provisioning::BatchWindow,
+    /// Scheduler and disruption options.
+    pub options: SimulateOptions,
+}
+
+/// Runs the controllers until SIGTERM / Ctrl-C (`Ok`) or until leadership is lost (`Err`, so
+/// the process exits and restarts as a follower, as upstream's does). `ready` is set once the
+/// caches are synced and this replica leads.
+pub async fn run(
+    client: Client,
+    provider: Arc<dyn CloudProvider>,
+    simulated: Option<Arc<SimulatedProvider>>,
+    clock: Arc<dyn Clock>,
+    config: RunConfig,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<()> {
+    let elector = config
+        .leader_election
+        .as_ref()
+        .map(|(ns, name)| leader::LeaderElector::new(client.clone(), ns, name, &config.identity));
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    if let Some(e) = &elector {
+        tokio::select! {
+            _ = e.acquire() => {}
+            _ = &mut shutdown => return Ok(()),
+        }
+    }
+    let (state, mut tasks) = ClusterState::start(&client).await;
+    state.wait_synced().await;
+    if let Some(cloud) = &simulated {
+        kubelet::adopt_instances(cloud, &state.nodeclaims.state());
+    }
+    let ctx = Arc::new(Context::new(
+        client,
+        state,
+        provider.clone(),
+        simulated.clone(),
+        clock,
+        config.options,
+    ));
+    tracing::info!(cloud_provider = provider.name(), "starting controllers");
+    tasks.spawn(crate::provisioning::Provisioner::new(ctx.clone(), config.batch).run());
+    tasks.spawn(crate::lifecycle::run(ctx.clone()));
+    tasks.spawn(nodepool::run(ctx.clone()));
+    tasks.spawn(nodeclass::run(ctx.clone()));
+    if let Some(cloud) = simulated {
+        tasks.spawn(kubelet::run(ctx.clone(), cloud, config.region.clone()));
+    }
+    ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    let keep = async {
+        match &elector {
+            Some(e) => e.keep().await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        _ = &mut shutdown => {
+            tracing::info!("shutting down");
+            Ok(())
+        }
+        _ = keep => Err(anyhow::anyhow!("leader election lost")),
+    };
+    ready.store(false, std::sync::atomic::Ordering::SeqCst);
+    tasks.abort_all();
+    if let (Some(e), Ok(())) = (&elector, &result) {
+        e.release().await;
+    }
+    result
+}
+
+/// Resolves on SIGTERM (what Kubernetes sends) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,236 @@
+//! NodePool status: how many nodes and how much capacity the pool has (what `limits` are checked
+//! against and what dashboards show), whether the pool is valid and its node class ready, and
+//! the hash annotations drift detection compares NodeClaims with.
+//!
+//! An invalid NodePool is reported in its conditions and events and otherwise left alone: it
+//! never crashes the controller and never causes capacity to be deleted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::apis::conditions::{self, FALSE, TRUE};
+use crate::apis::nodepool::NodePoolStatus;
+use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
+use crate::controllers::{Context, Error};
+use crate::disruption::drift;
+use crate::scheduling::resources::Resources;
+
+/// Runs the NodePool controller until the stream ends.
+pub async fn run(ctx: Arc<Context>) {
+    let pools: Api<NodePool> = Api::all(ctx.client.clone());
+    let store = ctx.state.nodepools.clone();
+    Controller::new(pools, watcher::Config::default())
+        .watches(
+            Api::<NodeClaim>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            |claim: NodeClaim| {
+                claim
+                    .labels()
+                    .get(labels::NODEPOOL)
+                    .map(|p| ObjectRef::new(p))
+            },
+        )
+        .watches(
+            Api::<EC2NodeClass>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |class: EC2NodeClass| {
+                let name = class.name_any();
+                store
+                    .state()
+                    .iter()
+                    .filter(|p| p.spec.template.spec.node_class_ref.name == name)
+                    .map(|p| ObjectRef::new(&p.name_any()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn error_policy(pool: Arc<NodePool>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(controller = "nodepool", nodepool = %pool.name_any(), error = %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// `status.resources` (capacity summed over the pool's launched NodeClaims, plus `nodes`) and
+/// `status.nodes`.
+pub fn pool_usage(
+    pool: &str,
+    claims: &[Arc<NodeClaim>],
+) -> (
+    BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    i64,
+) {
+    let mut total = Resources::default();
+    let mut nodes = 0;
+    for c in claims {
+        if c.labels().get(labels::NODEPOOL).map(String::as_str) != Some(pool) {
+            continue;
+        }
+        let Some(capacity) = c.status.as_ref().and_then(|s| s.capacity.as_ref()) else {
+            continue;
+        };
+        if let Ok(r) = Resources::from_list(capacity) {
+            total.add(&r);
+        }
+        nodes += 1;
+    }
+    let mut list = total.to_list();
+    list.insert(
+        "nodes".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity(nodes.to_string()),
+    );
+    (list, nodes)
+}
+
+async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if pool.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    let name = pool.name_any();
+    let now = ctx.clock.now();
+
+    let hash = drift::nodepool_hash(&pool);
+    if pool.annotations().get(labels::NODEPOOL_HASH) != Some(&hash)
+        || pool
+            .annotations()
+            .get(labels::NODEPOOL_HASH_VERSION)
+            .map(String::as_str)
+            != Some(drift::NODEPOOL_HASH_VERSION)
+    {
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                labels::NODEPOOL_HASH: hash,
+                labels::NODEPOOL_HASH_VERSION: drift::NODEPOOL_HASH_VERSION,
+            }}})),
+        )
+        .await?;
+    }
+
+    let mut status: NodePoolStatus = pool.status.clone().unwrap_or_default();
+    let before = status.clone();
+    let (resources, nodes) = pool_usage(&name, &ctx.state.nodeclaims.state());
+    status.resources = Some(resources);
+    status.nodes = Some(nodes);
+
+    let validation = pool.validate();
+    match &validation {
+        Ok(()) => {
+            conditions::set(
+                &mut status.conditions,
+                "ValidationSucceeded",
+                TRUE,
+                "",
+                "",
+                now,
+            );
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            if conditions::set(
+                &mut status.conditions,
+                "ValidationSucceeded",
+                FALSE,
+                "NodePoolValidationFailed",
+                &msg,
+                now,
+            ) {
+                publish(&ctx, &pool, "FailedValidation", &msg).await;
+                tracing::warn!(controller = "nodepool", nodepool = %name, error = %msg, "invalid nodepool");
+            }
+        }
+    }
+    let class = ctx.state.nodeclasses.get(&ObjectRef::new(
+        &pool.spec.template.spec.node_class_ref.name,
+    ));
+    let class_ready = match &class {
+        None => {
+            let msg = format!(
+                "EC2NodeClass {:?} not found",
+                pool.spec.template.spec.node_class_ref.name
+            );
+            conditions::set(
+                &mut status.conditions,
+                "NodeClassReady",
+                FALSE,
+                "NodeClassNotFound",
+                &msg,
+                now,
+            );
+            false
+        }
+        Some(c) => {
+            let ready = c
+                .status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"));
+            if ready {
+                conditions::set(&mut status.conditions, "NodeClassReady", TRUE, "", "", now);
+            } else {
+                conditions::set(
+                    &mut status.conditions,
+                    "NodeClassReady",
+                    FALSE,
+                    "NodeClassNotReady",
+                    "EC2NodeClass is not ready",
+                    now,
+                );
+            }
+            status.node_class_observed_generation = c.metadata.generation;
+            ready
+        }
+    };
+    if validation.is_ok() && class_ready {
+        conditions::set(&mut status.conditions, "Ready", TRUE, "", "", now);
+    } else {
+        let msg = if validation.is_err() {
+            "ValidationSucceeded=False"
+        } else {
+            "NodeClassReady=False"
+        };
+        conditions::set(
+            &mut status.conditions,
+            "Ready",
+            FALSE,
+            "UnhealthyDependents",
+            msg,
+            now,
+        );
+    }
+    if status != before {
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+async fn publish(ctx: &Context, pool: &NodePool, reason: &str, note: &str) {
+    let e = Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Validate".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&e, &pool.object_ref(&())).await {
+        tracing::debug!(error = %err, "could not record event");
+    }
+}

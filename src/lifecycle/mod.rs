@@ -1,0 +1,583 @@
+//! A NodeClaim's life, as upstream runs it: launch through the cloud provider, register the Node
+//! that joins with the same provider ID (labels, taints, owner, finalizer; the
+//! `karpenter.sh/unregistered` taint removed), mark it initialized once Ready with its startup
+//! taints gone, give up on claims that never launch or register, and on deletion terminate the
+//! instance and wait for it before letting the NodeClaim go.
+//!
+//! Every step reads what it needs from the objects themselves (provider ID, conditions, taints)
+//! and from the cloud, so a restarted controller continues where the last one stopped; launches
+//! are idempotent per NodeClaim in the provider.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Taint as K8sTaint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::apis::conditions::{self, FALSE, TRUE};
+use crate::apis::labels;
+use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
+use crate::apis::{EC2NodeClass, NodeClaim};
+use crate::cloudprovider::{CloudError, InstanceState};
+use crate::controllers::{Context, Error};
+
+/// Condition: the instance exists.
+pub const LAUNCHED: &str = "Launched";
+/// Condition: the Node joined and was taken over.
+pub const REGISTERED: &str = "Registered";
+/// Condition: the Node is Ready with its startup taints gone.
+pub const INITIALIZED: &str = "Initialized";
+/// Condition: all of the above.
+pub const READY: &str = "Ready";
+
+/// A NodeClaim that has not launched after this long is deleted (the provisioner plans again).
+pub const LAUNCH_TIMEOUT: chrono::Duration = chrono::Duration::minutes(5);
+/// A launched NodeClaim whose Node has not registered after this long is deleted.
+pub const REGISTRATION_TIMEOUT: chrono::Duration = chrono::Duration::minutes(15);
+
+/// Taints a node carries while it is coming up or going away, which say nothing about whether
+/// it is initialized.
+const EPHEMERAL_TAINTS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    labels::UNREGISTERED_TAINT_KEY,
+];
+
+/// Runs the NodeClaim lifecycle controller until the stream ends.
+pub async fn run(ctx: Arc<Context>) {
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let store = ctx.state.nodeclaims.clone();
+    Controller::new(claims, watcher::Config::default())
+        .watches(nodes, watcher::Config::default(), move |node: Node| {
+            claim_of_node(&store, &node).map(|name| ObjectRef::new(&name))
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+/// The NodeClaim a Node belongs to, by provider ID.
+pub fn claim_of_node(
+    store: &kube::runtime::reflector::Store<NodeClaim>,
+    node: &Node,
+) -> Option<String> {
+    let id = node.spec.as_ref()?.provider_id.as_deref()?;
+    store
+        .state()
+        .iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+        .map(|c| c.name_any())
+}
+
+fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %claim.name_any(), error = %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The Node whose provider ID matches the claim's.
+fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<Node>> {
+    let id = claim.status.as_ref()?.provider_id.as_deref()?;
+    ctx.state
+        .nodes
+        .state()
+        .into_iter()
+        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+}
+
+async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let now = ctx.clock.now();
+    if claim.metadata.deletion_timestamp.is_some() {
+        return terminate(&claim, &ctx).await;
+    }
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let name = claim.name_any();
+    if !claim
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        let mut finalizers = claim.finalizers().to_vec();
+        finalizers.push(labels::TERMINATION_FINALIZER.into());
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}})),
+        )
+        .await?;
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    let mut status = claim.status.clone().unwrap_or_default();
+    if status.provider_id.is_none() {
+        return launch(&claim, &ctx, status, now).await;
+    }
+    if let Some(node) = node_of(&ctx, &claim) {
+        if node.metadata.deletion_timestamp.is_some() {
+            // The Node is being deleted: the NodeClaim goes with it, as upstream's node
+            // termination does.
+            api.delete(&name, &DeleteParams::default()).await?;
+            return Ok(Action::await_change());
+        }
+        if !conditions::is_true(&status.conditions, REGISTERED) {
+            register(&claim, &node, &ctx).await?;
+            status.node_name = node.metadata.name.clone();
+            conditions::set(&mut status.conditions, REGISTERED, TRUE, "", "", now);
+        }
+        let (initialized, why) = initialization(&claim, &node);
+        let mut changed = false;
+        if initialized {
+            if !conditions::is_true(&status.conditions, INITIALIZED) {
+                mark_initialized(&node, &ctx).await?;
+            }
+            changed |= conditions::set(&mut status.conditions, INITIALIZED, TRUE, "", "", now);
+            changed |= conditions::set(&mut status.conditions, READY, TRUE, "", "", now);
+        } else {
+            changed |= conditions::set(
+                &mut status.conditions,
+                INITIALIZED,
+                FALSE,
+                "NotInitialized",
+                &why,
+                now,
+            );
+            changed |= conditions::set(
+                &mut status.conditions,
+                READY,
+                FALSE,
+                "NotInitialized",
+                &why,
+                now,
+            );
+        }
+        if changed
+            || claim.status.as_ref().and_then(|s| s.node_name.as_ref()) != status.node_name.as_ref()
+        {
+            write_status(&api, &name, &status).await?;
+        }
+        return Ok(if initialized {
+            Action::await_change()
+        } else {
+            Action::requeue(Duration::from_secs(5))
+        });
+    }
+    // Launched, no Node yet: wait for registration, within the timeout.
+    let launched_at = conditions::find(&status.conditions, LAUNCHED)
+        .map(|c| c.last_transition_time)
+        .unwrap_or(now);
+    if now - launched_at > REGISTRATION_TIMEOUT {
+        tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, "node did not register in time; deleting");
+        event(
+            &ctx,
+            &claim,
+            EventType::Warning,
+            "RegistrationTimeout",
+            "Node did not register within 15m; deleting the NodeClaim",
+        )
+        .await;
+        api.delete(&name, &DeleteParams::default()).await?;
+        return Ok(Action::await_change());
+    }
+    let mut changed = conditions::set(
+        &mut status.conditions,
+        REGISTERED,
+        FALSE,
+        "NodeNotFound",
+        "Node not registered with cluster",
+        now,
+    );
+    changed |= conditions::set(
+        &mut status.conditions,
+        READY,
+        FALSE,
+        "NodeNotFound",
+        "Node not registered with cluster",
+        now,
+    );
+    if changed {
+        write_status(&api, &name, &status).await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(15)))
+}
+
+async fn write_status(
+    api: &Api<NodeClaim>,
+    name: &str,
+    status: &NodeClaimStatus,
+) -> Result<(), Error> {
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn event(ctx: &Context, obj: &NodeClaim, type_: EventType, reason: &str, note: &str) {
+    let e = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&e, &obj.object_ref(&())).await {
+        tracing::debug!(error = %err, "could not record event");
+    }
+}
+
+fn nodeclass_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<EC2NodeClass>> {
+    let r = &claim.spec.node_class_ref;
+    ctx.state.nodeclasses.get(&ObjectRef::new(&r.name))
+}
+
+async fn launch(
+    claim: &NodeClaim,
+    ctx: &Context,
+    mut status: NodeClaimStatus,
+    now: DateTime<Utc>,
+) -> Result<Action, Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let name = claim.name_any();
+    let created = claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+        .unwrap_or(now);
+    let failed = |status: &mut NodeClaimStatus, reason: &str, message: &str| {
+        let a = conditions::set(
+            &mut status.conditions,
+            LAUNCHED,
+            FALSE,
+            reason,
+            message,
+            now,
+        );
+        let b = conditions::set(&mut status.conditions, READY, FALSE, reason, message, now);
+        a || b
+    };
+    let Some(nodeclass) = nodeclass_of(ctx, claim) else {
+        let msg = format!(
+            "EC2NodeClass {:?} not found",
+            claim.spec.node_class_ref.name
+        );
+        if failed(&mut status, "NodeClassNotFound", &msg) {
+            write_status(&api, &name, &status).await?;
+        }
+        return give_up_or_wait(claim, ctx, created, now, &msg).await;
+    };
+    match ctx.provider.create(claim, &nodeclass).await {
+        Ok(launched) => {
+            let mut new_labels = claim.labels().clone();
+            new_labels.extend(launched.labels.clone());
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": new_labels}})),
+            )
+            .await?;
+            status.provider_id = Some(launched.provider_id.clone());
+            status.image_id = launched.image_id.clone();
+            status.capacity = Some(launched.capacity.to_list());
+            status.allocatable = Some(launched.allocatable.to_list());
+            conditions::set(&mut status.conditions, LAUNCHED, TRUE, "", "", now);
+            conditions::set(
+                &mut status.conditions,
+                READY,
+                FALSE,
+                "NodeNotFound",
+                "Node not registered with cluster",
+                now,
+            );
+            write_status(&api, &name, &status).await?;
+            tracing::info!(
+                controller = "nodeclaim.lifecycle",
+                nodeclaim = %name,
+                provider_id = %launched.provider_id,
+                instance_type = %launched.instance_type,
+                zone = %launched.zone,
+                capacity_type = launched.capacity_type.label(),
+                "launched nodeclaim"
+            );
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+        Err(CloudError::InsufficientCapacity(msg)) => {
+            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %msg, "insufficient capacity; deleting nodeclaim so pods are planned again");
+            event(
+                ctx,
+                claim,
+                EventType::Warning,
+                "InsufficientCapacityError",
+                &format!("NodeClaim {name} event: {msg}"),
+            )
+            .await;
+            api.delete(&name, &DeleteParams::default()).await?;
+            Ok(Action::await_change())
+        }
+        Err(CloudError::NodeClassNotReady(msg)) => {
+            if failed(&mut status, "NodeClassNotReady", &msg) {
+                write_status(&api, &name, &status).await?;
+            }
+            give_up_or_wait(claim, ctx, created, now, &msg).await
+        }
+        Err(CloudError::Invalid(msg)) => {
+            if failed(&mut status, "LaunchFailed", &msg) {
+                write_status(&api, &name, &status).await?;
+                event(ctx, claim, EventType::Warning, "LaunchFailed", &msg).await;
+            }
+            give_up_or_wait(claim, ctx, created, now, &msg).await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A NodeClaim that cannot launch waits, but not forever: after [`LAUNCH_TIMEOUT`] it is
+/// deleted so the pods are planned again (perhaps on another NodePool).
+async fn give_up_or_wait(
+    claim: &NodeClaim,
+    ctx: &Context,
+    created: DateTime<Utc>,
+    now: DateTime<Utc>,
+    why: &str,
+) -> Result<Action, Error> {
+    if now - created > LAUNCH_TIMEOUT {
+        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        event(
+            ctx,
+            claim,
+            EventType::Warning,
+            "LaunchTimeout",
+            &format!("NodeClaim did not launch within 5m: {why}"),
+        )
+        .await;
+        api.delete(&claim.name_any(), &DeleteParams::default())
+            .await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(Duration::from_secs(10)))
+}
+
+fn k8s_taint(t: &Taint) -> K8sTaint {
+    K8sTaint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: t.effect.as_str().into(),
+        time_added: None,
+    }
+}
+
+/// The Node's taints once registered: the unregistered taint removed, the NodeClaim's taints and
+/// startup taints added (unless the node asks not to sync them).
+pub fn registered_taints(claim: &NodeClaim, node: &Node) -> Vec<K8sTaint> {
+    let mut taints: Vec<K8sTaint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != labels::UNREGISTERED_TAINT_KEY)
+        .collect();
+    let sync = node
+        .labels()
+        .get(labels::DO_NOT_SYNC_TAINTS)
+        .is_none_or(|v| v != "true");
+    if sync {
+        for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints) {
+            let t = k8s_taint(t);
+            if !taints
+                .iter()
+                .any(|x| x.key == t.key && x.effect == t.effect)
+            {
+                taints.push(t);
+            }
+        }
+    }
+    taints
+}
+
+async fn register(claim: &NodeClaim, node: &Node, ctx: &Context) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    // The cached Node is often a step behind (the kubelet and the node controller write it
+    // too); read it fresh so the conditional write below usually succeeds.
+    let node = &nodes.get(&node.name_any()).await?;
+    let mut node_labels = claim.labels().clone();
+    node_labels.extend(node.labels().clone());
+    node_labels.insert(labels::REGISTERED.into(), "true".into());
+    let mut finalizers = node.finalizers().to_vec();
+    if !finalizers
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        finalizers.push(labels::TERMINATION_FINALIZER.into());
+    }
+    let mut owners = node.owner_references().to_vec();
+    if !owners.iter().any(|o| o.kind == "NodeClaim") {
+        owners.push(OwnerReference {
+            api_version: NodeClaim::api_version(&()).into_owned(),
+            kind: NodeClaim::kind(&()).into_owned(),
+            name: claim.name_any(),
+            uid: claim.metadata.uid.clone().unwrap_or_default(),
+            block_owner_deletion: Some(true),
+            controller: None,
+        });
+    }
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {
+                    "labels": node_labels,
+                    "finalizers": finalizers,
+                    "ownerReferences": owners,
+                    "resourceVersion": node.resource_version(),
+                },
+                "spec": {"taints": registered_taints(claim, node)},
+            })),
+        )
+        .await?;
+    tracing::info!(controller = "nodeclaim.lifecycle", nodeclaim = %claim.name_any(), node = %node.name_any(), "registered nodeclaim");
+    Ok(())
+}
+
+/// Whether the Node is initialized (Ready, startup taints gone, requested extended resources
+/// registered), and if not, why.
+pub fn initialization(claim: &NodeClaim, node: &Node) -> (bool, String) {
+    let status = node.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    if !ready {
+        return (false, "Node not ready".into());
+    }
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+    if let Some(t) = taints.into_iter().flatten().find(|t| {
+        claim
+            .spec
+            .startup_taints
+            .iter()
+            .any(|s| s.key == t.key && s.effect.as_str() == t.effect)
+            || EPHEMERAL_TAINTS.contains(&t.key.as_str())
+    }) {
+        return (false, format!("StartupTaint {:?} still exists", t.key));
+    }
+    let allocatable = status.and_then(|s| s.allocatable.as_ref());
+    let requested = claim
+        .spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref());
+    for (resource, _) in requested.into_iter().flatten() {
+        if resource.contains('/')
+            && allocatable
+                .and_then(|a| a.get(resource))
+                .is_none_or(|q| q.0 == "0")
+        {
+            return (
+                false,
+                format!("Resource {resource:?} was requested but not registered"),
+            );
+        }
+    }
+    (true, String::new())
+}
+
+async fn mark_initialized(node: &Node, ctx: &Context) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {labels::INITIALIZED: "true"}}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletion: terminate the instance, wait until the cloud reports it gone, remove the Node, then
+/// let the NodeClaim go. Draining comes before this once the disruption controllers run.
+async fn terminate(claim: &NodeClaim, ctx: &Context) -> Result<Action, Error> {
+    let name = claim.name_any();
+    if !claim
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
+    if let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) {
+        match ctx.provider.get(&id).await {
+            Ok(instance) if instance.state == InstanceState::Terminated => {}
+            Ok(instance) => {
+                if !instance.state.is_terminating() {
+                    match ctx.provider.delete(&id).await {
+                        Ok(()) | Err(CloudError::NotFound(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, provider_id = %id, "terminating instance");
+                }
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            Err(CloudError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(node) = node_of(ctx, claim) {
+            remove_node(&node, ctx).await?;
+        }
+    }
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let finalizers: Vec<String> = claim
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::TERMINATION_FINALIZER)
+        .cloned()
+        .collect();
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}})),
+    )
+    .await?;
+    tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, "deleted nodeclaim");
+    Ok(Action::await_change())
+}
+
+async fn remove_node(node: &Node, ctx: &Context) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let name = node.name_any();
+    if node
+        .finalizers()
+        .iter()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+    {
+        let finalizers: Vec<String> = node
+            .finalizers()
+            .iter()
+            .filter(|f| *f != labels::TERMINATION_FINALIZER)
+            .cloned()
+            .collect();
+        nodes
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await?;
+    }
+    match nodes.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

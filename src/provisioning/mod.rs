@@ -1,0 +1,317 @@
+//! Turns unschedulable pods into NodeClaims: wait for a batch of pod events to settle (idle and
+//! max windows, as upstream's batcher), snapshot the cluster, run the same scheduler `simulate`
+//! runs, and create one NodeClaim per planned node.
+//!
+//! [`plan`] is pure (snapshot and instance types in, NodeClaim objects out) so tests and
+//! `simulate` exercise exactly what the controller creates; [`Provisioner`] is the async shell.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use tokio::sync::Notify;
+
+use crate::apis::labels;
+use crate::apis::nodeclaim::{NodeClaimSpec, Operator, ResourceRequirements};
+use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
+use crate::cluster::Cluster;
+use crate::controllers::Context;
+use crate::disruption::drift;
+use crate::scheduling::instance_type::InstanceType;
+use crate::scheduling::requirements::Requirement;
+use crate::scheduling::scheduler;
+use crate::simulate::{self, SimulateOptions};
+
+/// How long the provisioner waits for more pod events before it plans (`BATCH_IDLE_DURATION`),
+/// and the longest a batch may grow (`BATCH_MAX_DURATION`).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchWindow {
+    /// Plan once no new event arrived for this long.
+    pub idle: Duration,
+    /// Plan at the latest this long after the first event.
+    pub max: Duration,
+}
+
+impl Default for BatchWindow {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(1),
+            max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What one provisioning round decided.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// NodeClaims to create (named by `generateName`).
+    pub nodeclaims: Vec<NodeClaim>,
+    /// Pods (`namespace/name`) no NodePool can serve, with the reason.
+    pub unschedulable: Vec<(String, String)>,
+}
+
+/// Plans NodeClaims for the pending pods of a snapshot, given the instance types each node
+/// class offers (by EC2NodeClass name).
+pub fn plan(
+    cluster: &Cluster,
+    types: &HashMap<String, Arc<Vec<InstanceType>>>,
+    options: &SimulateOptions,
+) -> Plan {
+    let prepared = simulate::prepare(cluster, types, options);
+    let input = &prepared.input;
+    let outcome = scheduler::solve(input);
+    let mut out = Plan::default();
+    for planned in &outcome.nodeclaims {
+        let template = &input.nodepools[planned.nodepool];
+        let Some(pool) = cluster
+            .nodepools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&*template.name))
+        else {
+            continue;
+        };
+        let options: Vec<&str> = planned
+            .instance_types
+            .iter()
+            .map(|&t| &*template.instance_types[t as usize].name)
+            .collect();
+        out.nodeclaims.push(nodeclaim_for(
+            pool,
+            cluster.nodeclass_of(pool),
+            planned,
+            &options,
+        ));
+    }
+    for u in prepared.invalid_pods {
+        out.unschedulable.push((u.pod, u.reason));
+    }
+    for (i, reason) in outcome.errors {
+        out.unschedulable.push((input.pods[i].key(), reason));
+    }
+    out
+}
+
+/// The NodeClaim upstream would create for a planned node: the pool's template, the planned
+/// requirements narrowed to the chosen instance types, the pods' requests, the pool hash, and
+/// the pool as owner (so deleting a NodePool deletes its NodeClaims).
+fn nodeclaim_for(
+    pool: &NodePool,
+    nodeclass: Option<&EC2NodeClass>,
+    planned: &scheduler::PlannedNodeClaim,
+    instance_types: &[&str],
+) -> NodeClaim {
+    let template = &pool.spec.template;
+    let pool_name = pool.metadata.name.clone().unwrap_or_default();
+    let mut requirements = planned.requirements.clone();
+    let min_values = requirements
+        .get(labels::INSTANCE_TYPE)
+        .and_then(Requirement::min_values);
+    requirements.add_requirement(Requirement::new(
+        labels::INSTANCE_TYPE,
+        Operator::In,
+        instance_types.iter().copied(),
+        min_values,
+    ));
+    let mut node_labels = template.metadata.labels.clone();
+    node_labels.extend(
+        requirements
+            .labels()
+            .into_iter()
+            .filter(|(k, _)| k != labels::HOSTNAME),
+    );
+    node_labels.insert(labels::NODEPOOL.into(), pool_name.clone());
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(labels::NODEPOOL_HASH.into(), drift::nodepool_hash(pool));
+    annotations.insert(
+        labels::NODEPOOL_HASH_VERSION.into(),
+        drift::NODEPOOL_HASH_VERSION.into(),
+    );
+    if let Some(class) = nodeclass {
+        annotations.insert(
+            labels::EC2NODECLASS_HASH.into(),
+            drift::nodeclass_hash(class),
+        );
+        annotations.insert(
+            labels::EC2NODECLASS_HASH_VERSION.into(),
+            drift::NODECLASS_HASH_VERSION.into(),
+        );
+    }
+    if planned.min_values_relaxed {
+        annotations.insert(labels::NODECLAIM_MIN_VALUES_RELAXED.into(), "true".into());
+    }
+    let owner = OwnerReference {
+        api_version: NodePool::api_version(&()).into_owned(),
+        kind: NodePool::kind(&()).into_owned(),
+        name: pool_name.clone(),
+        uid: pool.metadata.uid.clone().unwrap_or_default(),
+        block_owner_deletion: Some(true),
+        controller: None,
+    };
+    NodeClaim {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{pool_name}-")),
+            labels: Some(node_labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner]),
+            finalizers: Some(vec![labels::TERMINATION_FINALIZER.into()]),
+            ..Default::default()
+        },
+        spec: NodeClaimSpec {
+            taints: template.spec.taints.clone(),
+            startup_taints: template.spec.startup_taints.clone(),
+            requirements: requirements
+                .to_node_selector_requirements()
+                .into_iter()
+                .filter(|r| r.key != labels::HOSTNAME)
+                .collect(),
+            resources: Some(ResourceRequirements {
+                requests: Some(planned.requests.to_list()),
+            }),
+            node_class_ref: template.spec.node_class_ref.clone(),
+            termination_grace_period: template.spec.termination_grace_period.clone(),
+            expire_after: template.spec.expire_after.clone(),
+        },
+        status: None,
+    }
+}
+
+/// The provisioning loop of the running controller.
+pub struct Provisioner {
+    ctx: Arc<Context>,
+    window: BatchWindow,
+}
+
+impl Provisioner {
+    /// A provisioner acting through `ctx`.
+    pub fn new(ctx: Arc<Context>, window: BatchWindow) -> Self {
+        Self { ctx, window }
+    }
+
+    /// Runs until the task is dropped: batch, plan, create, repeat. Rounds also start every
+    /// ten seconds while pods are pending, so pods whose NodeClaim failed get another one.
+    pub async fn run(self) {
+        self.ctx.state.wait_synced().await;
+        let changed = self.ctx.state.changed.clone();
+        loop {
+            wait_for_batch(&changed, self.window).await;
+            if let Err(e) = self.provision_once().await {
+                tracing::error!(controller = "provisioner", error = %e, "provisioning failed; will retry");
+            }
+        }
+    }
+
+    /// One round: snapshot, plan, create NodeClaims, report unschedulable pods. Returns the
+    /// number of NodeClaims created.
+    pub async fn provision_once(&self) -> anyhow::Result<usize> {
+        let ctx = &self.ctx;
+        let cluster = ctx.state.snapshot();
+        if cluster.pending_pods().is_empty() {
+            return Ok(0);
+        }
+        let mut types = HashMap::new();
+        for class in &cluster.nodeclasses {
+            let name = class.name_any();
+            match ctx.provider.instance_types(class).await {
+                Ok(t) => {
+                    types.insert(name, t);
+                }
+                Err(e) => {
+                    tracing::warn!(ec2nodeclass = %name, error = %e, "instance types unavailable")
+                }
+            }
+        }
+        let plan = plan(&cluster, &types, &ctx.options);
+        for (pod, reason) in &plan.unschedulable {
+            self.report_unschedulable(&cluster, pod, reason).await;
+        }
+        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        let mut created = HashSet::new();
+        for claim in &plan.nodeclaims {
+            let made = api.create(&PostParams::default(), claim).await?;
+            let name = made.name_any();
+            tracing::info!(
+                controller = "provisioner",
+                nodeclaim = %name,
+                nodepool = %made.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
+                requests = ?claim.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
+                "created nodeclaim"
+            );
+            created.insert(name);
+        }
+        // The next round must see these NodeClaims as in-flight capacity, or it would plan the
+        // same pods again.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !created.iter().all(|n| {
+            ctx.state
+                .nodeclaims
+                .get(&kube::runtime::reflector::ObjectRef::new(n))
+                .is_some()
+        }) && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(created.len())
+    }
+
+    async fn report_unschedulable(&self, cluster: &Cluster, pod_key: &str, reason: &str) {
+        let Some((ns, name)) = pod_key.split_once('/') else {
+            return;
+        };
+        let Some(pod) = cluster.pods.iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(name)
+        }) else {
+            return;
+        };
+        tracing::info!(controller = "provisioner", pod = %pod_key, reason, "could not schedule pod");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            note: Some(truncate(&format!("Failed to schedule pod, {reason}"), 1000)),
+            action: "Provisioning".into(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .ctx
+            .recorder
+            .publish(&event, &pod.object_ref(&()))
+            .await
+        {
+            tracing::warn!(pod = %pod_key, error = %e, "could not record event");
+        }
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+/// Waits for a batch: the first change, then until no change arrived for `idle` or `max` has
+/// passed since the first. A ten-second tick starts a batch too, so pending pods are retried.
+pub async fn wait_for_batch(changed: &Notify, window: BatchWindow) {
+    let _ = tokio::time::timeout(Duration::from_secs(10), changed.notified()).await;
+    let start = tokio::time::Instant::now();
+    loop {
+        let elapsed = start.elapsed();
+        if elapsed >= window.max {
+            return;
+        }
+        let wait = window.idle.min(window.max - elapsed);
+        if tokio::time::timeout(wait, changed.notified())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The controller's view of the cluster: one reflector (watch + in-memory store) per kind the
+//! core reads, and [`ClusterState::snapshot`], which hands the pure core the same [`Cluster`]
+//! that `simulate` builds from manifests — one model, one code path.
+//!
+//! Objects are stored without `managedFields` (often the largest part of an object and never
+//! read), which keeps memory proportional to what the scheduler needs.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::api::{Api, DynamicObject};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector::store::Writer};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
+use crate::cluster::{self, Cluster};
+
+/// Reflected stores of every kind the core reads.
+#[derive(Clone)]
+pub struct ClusterState {
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// Pods in all namespaces.
+    pub pods: Store<Pod>,
+    /// NodeClaims.
+    pub nodeclaims: Store<NodeClaim>,
+    /// NodePools.
+    pub nodepools: Store<NodePool>,
+    /// EC2NodeClasses.
+    pub nodeclasses: Store<EC2NodeClass>,
+    /// DaemonSets (their pods' overhead goes on every new node).
+    pub daemonsets: Store<DaemonSet>,
+    /// PodDisruptionBudgets, as served (`policy/v1`, or `policy/v1beta1` on older clusters).
+    pub pdbs: Store<DynamicObject>,
+    /// PersistentVolumes.
+    pub pvs: Store<PersistentVolume>,
+    /// PersistentVolumeClaims.
+    pub pvcs: Store<PersistentVolumeClaim>,
+    /// StorageClasses.
+    pub storage_classes: Store<StorageClass>,
+    /// CSINodes.
+    pub csi_nodes: Store<CSINode>,
+    /// Woken when something a pending pod's fate depends on changes (a pod, a node, a
+    /// NodeClaim, a NodePool), so the provisioner can start a batch.
+    pub changed: Arc<Notify>,
+}
+
+/// Starts a reflector for `api` into a new store; its stream is driven on `tasks`.
+fn reflect<K>(api: Api<K>, tasks: &mut JoinSet<()>, changed: Option<Arc<Notify>>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    tasks.spawn(drive(api, writer, changed));
+    reader
+}
+
+async fn drive<K>(api: Api<K>, writer: Writer<K>, changed: Option<Arc<Notify>>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let stream = watcher(api, writer);
+    consume(stream, changed).await;
+}
+
+fn watcher<K>(
+    api: Api<K>,
+    writer: Writer<K>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+}
+
+async fn consume<K>(
+    stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
+    changed: Option<Arc<Notify>>,
+) {
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(_) => {
+                if let Some(n) = &changed {
+                    n.notify_one();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
+        }
+    }
+}
+
+/// The PodDisruptionBudget API the server serves: `policy/v1` since Kubernetes 1.21, else
+/// `policy/v1beta1` (same fields for what the core reads).
+async fn pdb_resource(client: &Client) -> ApiResource {
+    let v1 = GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget");
+    let served = client
+        .list_api_group_resources("policy/v1")
+        .await
+        .is_ok_and(|list| {
+            list.resources
+                .iter()
+                .any(|r| r.kind == "PodDisruptionBudget")
+        });
+    if served {
+        ApiResource::from_gvk_with_plural(&v1, "poddisruptionbudgets")
+    } else {
+        tracing::info!("policy/v1 is not served; reading PodDisruptionBudgets from policy/v1beta1");
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+            "poddisruptionbudgets",
+        )
+    }
+}
+
+impl ClusterState {
+    /// Starts watching every kind; the returned tasks run until dropped.
+    pub async fn start(client: &Client) -> (Self, JoinSet<()>) {
+        let mut tasks = JoinSet::new();
+        let changed = Arc::new(Notify::new());
+        let c = Some(changed.clone());
+        let pdb_ar = pdb_resource(client).await;
+        let pdb_writer = Writer::new(pdb_ar.clone());
+        let pdbs = pdb_writer.as_reader();
+        let pdb_api: Api<DynamicObject> = Api::all_with(client.clone(), &pdb_ar);
+        tasks.spawn(async move {
+            let stream = watcher::watcher(pdb_api, watcher::Config::default())
+                .default_backoff()
+                .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+                .reflect(pdb_writer);
+            consume(stream, None).await;
+        });
+        let state = Self {
+            nodes: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
+            pods: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
+            nodeclaims: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
+            nodepools: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
+            nodeclasses: reflect(Api::all(client.clone()), &mut tasks, None),
+            daemonsets: reflect(Api::all(client.clone()), &mut tasks, None),
+            pdbs,
+            pvs: reflect(Api::all(client.clone()), &mut tasks, None),
+            pvcs: reflect(Api::all(client.clone()), &mut tasks, None),
+            storage_classes: reflect(Api::all(client.clone()), &mut tasks, None),
+            csi_nodes: reflect(Api::all(client.clone()), &mut tasks, None),
+            changed,
+        };
+        (state, tasks)
+    }
+
+    /// Waits until every store holds a complete list: deciding on a partial view could launch
+    /// capacity that exists already.
+    pub async fn wait_synced(&self) {
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.pods.wait_until_ready().await;
+        let _ = self.nodeclaims.wait_until_ready().await;
+        let _ = self.nodepools.wait_until_ready().await;
+        let _ = self.nodeclasses.wait_until_ready().await;
+        let _ = self.daemonsets.wait_until_ready().await;
+        let _ = self.pdbs.wait_until_ready().await;
+        let _ = self.pvs.wait_until_ready().await;
+        let _ = self.pvcs.wait_until_ready().await;
+        let _ = self.storage_classes.wait_until_ready().await;
+        let _ = self.csi_nodes.wait_until_ready().await;
+    }
+
+    /// The cluster as the pure core sees it, in a stable order (by namespace and name) so the
+    /// same cluster always gives the same decisions.
+    pub fn snapshot(&self) -> Cluster {
+        Cluster {
+            nodepools: sorted(&self.nodepools),
+            nodeclasses: sorted(&self.nodeclasses),
+            nodeclaims: sorted(&self.nodeclaims),
+            nodes: sorted(&self.nodes),
+            pods: sorted(&self.pods)
+                .into_iter()
+                .filter(|p| !awaiting_scheduler(p))
+                .collect(),
+            daemonsets: sorted(&self.daemonsets),
+            pdbs: self
+                .pdbs
+                .state()
+                .iter()
+                .filter_map(|o| pdb_from_dynamic(o))
+                .collect(),
+            persistent_volumes: sorted(&self.pvs),
+            persistent_volume_claims: sorted(&self.pvcs),
+            storage_classes: sorted(&self.storage_classes),
+            csi_nodes: sorted(&self.csi_nodes),
+            ignored: Vec::new(),
+        }
+    }
+}
+
+fn sorted<K: Resource + Clone>(store: &Store<K>) -> Vec<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let mut items: Vec<K> = store.state().iter().map(|o| (**o).clone()).collect();
+    items.sort_by(|a, b| {
+        (a.meta().namespace.as_deref(), a.meta().name.as_deref())
+            .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
+    });
+    items
+}
+
+/// Reads a served PodDisruptionBudget (v1 or v1beta1) as the v1 type the core uses.
+fn pdb_from_dynamic(o: &DynamicObject) -> Option<PodDisruptionBudget> {
+    let mut value = serde_json::to_value(o).ok()?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), "policy/v1".into());
+    }
+    match serde_json::from_value(value) {
+        Ok(pdb) => Some(pdb),
+        Err(e) => {
+            tracing::warn!(pdb = %o.name_any(), error = %e, "unreadable PodDisruptionBudget ignored");
+            None
+        }
+    }
+}
+
+/// A pod kube-scheduler has not looked at yet (no node, no `PodScheduled` condition). Offline,
+/// `simulate` treats such pods as pending; in a live cluster they are most likely about to be
+/// bound to room that exists, so, like upstream, the provisioner waits for the scheduler's
+/// verdict (`PodScheduled=False`, reason `Unschedulable`).
+fn awaiting_scheduler(pod: &Pod) -> bool {
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let judged = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
+    !bound && !judged
+}
+
+/// Whether a pod is one the provisioner must find room for: kube-scheduler found no node for it
+/// and it is not a DaemonSet pod, finished, or being deleted.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    !awaiting_scheduler(pod) && cluster::is_pending(pod)
+}
