@@ -198,6 +198,30 @@ impl InstanceTypeSource for HashMap<String, Arc<Vec<InstanceType>>> {
     }
 }
 
+/// The instance types a NodeClaim may become: the one its `node.kubernetes.io/instance-type`
+/// label names once launched, else every option its requirements allow.
+fn claim_options<'a>(
+    claim: &crate::apis::NodeClaim,
+    types: &'a [InstanceType],
+) -> Vec<&'a InstanceType> {
+    if let Some(t) = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::INSTANCE_TYPE))
+    {
+        return types.iter().filter(|it| *it.name == **t).collect();
+    }
+    let reqs = Requirements::from_node_selector_requirements(&claim.spec.requirements);
+    types
+        .iter()
+        .filter(|it| {
+            reqs.get(labels::INSTANCE_TYPE)
+                .is_some_and(|r| r.has(&it.name))
+        })
+        .collect()
+}
+
 /// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
 /// yet (by name or provider ID).
 fn is_in_flight(cluster: &Cluster, claim: &crate::apis::NodeClaim) -> bool {
@@ -290,13 +314,8 @@ pub fn prepare(
                             .clone()
                     })
                     .unwrap_or_default();
-                let reqs = Requirements::from_node_selector_requirements(&claim.spec.requirements);
-                types
+                claim_options(claim, &types)
                     .iter()
-                    .filter(|it| {
-                        reqs.get(labels::INSTANCE_TYPE)
-                            .is_some_and(|r| r.has(&it.name))
-                    })
                     .fold(Resources::default(), |acc, it| acc.max(&it.capacity))
             }
         };
@@ -469,15 +488,7 @@ pub fn prepare(
             .unwrap_or_default();
         // Not launched yet: count on the least any of its instance types offers, which still
         // holds the pods it was planned for (every option fits them).
-        let claim_reqs = Requirements::from_node_selector_requirements(&claim.spec.requirements);
-        let options: Vec<&InstanceType> = claim_types
-            .iter()
-            .filter(|it| {
-                claim_reqs
-                    .get(labels::INSTANCE_TYPE)
-                    .is_some_and(|r| r.has(&it.name))
-            })
-            .collect();
+        let options = claim_options(claim, &claim_types);
         let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
             Some(a) => node_resources(Some(a)),
             None => match options.split_first() {
