@@ -6,5 +6,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod disruption;
 pub mod manifest;
+pub mod metrics;
+pub mod operator;
 pub mod scheduling;
 pub mod simulate;
