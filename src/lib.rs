@@ -10,6 +10,8 @@ pub mod controllers;
 pub mod disruption;
 pub mod lifecycle;
 pub mod manifest;
+pub mod metrics;
+pub mod operator;
 pub mod provisioning;
 pub mod scheduling;
 pub mod simulate;

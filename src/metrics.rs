@@ -1,0 +1,1766 @@
+//! Prometheus metrics with upstream Karpenter's names, types and labels.
+//!
+//! Dashboards, alerts and autoscaling rules written for upstream Karpenter query these exact
+//! names, so switching controllers must not break them. Every family lives in one registry
+//! ([`METRICS`]), created and registered once; controllers update the metric where the event
+//! happens (`METRICS.nodeclaims_created_total.with_label_values(&[..]).inc()`), and the metrics
+//! server serves [`encode`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType, Quantile, Summary};
+use prometheus::{
+    Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts, Registry,
+    TextEncoder, exponential_buckets,
+};
+
+use crate::apis::labels;
+
+/// The registry and every metric family; see [`METRICS`].
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The metrics in Prometheus' text exposition format, for the `/metrics` endpoint.
+pub fn encode() -> String {
+    METRICS.encode()
+}
+
+/// The content type of [`encode`]'s output, which scrapers use to pick a parser.
+pub const TEXT_CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// Upstream's duration buckets (controller-runtime's reconcile buckets extended to 10 minutes),
+/// so that histogram quantiles are comparable with upstream's.
+pub const DURATION_BUCKETS: [f64; 45] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0, 120.0, 150.0, 300.0, 450.0, 600.0,
+];
+
+/// Buckets of batch sizes (items per EC2 API call), as upstream's batcher reports them.
+const BATCH_SIZE_BUCKETS: [f64; 34] = [
+    1.0, 2.0, 4.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0,
+    125.0, 150.0, 175.0, 200.0, 225.0, 250.0, 275.0, 300.0, 350.0, 400.0, 450.0, 500.0, 550.0,
+    600.0, 700.0, 800.0, 900.0, 1000.0,
+];
+
+/// Node lifetimes from 15 minutes to 30 days.
+const LIFETIME_BUCKETS: [f64; 21] = [
+    900.0, 1800.0, 2700.0, 3600.0, 7200.0, 14400.0, 21600.0, 28800.0, 36000.0, 43200.0, 57600.0,
+    72000.0, 86400.0, 172800.0, 259200.0, 432000.0, 864000.0, 1296000.0, 1728000.0, 2160000.0,
+    2592000.0,
+];
+
+/// Scores of Balanced consolidation moves; 0.5 is the acceptance threshold.
+const CONSOLIDATION_SCORE_BUCKETS: [f64; 8] = [0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0];
+
+/// The kinds whose status conditions get per-kind `operator_<kind>_*` families.
+const STATUS_KINDS: [&str; 5] = [
+    "nodeclaim",
+    "nodepool",
+    "node",
+    "ec2nodeclass",
+    "capacitybuffer",
+];
+
+/// Label keys of the node metrics (`karpenter_nodes_*`), each with the metric label it becomes:
+/// the key's last segment, lower-cased, `-` → `_` (`karpenter.k8s.aws/instance-cpu` →
+/// `instance_cpu`), as upstream names them. The node metrics controller reads each key from the
+/// Node and passes the value under that label name.
+pub fn node_metric_labels() -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    for key in labels::WELL_KNOWN_LABELS
+        .iter()
+        .chain(labels::AWS_WELL_KNOWN_LABELS)
+    {
+        let name = key
+            .rsplit('/')
+            .next()
+            .unwrap_or(key)
+            .to_lowercase()
+            .replace(['-', '.'], "_");
+        if !out.iter().any(|(_, existing)| *existing == name) {
+            out.push((key, name));
+        }
+    }
+    out
+}
+
+/// A Prometheus label name for a Kubernetes label key (`karpenter.sh/nodepool` →
+/// `karpenter_sh_nodepool`), for the extra labels of the status-condition families.
+fn label_key_to_metric_label(key: &str) -> String {
+    key.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// The `operator_<kind>_*` families of one kind (or, for the deprecated aggregate families, of
+/// all kinds with a `kind` label), which upstream's status controller reports for alerting on
+/// stuck conditions and slow terminations.
+pub struct StatusMetrics {
+    /// Gauge, 1 per object × condition type × status × reason currently set.
+    pub status_condition_count: GaugeVec,
+    /// Gauge: seconds each current condition has had its status.
+    pub status_condition_current_status_seconds: GaugeVec,
+    /// Counter: condition status changes.
+    pub status_condition_transitions_total: CounterVec,
+    /// Histogram: how long a condition kept a status before it changed.
+    pub status_condition_transition_seconds: HistogramVec,
+    /// Gauge: seconds an object has been terminating.
+    pub termination_current_time_seconds: GaugeVec,
+    /// Histogram: how long objects took to terminate.
+    pub termination_duration_seconds: HistogramVec,
+}
+
+/// Every metric family of upstream Karpenter v1 (core, AWS provider, and the operator status
+/// families), one field per family named after the metric without its `karpenter_` prefix.
+pub struct Metrics {
+    registry: Registry,
+
+    // Core.
+    /// `karpenter_build_info`: version, goversion, goarch, commit (always 1).
+    pub build_info: GaugeVec,
+    /// `karpenter_nodeclaims_created_total`: reason, nodepool, min_values_relaxed.
+    pub nodeclaims_created_total: CounterVec,
+    /// `karpenter_nodeclaims_terminated_total`: nodepool, capacity_type, zone.
+    pub nodeclaims_terminated_total: CounterVec,
+    /// `karpenter_nodeclaims_disrupted_total`: reason, nodepool, capacity_type,
+    /// consolidation_policy, termination_mode.
+    pub nodeclaims_disrupted_total: CounterVec,
+    /// `karpenter_pods_disruption_initiated_total`: same labels as nodeclaims_disrupted_total.
+    pub pods_disruption_initiated_total: CounterVec,
+    /// `karpenter_nodes_created_total`: nodepool, zone.
+    pub nodes_created_total: CounterVec,
+    /// `karpenter_nodes_terminated_total`: nodepool, zone.
+    pub nodes_terminated_total: CounterVec,
+    /// `karpenter_nodeclaims_termination_duration_seconds`: nodepool.
+    pub nodeclaims_termination_duration_seconds: HistogramVec,
+    /// `karpenter_nodeclaims_instance_termination_duration_seconds`: nodepool.
+    pub nodeclaims_instance_termination_duration_seconds: HistogramVec,
+    /// `karpenter_nodeclaims_unhealthy_disrupted_total`: condition, nodepool, capacity_type,
+    /// image_id.
+    pub nodeclaims_unhealthy_disrupted_total: CounterVec,
+    /// `karpenter_nodes_termination_duration_seconds` (summary): nodepool.
+    pub nodes_termination_duration_seconds: SummaryVec,
+    /// `karpenter_nodes_drained_total`: nodepool.
+    pub nodes_drained_total: CounterVec,
+    /// `karpenter_nodes_lifetime_duration_seconds`: nodepool.
+    pub nodes_lifetime_duration_seconds: HistogramVec,
+    /// `karpenter_pods_eviction_requests_total`: code.
+    pub pods_eviction_requests_total: CounterVec,
+    /// `karpenter_pods_drained_total`: reason.
+    pub pods_drained_total: CounterVec,
+    /// `karpenter_nodes_allocatable`: node labels ([`node_metric_labels`]), node_name, phase,
+    /// managed, resource_type.
+    pub nodes_allocatable: GaugeVec,
+    /// `karpenter_nodes_total_pod_requests`: as nodes_allocatable.
+    pub nodes_total_pod_requests: GaugeVec,
+    /// `karpenter_nodes_total_pod_limits`: as nodes_allocatable.
+    pub nodes_total_pod_limits: GaugeVec,
+    /// `karpenter_nodes_total_daemon_requests`: as nodes_allocatable.
+    pub nodes_total_daemon_requests: GaugeVec,
+    /// `karpenter_nodes_total_daemon_limits`: as nodes_allocatable.
+    pub nodes_total_daemon_limits: GaugeVec,
+    /// `karpenter_nodes_system_overhead`: as nodes_allocatable.
+    pub nodes_system_overhead: GaugeVec,
+    /// `karpenter_nodes_current_lifetime_seconds`: node labels, node_name, phase, managed.
+    pub nodes_current_lifetime_seconds: GaugeVec,
+    /// `karpenter_cluster_utilization_percent`: resource_type.
+    pub cluster_utilization_percent: GaugeVec,
+    /// `karpenter_nodepools_limit`: resource_type, nodepool.
+    pub nodepools_limit: GaugeVec,
+    /// `karpenter_nodepools_usage`: resource_type, nodepool.
+    pub nodepools_usage: GaugeVec,
+    /// `karpenter_nodepools_cost_total`: nodepool.
+    pub nodepools_cost_total: GaugeVec,
+    /// `karpenter_nodepools_cost_tracker_errors_total`: nodepool.
+    pub nodepools_cost_tracker_errors_total: CounterVec,
+    /// `karpenter_nodepools_allowed_disruptions`: nodepool, reason.
+    pub nodepools_allowed_disruptions: GaugeVec,
+    /// `karpenter_nodepools_nodes_consuming_budgets`: nodepool, reason.
+    pub nodepools_nodes_consuming_budgets: GaugeVec,
+    /// `karpenter_voluntary_disruption_decision_evaluation_duration_seconds`: reason,
+    /// consolidation_type.
+    pub voluntary_disruption_decision_evaluation_duration_seconds: HistogramVec,
+    /// `karpenter_voluntary_disruption_decisions_total`: decision, reason, consolidation_type.
+    pub voluntary_disruption_decisions_total: CounterVec,
+    /// `karpenter_voluntary_disruption_decisions_by_nodepool_total`: nodepool, decision, reason,
+    /// consolidation_type.
+    pub voluntary_disruption_decisions_by_nodepool_total: CounterVec,
+    /// `karpenter_voluntary_disruption_eligible_nodes`: reason.
+    pub voluntary_disruption_eligible_nodes: GaugeVec,
+    /// `karpenter_voluntary_disruption_consolidation_timeouts_total`: consolidation_type
+    /// (`multi` and `single` start at 0).
+    pub voluntary_disruption_consolidation_timeouts_total: CounterVec,
+    /// `karpenter_voluntary_disruption_failed_validations_total`: consolidation_type.
+    pub voluntary_disruption_failed_validations_total: CounterVec,
+    /// `karpenter_voluntary_disruption_queue_failures_total`: decision, reason,
+    /// consolidation_type.
+    pub voluntary_disruption_queue_failures_total: CounterVec,
+    /// `karpenter_consolidation_score`: decision, nodepool, policy.
+    pub consolidation_score: HistogramVec,
+    /// `karpenter_consolidation_moves_total`: decision, nodepool, policy.
+    pub consolidation_moves_total: CounterVec,
+    /// `karpenter_pods_state`: name, namespace, owner, node, scheduled, nodepool, zone, arch,
+    /// capacity_type, instance_type, phase, ready, managed.
+    pub pods_state: GaugeVec,
+    /// `karpenter_pods_startup_duration_seconds` (summary, no labels).
+    pub pods_startup_duration_seconds: SummaryVec,
+    /// `karpenter_pods_unstarted_time_seconds`: name, namespace.
+    pub pods_unstarted_time_seconds: GaugeVec,
+    /// `karpenter_pods_bound_duration_seconds`.
+    pub pods_bound_duration_seconds: Histogram,
+    /// `karpenter_pods_unbound_time_seconds`: name, namespace.
+    pub pods_unbound_time_seconds: GaugeVec,
+    /// `karpenter_pods_provisioning_bound_duration_seconds`.
+    pub pods_provisioning_bound_duration_seconds: Histogram,
+    /// `karpenter_pods_provisioning_unbound_time_seconds`: name, namespace.
+    pub pods_provisioning_unbound_time_seconds: GaugeVec,
+    /// `karpenter_pods_provisioning_startup_duration_seconds`.
+    pub pods_provisioning_startup_duration_seconds: Histogram,
+    /// `karpenter_pods_provisioning_unstarted_time_seconds`: name, namespace.
+    pub pods_provisioning_unstarted_time_seconds: GaugeVec,
+    /// `karpenter_pods_provisioning_scheduling_undecided_time_seconds`: name, namespace.
+    pub pods_provisioning_scheduling_undecided_time_seconds: GaugeVec,
+    /// `karpenter_pods_scheduling_decision_duration_seconds`.
+    pub pods_scheduling_decision_duration_seconds: Histogram,
+    /// `karpenter_cluster_state_node_count`.
+    pub cluster_state_node_count: Gauge,
+    /// `karpenter_cluster_state_synced` (1 or 0).
+    pub cluster_state_synced: Gauge,
+    /// `karpenter_cluster_state_unsynced_time_seconds`.
+    pub cluster_state_unsynced_time_seconds: Gauge,
+    /// `karpenter_scheduler_scheduling_duration_seconds`: controller.
+    pub scheduler_scheduling_duration_seconds: HistogramVec,
+    /// `karpenter_scheduler_queue_depth`: controller, scheduling_id.
+    pub scheduler_queue_depth: GaugeVec,
+    /// `karpenter_scheduler_unfinished_work_seconds`: controller, scheduling_id.
+    pub scheduler_unfinished_work_seconds: GaugeVec,
+    /// `karpenter_scheduler_ignored_pods_count`.
+    pub scheduler_ignored_pods_count: Gauge,
+    /// `karpenter_scheduler_unschedulable_pods_count`: controller.
+    pub scheduler_unschedulable_pods_count: GaugeVec,
+    /// `karpenter_scheduler_pending_pods_by_effective_zone_count`: controller, zone.
+    pub scheduler_pending_pods_by_effective_zone_count: GaugeVec,
+    /// `karpenter_cloudprovider_duration_seconds`: controller, method, provider.
+    pub cloudprovider_duration_seconds: HistogramVec,
+    /// `karpenter_cloudprovider_errors_total`: controller, method, provider, error.
+    pub cloudprovider_errors_total: CounterVec,
+
+    // AWS provider.
+    /// `karpenter_cloudprovider_batcher_batch_time_seconds`: batcher.
+    pub cloudprovider_batcher_batch_time_seconds: HistogramVec,
+    /// `karpenter_cloudprovider_batcher_batch_size`: batcher.
+    pub cloudprovider_batcher_batch_size: HistogramVec,
+    /// `karpenter_cloudprovider_instance_type_offering_available`: instance_type,
+    /// capacity_type, zone.
+    pub cloudprovider_instance_type_offering_available: GaugeVec,
+    /// `karpenter_cloudprovider_instance_type_offering_price_estimate`: instance_type,
+    /// capacity_type, zone.
+    pub cloudprovider_instance_type_offering_price_estimate: GaugeVec,
+    /// `karpenter_cloudprovider_instance_type_cpu_cores`: instance_type.
+    pub cloudprovider_instance_type_cpu_cores: GaugeVec,
+    /// `karpenter_cloudprovider_instance_type_memory_bytes`: instance_type.
+    pub cloudprovider_instance_type_memory_bytes: GaugeVec,
+    /// `karpenter_cloudprovider_instance_launch_failures_total`: zone, zone_id, capacity_type,
+    /// reason.
+    pub cloudprovider_instance_launch_failures_total: CounterVec,
+    /// `karpenter_cloudprovider_instance_termination_failures_total`: zone, zone_id.
+    pub cloudprovider_instance_termination_failures_total: CounterVec,
+    /// `karpenter_interruption_received_messages_total`: message_type.
+    pub interruption_received_messages_total: CounterVec,
+    /// `karpenter_interruption_deleted_messages_total`.
+    pub interruption_deleted_messages_total: Counter,
+    /// `karpenter_interruption_message_queue_duration_seconds`.
+    pub interruption_message_queue_duration_seconds: Histogram,
+    /// `karpenter_interruption_instance_status_unhealthy_total`: category.
+    pub interruption_instance_status_unhealthy_total: CounterVec,
+    /// `karpenter_ec2nodeclasses_userdata_bytes`: nodeclass.
+    pub ec2nodeclasses_userdata_bytes: GaugeVec,
+
+    // Operator status families.
+    /// `operator_nodeclaim_*`; the condition gauges add karpenter_k8s_aws_ec2nodeclass and
+    /// karpenter_sh_nodepool.
+    pub nodeclaim_status: StatusMetrics,
+    /// `operator_nodepool_*`.
+    pub nodepool_status: StatusMetrics,
+    /// `operator_node_*`; the condition gauges add karpenter_k8s_aws_ec2nodeclass,
+    /// karpenter_sh_nodepool and karpenter_sh_initialized.
+    pub node_status: StatusMetrics,
+    /// `operator_ec2nodeclass_*`.
+    pub ec2nodeclass_status: StatusMetrics,
+    /// `operator_capacitybuffer_*`.
+    pub capacitybuffer_status: StatusMetrics,
+    /// The deprecated `operator_status_condition_*` and `operator_termination_*` families,
+    /// which upstream still emits for every kind with a `kind` label.
+    pub deprecated_status: StatusMetrics,
+}
+
+/// Registers families as they are built; a registration error is a programming error (a name
+/// used twice or an invalid name) that the tests catch, so it panics with the metric's name.
+struct Builder {
+    registry: Registry,
+}
+
+impl Builder {
+    fn register<C: Collector + Clone + 'static>(&self, name: &str, collector: C) -> C {
+        if let Err(e) = self.registry.register(Box::new(collector.clone())) {
+            panic!("registering metric {name}: {e}");
+        }
+        collector
+    }
+
+    fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
+        let vec = CounterVec::new(Opts::new(name, help), labels)
+            .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, vec)
+    }
+
+    fn counter(&self, name: &str, help: &str) -> Counter {
+        let counter = Counter::with_opts(Opts::new(name, help))
+            .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, counter)
+    }
+
+    fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+        let vec = GaugeVec::new(Opts::new(name, help), labels)
+            .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, vec)
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> Gauge {
+        let gauge = Gauge::with_opts(Opts::new(name, help))
+            .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, gauge)
+    }
+
+    fn histogram_vec(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+        buckets: &[f64],
+    ) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        let vec = HistogramVec::new(opts, labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, vec)
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        let histogram = Histogram::with_opts(opts).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, histogram)
+    }
+
+    fn summary_vec(&self, name: &str, help: &str, labels: &[&str]) -> SummaryVec {
+        let vec =
+            SummaryVec::new(name, help, labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, vec)
+    }
+
+    /// One kind's status families; `kind` is None for the deprecated aggregate families.
+    fn status(&self, kind: Option<&str>, extra_labels: &[&str]) -> StatusMetrics {
+        let (prefix, kind_label): (String, &[&str]) = match kind {
+            Some(kind) => (format!("operator_{kind}"), &[]),
+            None => ("operator".to_string(), &["kind"]),
+        };
+        let what = kind.unwrap_or("object");
+        let extra: Vec<String> = extra_labels
+            .iter()
+            .map(|k| label_key_to_metric_label(k))
+            .collect();
+        let labels = |base: &[&str], with_extra: bool| -> Vec<String> {
+            let mut out: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+            out.extend(kind_label.iter().map(|s| s.to_string()));
+            if with_extra {
+                out.extend(extra.iter().cloned());
+            }
+            out
+        };
+        let condition = labels(
+            &["namespace", "name", "group", "type", "status", "reason"],
+            true,
+        );
+        let transitions = labels(&["group", "type", "status", "reason"], false);
+        let transition_seconds = labels(&["group", "type", "status"], false);
+        let terminating = labels(&["namespace", "name", "group"], false);
+        let termination = labels(&["group"], false);
+        // Powers of two from half a second to over two hours.
+        let transition_buckets = exponential_buckets(0.5, 2.0, 15)
+            .unwrap_or_else(|e| panic!("status condition buckets: {e}"));
+        StatusMetrics {
+            status_condition_count: self.gauge_vec(
+                &format!("{prefix}_status_condition_count"),
+                &format!("1 for each status condition a {what} currently has, by type, status and reason; alert on e.g. Ready=False."),
+                &as_strs(&condition),
+            ),
+            status_condition_current_status_seconds: self.gauge_vec(
+                &format!("{prefix}_status_condition_current_status_seconds"),
+                &format!("Seconds each current status condition of a {what} has had its status; alert on conditions stuck Unknown or False."),
+                &as_strs(&condition),
+            ),
+            status_condition_transitions_total: self.counter_vec(
+                &format!("{prefix}_status_condition_transitions_total"),
+                &format!("Status condition changes observed on {what}s, by the new type, status and reason."),
+                &as_strs(&transitions),
+            ),
+            status_condition_transition_seconds: self.histogram_vec(
+                &format!("{prefix}_status_condition_transition_seconds"),
+                &format!("How long a {what}'s status condition kept a status before it changed."),
+                &as_strs(&transition_seconds),
+                &transition_buckets,
+            ),
+            termination_current_time_seconds: self.gauge_vec(
+                &format!("{prefix}_termination_current_time_seconds"),
+                &format!("Seconds a {what} has been terminating (deletion requested, finalizers pending)."),
+                &as_strs(&terminating),
+            ),
+            termination_duration_seconds: self.histogram_vec(
+                &format!("{prefix}_termination_duration_seconds"),
+                &format!("How long {what}s took from deletion request to removal."),
+                &as_strs(&termination),
+                &transition_buckets,
+            ),
+        }
+    }
+}
+
+impl Metrics {
+    /// Builds and registers every family in a fresh registry. Use [`METRICS`]; a second
+    /// instance would only be invisible to the metrics server.
+    fn new() -> Self {
+        let b = Builder {
+            registry: Registry::new(),
+        };
+        let node_labels: Vec<String> = node_metric_labels()
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect();
+        let node_resource_labels: Vec<&str> = node_labels
+            .iter()
+            .map(String::as_str)
+            .chain(["node_name", "phase", "managed", "resource_type"])
+            .collect();
+        let node_lifetime_labels: Vec<&str> = node_labels
+            .iter()
+            .map(String::as_str)
+            .chain(["node_name", "phase", "managed"])
+            .collect();
+        let disruption_labels = [
+            "reason",
+            "nodepool",
+            "capacity_type",
+            "consolidation_policy",
+            "termination_mode",
+        ];
+        let termination_buckets = exponential_buckets(1.0, 2.0, 12)
+            .unwrap_or_else(|e| panic!("termination buckets: {e}"));
+        let instance_termination_buckets = exponential_buckets(1.0, 2.0, 11)
+            .unwrap_or_else(|e| panic!("instance termination buckets: {e}"));
+
+        let metrics = Self {
+            build_info: b.gauge_vec(
+                "karpenter_build_info",
+                "Always 1; its labels say which karpenter-rs build is running (goversion is \"rust\").",
+                &["version", "goversion", "goarch", "commit"],
+            ),
+            nodeclaims_created_total: b.counter_vec(
+                "karpenter_nodeclaims_created_total",
+                "NodeClaims created, by why they were created and by NodePool.",
+                &["reason", "nodepool", "min_values_relaxed"],
+            ),
+            nodeclaims_terminated_total: b.counter_vec(
+                "karpenter_nodeclaims_terminated_total",
+                "NodeClaims whose termination finished, by NodePool, capacity type and zone.",
+                &["nodepool", "capacity_type", "zone"],
+            ),
+            nodeclaims_disrupted_total: b.counter_vec(
+                "karpenter_nodeclaims_disrupted_total",
+                "NodeClaims disrupted (drifted, expired, empty, underutilized, interrupted, ...), by reason.",
+                &disruption_labels,
+            ),
+            pods_disruption_initiated_total: b.counter_vec(
+                "karpenter_pods_disruption_initiated_total",
+                "Pods whose eviction began because their node was disrupted, by disruption reason.",
+                &disruption_labels,
+            ),
+            nodes_created_total: b.counter_vec(
+                "karpenter_nodes_created_total",
+                "Nodes that registered for a NodeClaim.",
+                &["nodepool", "zone"],
+            ),
+            nodes_terminated_total: b.counter_vec(
+                "karpenter_nodes_terminated_total",
+                "Nodes deleted after their drain and instance termination.",
+                &["nodepool", "zone"],
+            ),
+            nodeclaims_termination_duration_seconds: b.histogram_vec(
+                "karpenter_nodeclaims_termination_duration_seconds",
+                "Seconds from a NodeClaim's deletion request to the removal of its finalizer.",
+                &["nodepool"],
+                &termination_buckets,
+            ),
+            nodeclaims_instance_termination_duration_seconds: b.histogram_vec(
+                "karpenter_nodeclaims_instance_termination_duration_seconds",
+                "Seconds the cloud provider took to terminate a NodeClaim's instance.",
+                &["nodepool"],
+                &instance_termination_buckets,
+            ),
+            nodeclaims_unhealthy_disrupted_total: b.counter_vec(
+                "karpenter_nodeclaims_unhealthy_disrupted_total",
+                "NodeClaims replaced by node repair because a node condition stayed unhealthy.",
+                &["condition", "nodepool", "capacity_type", "image_id"],
+            ),
+            nodes_termination_duration_seconds: b.summary_vec(
+                "karpenter_nodes_termination_duration_seconds",
+                "Seconds from a node's deletion request to its removal (drain included).",
+                &["nodepool"],
+            ),
+            nodes_drained_total: b.counter_vec(
+                "karpenter_nodes_drained_total",
+                "Nodes whose pods were all evicted.",
+                &["nodepool"],
+            ),
+            nodes_lifetime_duration_seconds: b.histogram_vec(
+                "karpenter_nodes_lifetime_duration_seconds",
+                "Seconds a node existed, observed when it is deleted.",
+                &["nodepool"],
+                &LIFETIME_BUCKETS,
+            ),
+            pods_eviction_requests_total: b.counter_vec(
+                "karpenter_pods_eviction_requests_total",
+                "Eviction API calls made while draining, by HTTP response code.",
+                &["code"],
+            ),
+            pods_drained_total: b.counter_vec(
+                "karpenter_pods_drained_total",
+                "Pods removed from draining nodes, by why the node was drained.",
+                &["reason"],
+            ),
+            nodes_allocatable: b.gauge_vec(
+                "karpenter_nodes_allocatable",
+                "Each node's allocatable resources (cores, bytes, pods).",
+                &node_resource_labels,
+            ),
+            nodes_total_pod_requests: b.gauge_vec(
+                "karpenter_nodes_total_pod_requests",
+                "Sum of the resource requests of the non-DaemonSet pods bound to each node.",
+                &node_resource_labels,
+            ),
+            nodes_total_pod_limits: b.gauge_vec(
+                "karpenter_nodes_total_pod_limits",
+                "Sum of the resource limits of the non-DaemonSet pods bound to each node.",
+                &node_resource_labels,
+            ),
+            nodes_total_daemon_requests: b.gauge_vec(
+                "karpenter_nodes_total_daemon_requests",
+                "Sum of the resource requests of the DaemonSet pods bound to each node.",
+                &node_resource_labels,
+            ),
+            nodes_total_daemon_limits: b.gauge_vec(
+                "karpenter_nodes_total_daemon_limits",
+                "Sum of the resource limits of the DaemonSet pods bound to each node.",
+                &node_resource_labels,
+            ),
+            nodes_system_overhead: b.gauge_vec(
+                "karpenter_nodes_system_overhead",
+                "Resources each node reserves for the system and kubelet (capacity minus allocatable).",
+                &node_resource_labels,
+            ),
+            nodes_current_lifetime_seconds: b.gauge_vec(
+                "karpenter_nodes_current_lifetime_seconds",
+                "Seconds since each node was created.",
+                &node_lifetime_labels,
+            ),
+            cluster_utilization_percent: b.gauge_vec(
+                "karpenter_cluster_utilization_percent",
+                "Requested share of the allocatable resources of Karpenter's nodes, in percent.",
+                &["resource_type"],
+            ),
+            nodepools_limit: b.gauge_vec(
+                "karpenter_nodepools_limit",
+                "Each NodePool's spec.limits.",
+                &["resource_type", "nodepool"],
+            ),
+            nodepools_usage: b.gauge_vec(
+                "karpenter_nodepools_usage",
+                "Resources each NodePool's nodes provide, counted against its limits.",
+                &["resource_type", "nodepool"],
+            ),
+            nodepools_cost_total: b.gauge_vec(
+                "karpenter_nodepools_cost_total",
+                "Estimated hourly cost of each NodePool's nodes, from the offerings' prices.",
+                &["nodepool"],
+            ),
+            nodepools_cost_tracker_errors_total: b.counter_vec(
+                "karpenter_nodepools_cost_tracker_errors_total",
+                "Times a NodePool's cost could not be computed (e.g. an offering without a price).",
+                &["nodepool"],
+            ),
+            nodepools_allowed_disruptions: b.gauge_vec(
+                "karpenter_nodepools_allowed_disruptions",
+                "Nodes each NodePool's disruption budgets allow to disrupt right now, by reason.",
+                &["nodepool", "reason"],
+            ),
+            nodepools_nodes_consuming_budgets: b.gauge_vec(
+                "karpenter_nodepools_nodes_consuming_budgets",
+                "Nodes of each NodePool being disrupted now, and so counting against its budgets.",
+                &["nodepool", "reason"],
+            ),
+            voluntary_disruption_decision_evaluation_duration_seconds: b.histogram_vec(
+                "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+                "Seconds one disruption method took to decide, by method.",
+                &["reason", "consolidation_type"],
+                &DURATION_BUCKETS,
+            ),
+            voluntary_disruption_decisions_total: b.counter_vec(
+                "karpenter_voluntary_disruption_decisions_total",
+                "Disruption decisions taken (delete or replace), by method.",
+                &["decision", "reason", "consolidation_type"],
+            ),
+            voluntary_disruption_decisions_by_nodepool_total: b.counter_vec(
+                "karpenter_voluntary_disruption_decisions_by_nodepool_total",
+                "Disruption decisions taken (delete or replace), by NodePool and method.",
+                &["nodepool", "decision", "reason", "consolidation_type"],
+            ),
+            voluntary_disruption_eligible_nodes: b.gauge_vec(
+                "karpenter_voluntary_disruption_eligible_nodes",
+                "Nodes each disruption method could act on in its last evaluation.",
+                &["reason"],
+            ),
+            voluntary_disruption_consolidation_timeouts_total: b.counter_vec(
+                "karpenter_voluntary_disruption_consolidation_timeouts_total",
+                "Consolidation evaluations that ran out of time before finishing.",
+                &["consolidation_type"],
+            ),
+            voluntary_disruption_failed_validations_total: b.counter_vec(
+                "karpenter_voluntary_disruption_failed_validations_total",
+                "Consolidation decisions dropped because the cluster changed during the validation delay.",
+                &["consolidation_type"],
+            ),
+            voluntary_disruption_queue_failures_total: b.counter_vec(
+                "karpenter_voluntary_disruption_queue_failures_total",
+                "Disruption commands that failed while being carried out (e.g. a replacement never became ready).",
+                &["decision", "reason", "consolidation_type"],
+            ),
+            consolidation_score: b.histogram_vec(
+                "karpenter_consolidation_score",
+                "Scores of moves evaluated under consolidationPolicy Balanced (savings share over disruption share).",
+                &["decision", "nodepool", "policy"],
+                &CONSOLIDATION_SCORE_BUCKETS,
+            ),
+            consolidation_moves_total: b.counter_vec(
+                "karpenter_consolidation_moves_total",
+                "Moves evaluated under consolidationPolicy Balanced, approved or rejected.",
+                &["decision", "nodepool", "policy"],
+            ),
+            pods_state: b.gauge_vec(
+                "karpenter_pods_state",
+                "1 for each pod, with where it runs and its phase as labels.",
+                &[
+                    "name",
+                    "namespace",
+                    "owner",
+                    "node",
+                    "scheduled",
+                    "nodepool",
+                    "zone",
+                    "arch",
+                    "capacity_type",
+                    "instance_type",
+                    "phase",
+                    "ready",
+                    "managed",
+                ],
+            ),
+            pods_startup_duration_seconds: b.summary_vec(
+                "karpenter_pods_startup_duration_seconds",
+                "Seconds from a pod's creation until it was running.",
+                &[],
+            ),
+            pods_unstarted_time_seconds: b.gauge_vec(
+                "karpenter_pods_unstarted_time_seconds",
+                "Seconds each not-yet-running pod has existed.",
+                &["name", "namespace"],
+            ),
+            pods_bound_duration_seconds: b.histogram(
+                "karpenter_pods_bound_duration_seconds",
+                "Seconds from a pod's creation until it was bound to a node.",
+                &DURATION_BUCKETS,
+            ),
+            pods_unbound_time_seconds: b.gauge_vec(
+                "karpenter_pods_unbound_time_seconds",
+                "Seconds each not-yet-bound pod has existed.",
+                &["name", "namespace"],
+            ),
+            pods_provisioning_bound_duration_seconds: b.histogram(
+                "karpenter_pods_provisioning_bound_duration_seconds",
+                "Seconds from the moment Karpenter first saw a pending pod until it was bound.",
+                &DURATION_BUCKETS,
+            ),
+            pods_provisioning_unbound_time_seconds: b.gauge_vec(
+                "karpenter_pods_provisioning_unbound_time_seconds",
+                "Seconds since Karpenter first saw each still-unbound pod.",
+                &["name", "namespace"],
+            ),
+            pods_provisioning_startup_duration_seconds: b.histogram(
+                "karpenter_pods_provisioning_startup_duration_seconds",
+                "Seconds from the moment Karpenter first saw a pending pod until it was running.",
+                &DURATION_BUCKETS,
+            ),
+            pods_provisioning_unstarted_time_seconds: b.gauge_vec(
+                "karpenter_pods_provisioning_unstarted_time_seconds",
+                "Seconds since Karpenter first saw each pod that is not running yet.",
+                &["name", "namespace"],
+            ),
+            pods_provisioning_scheduling_undecided_time_seconds: b.gauge_vec(
+                "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
+                "Seconds each pending pod has waited without a scheduling decision from Karpenter.",
+                &["name", "namespace"],
+            ),
+            pods_scheduling_decision_duration_seconds: b.histogram(
+                "karpenter_pods_scheduling_decision_duration_seconds",
+                "Seconds from the moment Karpenter saw a pending pod until it decided where it goes.",
+                &DURATION_BUCKETS,
+            ),
+            cluster_state_node_count: b.gauge(
+                "karpenter_cluster_state_node_count",
+                "Nodes in Karpenter's in-memory view of the cluster.",
+            ),
+            cluster_state_synced: b.gauge(
+                "karpenter_cluster_state_synced",
+                "1 when Karpenter's view of nodes and NodeClaims matches the API server, else 0.",
+            ),
+            cluster_state_unsynced_time_seconds: b.gauge(
+                "karpenter_cluster_state_unsynced_time_seconds",
+                "Seconds Karpenter's view of the cluster has been out of sync.",
+            ),
+            scheduler_scheduling_duration_seconds: b.histogram_vec(
+                "karpenter_scheduler_scheduling_duration_seconds",
+                "Seconds one scheduling simulation took.",
+                &["controller"],
+                &DURATION_BUCKETS,
+            ),
+            scheduler_queue_depth: b.gauge_vec(
+                "karpenter_scheduler_queue_depth",
+                "Pods still waiting in the running scheduling simulation.",
+                &["controller", "scheduling_id"],
+            ),
+            scheduler_unfinished_work_seconds: b.gauge_vec(
+                "karpenter_scheduler_unfinished_work_seconds",
+                "Seconds the running scheduling simulation has taken so far.",
+                &["controller", "scheduling_id"],
+            ),
+            scheduler_ignored_pods_count: b.gauge(
+                "karpenter_scheduler_ignored_pods_count",
+                "Pending pods the scheduler skipped (e.g. invalid requirements or volumes).",
+            ),
+            scheduler_unschedulable_pods_count: b.gauge_vec(
+                "karpenter_scheduler_unschedulable_pods_count",
+                "Pods that fit no NodePool in the last scheduling simulation.",
+                &["controller"],
+            ),
+            scheduler_pending_pods_by_effective_zone_count: b.gauge_vec(
+                "karpenter_scheduler_pending_pods_by_effective_zone_count",
+                "Pending pods by the zone their requirements pin them to.",
+                &["controller", "zone"],
+            ),
+            cloudprovider_duration_seconds: b.histogram_vec(
+                "karpenter_cloudprovider_duration_seconds",
+                "Seconds each cloud provider call took.",
+                &["controller", "method", "provider"],
+                &DURATION_BUCKETS,
+            ),
+            cloudprovider_errors_total: b.counter_vec(
+                "karpenter_cloudprovider_errors_total",
+                "Cloud provider calls that failed, by error kind.",
+                &["controller", "method", "provider", "error"],
+            ),
+            cloudprovider_batcher_batch_time_seconds: b.histogram_vec(
+                "karpenter_cloudprovider_batcher_batch_time_seconds",
+                "Seconds a batcher collected requests before sending one EC2 call.",
+                &["batcher"],
+                &DURATION_BUCKETS,
+            ),
+            cloudprovider_batcher_batch_size: b.histogram_vec(
+                "karpenter_cloudprovider_batcher_batch_size",
+                "Requests merged into one EC2 call by a batcher.",
+                &["batcher"],
+                &BATCH_SIZE_BUCKETS,
+            ),
+            cloudprovider_instance_type_offering_available: b.gauge_vec(
+                "karpenter_cloudprovider_instance_type_offering_available",
+                "1 when an instance type can be launched in a zone with a capacity type, else 0.",
+                &["instance_type", "capacity_type", "zone"],
+            ),
+            cloudprovider_instance_type_offering_price_estimate: b.gauge_vec(
+                "karpenter_cloudprovider_instance_type_offering_price_estimate",
+                "Estimated hourly price of an instance type in a zone with a capacity type.",
+                &["instance_type", "capacity_type", "zone"],
+            ),
+            cloudprovider_instance_type_cpu_cores: b.gauge_vec(
+                "karpenter_cloudprovider_instance_type_cpu_cores",
+                "vCPUs of each instance type.",
+                &["instance_type"],
+            ),
+            cloudprovider_instance_type_memory_bytes: b.gauge_vec(
+                "karpenter_cloudprovider_instance_type_memory_bytes",
+                "Memory of each instance type, in bytes.",
+                &["instance_type"],
+            ),
+            cloudprovider_instance_launch_failures_total: b.counter_vec(
+                "karpenter_cloudprovider_instance_launch_failures_total",
+                "Instance launches EC2 refused, by zone, capacity type and error code.",
+                &["zone", "zone_id", "capacity_type", "reason"],
+            ),
+            cloudprovider_instance_termination_failures_total: b.counter_vec(
+                "karpenter_cloudprovider_instance_termination_failures_total",
+                "Instance terminations that failed.",
+                &["zone", "zone_id"],
+            ),
+            interruption_received_messages_total: b.counter_vec(
+                "karpenter_interruption_received_messages_total",
+                "Messages read from the interruption queue, by kind (spot_interrupted, scheduled_change, ...).",
+                &["message_type"],
+            ),
+            interruption_deleted_messages_total: b.counter(
+                "karpenter_interruption_deleted_messages_total",
+                "Messages deleted from the interruption queue after handling.",
+            ),
+            interruption_message_queue_duration_seconds: b.histogram(
+                "karpenter_interruption_message_queue_duration_seconds",
+                "Seconds an interruption message waited in the queue before it was handled.",
+                &DURATION_BUCKETS,
+            ),
+            interruption_instance_status_unhealthy_total: b.counter_vec(
+                "karpenter_interruption_instance_status_unhealthy_total",
+                "Instances found impaired by EC2 instance status checks, by failing check.",
+                &["category"],
+            ),
+            ec2nodeclasses_userdata_bytes: b.gauge_vec(
+                "karpenter_ec2nodeclasses_userdata_bytes",
+                "Size of each EC2NodeClass' rendered user data (EC2 allows 16384 bytes).",
+                &["nodeclass"],
+            ),
+            nodeclaim_status: b.status(
+                Some(STATUS_KINDS[0]),
+                &[labels::EC2NODECLASS, labels::NODEPOOL],
+            ),
+            nodepool_status: b.status(Some(STATUS_KINDS[1]), &[]),
+            node_status: b.status(
+                Some(STATUS_KINDS[2]),
+                &[labels::EC2NODECLASS, labels::NODEPOOL, labels::INITIALIZED],
+            ),
+            ec2nodeclass_status: b.status(Some(STATUS_KINDS[3]), &[]),
+            capacitybuffer_status: b.status(Some(STATUS_KINDS[4]), &[]),
+            deprecated_status: b.status(None, &[]),
+            registry: b.registry,
+        };
+        metrics
+            .build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                "rust",
+                go_arch(),
+                option_env!("KARPENTER_RS_COMMIT").unwrap_or("unknown"),
+            ])
+            .set(1.0);
+        // Upstream starts these at 0 so that rate() works from the first timeout.
+        for consolidation_type in ["multi", "single"] {
+            metrics
+                .voluntary_disruption_consolidation_timeouts_total
+                .with_label_values(&[consolidation_type]);
+        }
+        metrics
+    }
+
+    /// The text exposition of every family that has at least one series.
+    fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding only fails for malformed families, which registration already rejects.
+        if let Err(e) = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut out) {
+            out = format!("# encoding metrics failed: {e}\n");
+        }
+        out
+    }
+}
+
+/// Borrows owned label names as the `&str` slice the `prometheus` constructors take.
+fn as_strs(names: &[String]) -> Vec<&str> {
+    names.iter().map(String::as_str).collect()
+}
+
+/// The architecture under Go's name (`amd64`, `arm64`), as upstream's build_info reports it.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// Quantiles every summary reports, as upstream's summaries do.
+const SUMMARY_OBJECTIVES: [f64; 5] = [0.0, 0.5, 0.9, 0.99, 1.0];
+/// Observations older than this no longer count towards a summary's quantiles.
+const SUMMARY_MAX_AGE: Duration = Duration::from_secs(600);
+/// At most this many recent observations per series are kept for quantiles, bounding memory.
+const SUMMARY_MAX_SAMPLES: usize = 1024;
+
+/// A Prometheus summary with labels. The `prometheus` crate has none, and two upstream families
+/// are summaries: their quantiles cover the last ten minutes of observations (at most 1024 per
+/// series), their `_sum` and `_count` everything since start.
+#[derive(Clone)]
+pub struct SummaryVec {
+    inner: Arc<SummaryInner>,
+}
+
+struct SummaryInner {
+    desc: Desc,
+    series: Mutex<HashMap<Vec<String>, SummarySeries>>,
+}
+
+#[derive(Default)]
+struct SummarySeries {
+    count: u64,
+    sum: f64,
+    recent: VecDeque<(Instant, f64)>,
+}
+
+impl SummaryVec {
+    /// A summary family; `labels` are its label names.
+    pub fn new(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
+        let desc = Desc::new(
+            name.to_string(),
+            help.to_string(),
+            labels.iter().map(|l| l.to_string()).collect(),
+            HashMap::new(),
+        )?;
+        Ok(Self {
+            inner: Arc::new(SummaryInner {
+                desc,
+                series: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Records one observation in the series with these label values (in label-name order).
+    pub fn observe(&self, label_values: &[&str], value: f64) -> prometheus::Result<()> {
+        let expect = self.inner.desc.variable_labels.len();
+        if label_values.len() != expect {
+            return Err(prometheus::Error::InconsistentCardinality {
+                expect,
+                got: label_values.len(),
+            });
+        }
+        let now = Instant::now();
+        let key = label_values.iter().map(|v| v.to_string()).collect();
+        let mut series = self
+            .inner
+            .series
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entry: &mut SummarySeries = series.entry(key).or_default();
+        entry.count += 1;
+        entry.sum += value;
+        entry.recent.push_back((now, value));
+        prune(&mut entry.recent, now);
+        Ok(())
+    }
+}
+
+/// Drops observations that are too old or beyond the sample cap.
+fn prune(recent: &mut VecDeque<(Instant, f64)>, now: Instant) {
+    while recent.len() > SUMMARY_MAX_SAMPLES
+        || recent
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > SUMMARY_MAX_AGE)
+    {
+        recent.pop_front();
+    }
+}
+
+/// The `q` quantile of sorted values: the smallest value with at least `q` of the values at or
+/// below it (NaN without values, as Prometheus clients report an empty window).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Collector for SummaryVec {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.inner.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let now = Instant::now();
+        let mut series = self
+            .inner
+            .series
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut metrics = Vec::with_capacity(series.len());
+        for (label_values, entry) in series.iter_mut() {
+            prune(&mut entry.recent, now);
+            let mut values: Vec<f64> = entry.recent.iter().map(|(_, v)| *v).collect();
+            values.sort_by(f64::total_cmp);
+            let quantiles = SUMMARY_OBJECTIVES
+                .iter()
+                .map(|&q| {
+                    let mut out = Quantile::default();
+                    out.set_quantile(q);
+                    out.set_value(quantile(&values, q));
+                    out
+                })
+                .collect();
+            let mut summary = Summary::default();
+            summary.set_sample_count(entry.count);
+            summary.set_sample_sum(entry.sum);
+            summary.set_quantile(quantiles);
+            let mut pairs: Vec<LabelPair> = self
+                .inner
+                .desc
+                .variable_labels
+                .iter()
+                .zip(label_values)
+                .map(|(name, value)| {
+                    let mut pair = LabelPair::default();
+                    pair.set_name(name.clone());
+                    pair.set_value(value.clone());
+                    pair
+                })
+                .collect();
+            pairs.sort_by(|a, b| a.name().cmp(b.name()));
+            let mut metric = Metric::default();
+            metric.set_label(pairs);
+            metric.set_summary(summary);
+            metrics.push(metric);
+        }
+        let mut family = MetricFamily::default();
+        family.set_name(self.inner.desc.fq_name.clone());
+        family.set_help(self.inner.desc.help.clone());
+        family.set_field_type(MetricType::SUMMARY);
+        family.set_metric(metrics);
+        vec![family]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// Every family of the reference's metrics section with its type and label names.
+    fn documented() -> Vec<(String, &'static str, Vec<String>)> {
+        let node = |extra: &[&str]| -> Vec<String> {
+            node_metric_labels()
+                .into_iter()
+                .map(|(_, name)| name)
+                .chain(extra.iter().map(|s| s.to_string()))
+                .collect()
+        };
+        let s = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+        let disruption = [
+            "reason",
+            "nodepool",
+            "capacity_type",
+            "consolidation_policy",
+            "termination_mode",
+        ];
+        let resource = ["node_name", "phase", "managed", "resource_type"];
+        let mut out: Vec<(String, &'static str, Vec<String>)> = vec![
+            (
+                "karpenter_build_info",
+                "gauge",
+                s(&["version", "goversion", "goarch", "commit"]),
+            ),
+            (
+                "karpenter_nodeclaims_created_total",
+                "counter",
+                s(&["reason", "nodepool", "min_values_relaxed"]),
+            ),
+            (
+                "karpenter_nodeclaims_terminated_total",
+                "counter",
+                s(&["nodepool", "capacity_type", "zone"]),
+            ),
+            (
+                "karpenter_nodeclaims_disrupted_total",
+                "counter",
+                s(&disruption),
+            ),
+            (
+                "karpenter_pods_disruption_initiated_total",
+                "counter",
+                s(&disruption),
+            ),
+            (
+                "karpenter_nodes_created_total",
+                "counter",
+                s(&["nodepool", "zone"]),
+            ),
+            (
+                "karpenter_nodes_terminated_total",
+                "counter",
+                s(&["nodepool", "zone"]),
+            ),
+            (
+                "karpenter_nodeclaims_termination_duration_seconds",
+                "histogram",
+                s(&["nodepool"]),
+            ),
+            (
+                "karpenter_nodeclaims_instance_termination_duration_seconds",
+                "histogram",
+                s(&["nodepool"]),
+            ),
+            (
+                "karpenter_nodeclaims_unhealthy_disrupted_total",
+                "counter",
+                s(&["condition", "nodepool", "capacity_type", "image_id"]),
+            ),
+            (
+                "karpenter_nodes_termination_duration_seconds",
+                "summary",
+                s(&["nodepool"]),
+            ),
+            ("karpenter_nodes_drained_total", "counter", s(&["nodepool"])),
+            (
+                "karpenter_nodes_lifetime_duration_seconds",
+                "histogram",
+                s(&["nodepool"]),
+            ),
+            (
+                "karpenter_pods_eviction_requests_total",
+                "counter",
+                s(&["code"]),
+            ),
+            ("karpenter_pods_drained_total", "counter", s(&["reason"])),
+            ("karpenter_nodes_allocatable", "gauge", node(&resource)),
+            (
+                "karpenter_nodes_total_pod_requests",
+                "gauge",
+                node(&resource),
+            ),
+            ("karpenter_nodes_total_pod_limits", "gauge", node(&resource)),
+            (
+                "karpenter_nodes_total_daemon_requests",
+                "gauge",
+                node(&resource),
+            ),
+            (
+                "karpenter_nodes_total_daemon_limits",
+                "gauge",
+                node(&resource),
+            ),
+            ("karpenter_nodes_system_overhead", "gauge", node(&resource)),
+            (
+                "karpenter_nodes_current_lifetime_seconds",
+                "gauge",
+                node(&["node_name", "phase", "managed"]),
+            ),
+            (
+                "karpenter_cluster_utilization_percent",
+                "gauge",
+                s(&["resource_type"]),
+            ),
+            (
+                "karpenter_nodepools_limit",
+                "gauge",
+                s(&["resource_type", "nodepool"]),
+            ),
+            (
+                "karpenter_nodepools_usage",
+                "gauge",
+                s(&["resource_type", "nodepool"]),
+            ),
+            ("karpenter_nodepools_cost_total", "gauge", s(&["nodepool"])),
+            (
+                "karpenter_nodepools_cost_tracker_errors_total",
+                "counter",
+                s(&["nodepool"]),
+            ),
+            (
+                "karpenter_nodepools_allowed_disruptions",
+                "gauge",
+                s(&["nodepool", "reason"]),
+            ),
+            (
+                "karpenter_nodepools_nodes_consuming_budgets",
+                "gauge",
+                s(&["nodepool", "reason"]),
+            ),
+            (
+                "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+                "histogram",
+                s(&["reason", "consolidation_type"]),
+            ),
+            (
+                "karpenter_voluntary_disruption_decisions_total",
+                "counter",
+                s(&["decision", "reason", "consolidation_type"]),
+            ),
+            (
+                "karpenter_voluntary_disruption_decisions_by_nodepool_total",
+                "counter",
+                s(&["nodepool", "decision", "reason", "consolidation_type"]),
+            ),
+            (
+                "karpenter_voluntary_disruption_eligible_nodes",
+                "gauge",
+                s(&["reason"]),
+            ),
+            (
+                "karpenter_voluntary_disruption_consolidation_timeouts_total",
+                "counter",
+                s(&["consolidation_type"]),
+            ),
+            (
+                "karpenter_voluntary_disruption_failed_validations_total",
+                "counter",
+                s(&["consolidation_type"]),
+            ),
+            (
+                "karpenter_voluntary_disruption_queue_failures_total",
+                "counter",
+                s(&["decision", "reason", "consolidation_type"]),
+            ),
+            (
+                "karpenter_consolidation_score",
+                "histogram",
+                s(&["decision", "nodepool", "policy"]),
+            ),
+            (
+                "karpenter_consolidation_moves_total",
+                "counter",
+                s(&["decision", "nodepool", "policy"]),
+            ),
+            (
+                "karpenter_pods_state",
+                "gauge",
+                s(&[
+                    "name",
+                    "namespace",
+                    "owner",
+                    "node",
+                    "scheduled",
+                    "nodepool",
+                    "zone",
+                    "arch",
+                    "capacity_type",
+                    "instance_type",
+                    "phase",
+                    "ready",
+                    "managed",
+                ]),
+            ),
+            ("karpenter_pods_startup_duration_seconds", "summary", s(&[])),
+            (
+                "karpenter_pods_unstarted_time_seconds",
+                "gauge",
+                s(&["name", "namespace"]),
+            ),
+            ("karpenter_pods_bound_duration_seconds", "histogram", s(&[])),
+            (
+                "karpenter_pods_unbound_time_seconds",
+                "gauge",
+                s(&["name", "namespace"]),
+            ),
+            (
+                "karpenter_pods_provisioning_bound_duration_seconds",
+                "histogram",
+                s(&[]),
+            ),
+            (
+                "karpenter_pods_provisioning_unbound_time_seconds",
+                "gauge",
+                s(&["name", "namespace"]),
+            ),
+            (
+                "karpenter_pods_provisioning_startup_duration_seconds",
+                "histogram",
+                s(&[]),
+            ),
+            (
+                "karpenter_pods_provisioning_unstarted_time_seconds",
+                "gauge",
+                s(&["name", "namespace"]),
+            ),
+            (
+                "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
+                "gauge",
+                s(&["name", "namespace"]),
+            ),
+            (
+                "karpenter_pods_scheduling_decision_duration_seconds",
+                "histogram",
+                s(&[]),
+            ),
+            ("karpenter_cluster_state_node_count", "gauge", s(&[])),
+            ("karpenter_cluster_state_synced", "gauge", s(&[])),
+            (
+                "karpenter_cluster_state_unsynced_time_seconds",
+                "gauge",
+                s(&[]),
+            ),
+            (
+                "karpenter_scheduler_scheduling_duration_seconds",
+                "histogram",
+                s(&["controller"]),
+            ),
+            (
+                "karpenter_scheduler_queue_depth",
+                "gauge",
+                s(&["controller", "scheduling_id"]),
+            ),
+            (
+                "karpenter_scheduler_unfinished_work_seconds",
+                "gauge",
+                s(&["controller", "scheduling_id"]),
+            ),
+            ("karpenter_scheduler_ignored_pods_count", "gauge", s(&[])),
+            (
+                "karpenter_scheduler_unschedulable_pods_count",
+                "gauge",
+                s(&["controller"]),
+            ),
+            (
+                "karpenter_scheduler_pending_pods_by_effective_zone_count",
+                "gauge",
+                s(&["controller", "zone"]),
+            ),
+            (
+                "karpenter_cloudprovider_duration_seconds",
+                "histogram",
+                s(&["controller", "method", "provider"]),
+            ),
+            (
+                "karpenter_cloudprovider_errors_total",
+                "counter",
+                s(&["controller", "method", "provider", "error"]),
+            ),
+            (
+                "karpenter_cloudprovider_batcher_batch_time_seconds",
+                "histogram",
+                s(&["batcher"]),
+            ),
+            (
+                "karpenter_cloudprovider_batcher_batch_size",
+                "histogram",
+                s(&["batcher"]),
+            ),
+            (
+                "karpenter_cloudprovider_instance_type_offering_available",
+                "gauge",
+                s(&["instance_type", "capacity_type", "zone"]),
+            ),
+            (
+                "karpenter_cloudprovider_instance_type_offering_price_estimate",
+                "gauge",
+                s(&["instance_type", "capacity_type", "zone"]),
+            ),
+            (
+                "karpenter_cloudprovider_instance_type_cpu_cores",
+                "gauge",
+                s(&["instance_type"]),
+            ),
+            (
+                "karpenter_cloudprovider_instance_type_memory_bytes",
+                "gauge",
+                s(&["instance_type"]),
+            ),
+            (
+                "karpenter_cloudprovider_instance_launch_failures_total",
+                "counter",
+                s(&["zone", "zone_id", "capacity_type", "reason"]),
+            ),
+            (
+                "karpenter_cloudprovider_instance_termination_failures_total",
+                "counter",
+                s(&["zone", "zone_id"]),
+            ),
+            (
+                "karpenter_interruption_received_messages_total",
+                "counter",
+                s(&["message_type"]),
+            ),
+            (
+                "karpenter_interruption_deleted_messages_total",
+                "counter",
+                s(&[]),
+            ),
+            (
+                "karpenter_interruption_message_queue_duration_seconds",
+                "histogram",
+                s(&[]),
+            ),
+            (
+                "karpenter_interruption_instance_status_unhealthy_total",
+                "counter",
+                s(&["category"]),
+            ),
+            (
+                "karpenter_ec2nodeclasses_userdata_bytes",
+                "gauge",
+                s(&["nodeclass"]),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, kind, labels)| (name.to_string(), kind, labels))
+        .collect();
+        let status = |prefix: &str, kind: &[&str], extra: &[&str]| {
+            let with = |base: &[&str], extra: &[&str]| -> Vec<String> {
+                base.iter()
+                    .chain(kind)
+                    .chain(extra)
+                    .map(|s| s.to_string())
+                    .collect()
+            };
+            vec![
+                (
+                    format!("{prefix}_status_condition_count"),
+                    "gauge",
+                    with(
+                        &["namespace", "name", "group", "type", "status", "reason"],
+                        extra,
+                    ),
+                ),
+                (
+                    format!("{prefix}_status_condition_current_status_seconds"),
+                    "gauge",
+                    with(
+                        &["namespace", "name", "group", "type", "status", "reason"],
+                        extra,
+                    ),
+                ),
+                (
+                    format!("{prefix}_status_condition_transitions_total"),
+                    "counter",
+                    with(&["group", "type", "status", "reason"], &[]),
+                ),
+                (
+                    format!("{prefix}_status_condition_transition_seconds"),
+                    "histogram",
+                    with(&["group", "type", "status"], &[]),
+                ),
+                (
+                    format!("{prefix}_termination_current_time_seconds"),
+                    "gauge",
+                    with(&["namespace", "name", "group"], &[]),
+                ),
+                (
+                    format!("{prefix}_termination_duration_seconds"),
+                    "histogram",
+                    with(&["group"], &[]),
+                ),
+            ]
+        };
+        out.extend(status(
+            "operator_nodeclaim",
+            &[],
+            &["karpenter_k8s_aws_ec2nodeclass", "karpenter_sh_nodepool"],
+        ));
+        out.extend(status("operator_nodepool", &[], &[]));
+        out.extend(status(
+            "operator_node",
+            &[],
+            &[
+                "karpenter_k8s_aws_ec2nodeclass",
+                "karpenter_sh_nodepool",
+                "karpenter_sh_initialized",
+            ],
+        ));
+        out.extend(status("operator_ec2nodeclass", &[], &[]));
+        out.extend(status("operator_capacitybuffer", &[], &[]));
+        out.extend(status("operator", &["kind"], &[]));
+        out
+    }
+
+    /// Creates one series in every family so that each appears in the exposition.
+    fn touch_every_family() {
+        let m = &*METRICS;
+        let dummy = |n: usize| vec!["x"; n];
+        let gauge_vecs = [
+            &m.nodes_allocatable,
+            &m.nodes_total_pod_requests,
+            &m.nodes_total_pod_limits,
+            &m.nodes_total_daemon_requests,
+            &m.nodes_total_daemon_limits,
+            &m.nodes_system_overhead,
+            &m.nodes_current_lifetime_seconds,
+            &m.cluster_utilization_percent,
+            &m.nodepools_limit,
+            &m.nodepools_usage,
+            &m.nodepools_cost_total,
+            &m.nodepools_allowed_disruptions,
+            &m.nodepools_nodes_consuming_budgets,
+            &m.voluntary_disruption_eligible_nodes,
+            &m.pods_state,
+            &m.pods_unstarted_time_seconds,
+            &m.pods_unbound_time_seconds,
+            &m.pods_provisioning_unbound_time_seconds,
+            &m.pods_provisioning_unstarted_time_seconds,
+            &m.pods_provisioning_scheduling_undecided_time_seconds,
+            &m.scheduler_queue_depth,
+            &m.scheduler_unfinished_work_seconds,
+            &m.scheduler_unschedulable_pods_count,
+            &m.scheduler_pending_pods_by_effective_zone_count,
+            &m.cloudprovider_instance_type_offering_available,
+            &m.cloudprovider_instance_type_offering_price_estimate,
+            &m.cloudprovider_instance_type_cpu_cores,
+            &m.cloudprovider_instance_type_memory_bytes,
+            &m.ec2nodeclasses_userdata_bytes,
+        ];
+        let counter_vecs = [
+            &m.nodeclaims_created_total,
+            &m.nodeclaims_terminated_total,
+            &m.nodeclaims_disrupted_total,
+            &m.pods_disruption_initiated_total,
+            &m.nodes_created_total,
+            &m.nodes_terminated_total,
+            &m.nodeclaims_unhealthy_disrupted_total,
+            &m.nodes_drained_total,
+            &m.pods_eviction_requests_total,
+            &m.pods_drained_total,
+            &m.nodepools_cost_tracker_errors_total,
+            &m.voluntary_disruption_decisions_total,
+            &m.voluntary_disruption_decisions_by_nodepool_total,
+            &m.voluntary_disruption_consolidation_timeouts_total,
+            &m.voluntary_disruption_failed_validations_total,
+            &m.voluntary_disruption_queue_failures_total,
+            &m.consolidation_moves_total,
+            &m.cloudprovider_errors_total,
+            &m.cloudprovider_instance_launch_failures_total,
+            &m.cloudprovider_instance_termination_failures_total,
+            &m.interruption_received_messages_total,
+            &m.interruption_instance_status_unhealthy_total,
+        ];
+        let histogram_vecs = [
+            &m.nodeclaims_termination_duration_seconds,
+            &m.nodeclaims_instance_termination_duration_seconds,
+            &m.nodes_lifetime_duration_seconds,
+            &m.voluntary_disruption_decision_evaluation_duration_seconds,
+            &m.consolidation_score,
+            &m.scheduler_scheduling_duration_seconds,
+            &m.cloudprovider_duration_seconds,
+            &m.cloudprovider_batcher_batch_time_seconds,
+            &m.cloudprovider_batcher_batch_size,
+        ];
+        let mut status_gauges = Vec::new();
+        let mut status_counters = Vec::new();
+        let mut status_histograms = Vec::new();
+        for s in [
+            &m.nodeclaim_status,
+            &m.nodepool_status,
+            &m.node_status,
+            &m.ec2nodeclass_status,
+            &m.capacitybuffer_status,
+            &m.deprecated_status,
+        ] {
+            status_gauges.extend([
+                &s.status_condition_count,
+                &s.status_condition_current_status_seconds,
+                &s.termination_current_time_seconds,
+            ]);
+            status_counters.push(&s.status_condition_transitions_total);
+            status_histograms.extend([
+                &s.status_condition_transition_seconds,
+                &s.termination_duration_seconds,
+            ]);
+        }
+        for g in gauge_vecs.into_iter().chain(status_gauges) {
+            let n = g.desc()[0].variable_labels.len();
+            g.with_label_values(&dummy(n)).set(1.0);
+        }
+        for c in counter_vecs.into_iter().chain(status_counters) {
+            let n = c.desc()[0].variable_labels.len();
+            c.with_label_values(&dummy(n)).inc();
+        }
+        for h in histogram_vecs.into_iter().chain(status_histograms) {
+            let n = h.desc()[0].variable_labels.len();
+            h.with_label_values(&dummy(n)).observe(1.0);
+        }
+        for h in [
+            &m.pods_bound_duration_seconds,
+            &m.pods_provisioning_bound_duration_seconds,
+            &m.pods_provisioning_startup_duration_seconds,
+            &m.pods_scheduling_decision_duration_seconds,
+            &m.interruption_message_queue_duration_seconds,
+        ] {
+            h.observe(1.0);
+        }
+        for g in [
+            &m.cluster_state_node_count,
+            &m.cluster_state_synced,
+            &m.cluster_state_unsynced_time_seconds,
+            &m.scheduler_ignored_pods_count,
+        ] {
+            g.set(1.0);
+        }
+        m.interruption_deleted_messages_total.inc();
+        m.nodes_termination_duration_seconds
+            .observe(&["x"], 1.0)
+            .expect("one label");
+        m.pods_startup_duration_seconds
+            .observe(&[], 1.0)
+            .expect("no labels");
+    }
+
+    /// Family name → (type, label names of its first series) from the text exposition.
+    fn parse_exposition(text: &str) -> BTreeMap<String, (String, BTreeSet<String>)> {
+        let mut families: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
+        let mut types = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("TYPE line has a type");
+                types.push(name.to_string());
+                families.insert(name.to_string(), (kind.to_string(), BTreeSet::new()));
+            }
+        }
+        let unique: BTreeSet<&String> = types.iter().collect();
+        assert_eq!(unique.len(), types.len(), "a family appears twice");
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let series = line.split_once(' ').map_or(line, |(s, _)| s);
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let family = families
+                .keys()
+                .filter(|f| name == f.as_str() || name.starts_with(&format!("{f}_")))
+                .max_by_key(|f| f.len())
+                .cloned()
+                .unwrap_or_else(|| panic!("series {name} belongs to no family"));
+            let entry = families.get_mut(&family).expect("known family");
+            if entry.1.is_empty() {
+                for pair in labels.split(',').filter(|p| !p.is_empty()) {
+                    let (label, _) = pair.split_once('=').expect("label=value");
+                    if label != "le" && label != "quantile" {
+                        entry.1.insert(label.to_string());
+                    }
+                }
+            }
+        }
+        families
+    }
+
+    #[test]
+    fn every_documented_family_is_exposed_with_its_type_and_labels() {
+        touch_every_family();
+        let exposed = parse_exposition(&encode());
+        let documented = documented();
+        for (name, kind, labels) in &documented {
+            let Some((exposed_kind, exposed_labels)) = exposed.get(name) else {
+                panic!("{name} is missing from the exposition");
+            };
+            assert_eq!(exposed_kind, kind, "{name}");
+            let labels: BTreeSet<String> = labels.iter().cloned().collect();
+            assert_eq!(exposed_labels, &labels, "{name}");
+        }
+        let documented_names: BTreeSet<&String> = documented.iter().map(|(n, _, _)| n).collect();
+        let extra: Vec<&String> = exposed
+            .keys()
+            .filter(|n| !documented_names.contains(n))
+            .collect();
+        assert!(extra.is_empty(), "undocumented families: {extra:?}");
+        assert_eq!(
+            documented_names.len(),
+            documented.len(),
+            "the list repeats a name"
+        );
+    }
+
+    #[test]
+    fn build_info_and_timeout_counters_exist_from_the_start() {
+        let text = encode();
+        let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+        let build = text
+            .lines()
+            .find(|l| l.starts_with("karpenter_build_info{") && l.contains(&version))
+            .expect("build_info is set at start");
+        assert!(build.contains("goversion=\"rust\""), "{build}");
+        assert!(build.ends_with(" 1"), "{build}");
+        for t in ["multi", "single"] {
+            assert!(
+                text.contains(&format!(
+                    "karpenter_voluntary_disruption_consolidation_timeouts_total{{consolidation_type=\"{t}\"}}"
+                )),
+                "{t} timeouts are pre-initialised"
+            );
+        }
+    }
+
+    #[test]
+    fn node_metric_labels_are_upstreams_suffixes() {
+        let labels = node_metric_labels();
+        let find = |key: &str| {
+            labels
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, n)| n.as_str())
+        };
+        assert_eq!(find("karpenter.sh/nodepool"), Some("nodepool"));
+        assert_eq!(
+            find("node.kubernetes.io/instance-type"),
+            Some("instance_type")
+        );
+        assert_eq!(find("karpenter.sh/capacity-type"), Some("capacity_type"));
+        assert_eq!(find("karpenter.k8s.aws/instance-cpu"), Some("instance_cpu"));
+        assert_eq!(find("topology.k8s.aws/zone-id"), Some("zone_id"));
+        assert_eq!(find("topology.kubernetes.io/zone"), Some("zone"));
+    }
+
+    #[test]
+    fn summaries_report_quantiles_sum_and_count_per_series() {
+        let summary = SummaryVec::new("test_summary_seconds", "A test summary.", &["pool"])
+            .expect("valid summary");
+        for v in 1..=100 {
+            summary.observe(&["a"], f64::from(v)).expect("one label");
+        }
+        summary.observe(&["b"], 7.0).expect("one label");
+        let err = summary.observe(&[], 1.0).expect_err("label missing");
+        assert!(err.to_string().contains("expect 1"), "{err}");
+
+        let registry = Registry::new();
+        registry
+            .register(Box::new(summary.clone()))
+            .expect("registers");
+        let mut text = String::new();
+        TextEncoder::new()
+            .encode_utf8(&registry.gather(), &mut text)
+            .expect("encodes");
+        for line in [
+            "# TYPE test_summary_seconds summary",
+            "test_summary_seconds{pool=\"a\",quantile=\"0\"} 1",
+            "test_summary_seconds{pool=\"a\",quantile=\"0.5\"} 50",
+            "test_summary_seconds{pool=\"a\",quantile=\"0.9\"} 90",
+            "test_summary_seconds{pool=\"a\",quantile=\"0.99\"} 99",
+            "test_summary_seconds{pool=\"a\",quantile=\"1\"} 100",
+            "test_summary_seconds_sum{pool=\"a\"} 5050",
+            "test_summary_seconds_count{pool=\"a\"} 100",
+            "test_summary_seconds{pool=\"b\",quantile=\"0.5\"} 7",
+            "test_summary_seconds_count{pool=\"b\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn summaries_keep_a_bounded_window() {
+        let summary = SummaryVec::new("test_window", "A test summary.", &[]).expect("valid");
+        for v in 0..(SUMMARY_MAX_SAMPLES + 500) {
+            summary.observe(&[], v as f64).expect("no labels");
+        }
+        let families = summary.collect();
+        let s = families[0].get_metric()[0].get_summary();
+        assert_eq!(s.sample_count(), (SUMMARY_MAX_SAMPLES + 500) as u64);
+        // The oldest 500 observations fell out of the quantile window.
+        assert_eq!(s.get_quantile()[0].value(), 500.0);
+    }
+}

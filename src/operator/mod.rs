@@ -1,0 +1,11 @@
+//! What the `run` command needs around the controllers: settings read the way upstream Karpenter
+//! reads them, logs in upstream's JSON shape, and the metrics and health endpoints that the Helm
+//! chart's Service, probes and ServiceMonitor point at. Keeping these identical to upstream is
+//! what lets an existing install switch controllers without touching its values, dashboards or
+//! log queries.
+
+pub mod http;
+pub mod logging;
+pub mod settings;
+
+pub use settings::Settings;
