@@ -778,6 +778,40 @@ mod tests {
     }
 
     #[test]
+    fn every_variable_the_chart_sets_is_a_setting() {
+        let deployment = include_str!("../../charts/karpenter/templates/deployment.yaml");
+        let helpers = include_str!("../../charts/karpenter/templates/_helpers.tpl");
+        let mut chart_env: Vec<&str> = deployment
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- name: "))
+            .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            .collect();
+        chart_env.extend(
+            helpers
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("(list \""))
+                .filter_map(|rest| rest.split_once('"').map(|(name, _)| name))
+                .filter(|name| name.chars().all(|c| c.is_ascii_uppercase() || c == '_')),
+        );
+        assert!(chart_env.contains(&"CLUSTER_NAME") && chart_env.contains(&"LOG_LEVEL"));
+        let command = Settings::augment_args(clap::Command::new("karpenter-rs"));
+        let known: Vec<&str> = command
+            .get_arguments()
+            .filter_map(|a| a.get_env().and_then(|e| e.to_str()))
+            .collect();
+        // Set by the chart for upstream's libraries; nothing reads them here.
+        let ignored = ["KUBERNETES_MIN_VERSION", "SYSTEM_NAMESPACE"];
+        let unknown: Vec<&&str> = chart_env
+            .iter()
+            .filter(|name| !known.contains(name) && !ignored.contains(name))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "the chart sets unknown variables {unknown:?}"
+        );
+    }
+
+    #[test]
     fn environment_variables_set_values_and_flags_win() {
         let env = [
             ("CLUSTER_NAME", "from-env"),
