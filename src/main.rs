@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_rs::apis::{convert, crds};
 use karpenter_rs::catalog::{self, Catalog};
+use karpenter_rs::operator::settings::Settings;
 use karpenter_rs::scheduling::scheduler::Options;
 use karpenter_rs::simulate::{self, SimulateOptions};
 use karpenter_rs::{cluster, manifest};
@@ -43,7 +44,7 @@ enum MinValuesPolicy {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller in a cluster.
-    Run(RunArgs),
+    Run(Box<Settings>),
     /// Show offline what the controller would launch for the pods in a set of manifests.
     Simulate {
         /// Manifest files or directories (`-` for stdin); repeatable.
@@ -119,88 +120,106 @@ enum Command {
     Version,
 }
 
-/// Which cloud `run` launches into.
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum CloudProviderKind {
-    Aws,
-    Simulated,
-}
-
-#[derive(clap::Args)]
-struct RunArgs {
-    /// The cloud to launch into: `aws`, or `simulated` (the bundled catalog; Nodes are
-    /// registered by a stand-in kubelet).
-    #[arg(long, env = "CLOUD_PROVIDER", value_enum, default_value = "aws")]
-    cloud_provider: CloudProviderKind,
-    /// AWS region.
-    #[arg(long, env = "AWS_REGION", default_value = catalog::DEFAULT_REGION)]
-    region: String,
-    /// Catalog for the simulated cloud instead of the bundled one for the region.
-    #[arg(long, value_name = "FILE")]
-    catalog: Option<PathBuf>,
-    /// Run without leader election (one replica only).
-    #[arg(long, env = "DISABLE_LEADER_ELECTION")]
-    disable_leader_election: bool,
-    /// Namespace of the leader-election Lease.
-    #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "kube-system")]
-    leader_election_namespace: String,
-}
-
-fn run(args: RunArgs) -> anyhow::Result<()> {
-    use karpenter_rs::clock::{Clock, SystemClock};
-    use karpenter_rs::cloudprovider::CloudProvider;
-    use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
-    use karpenter_rs::controllers::{self, RunConfig};
+/// Starts the controller with `settings`: logging, the metrics and health servers, the cloud
+/// provider, then the controllers until SIGTERM.
+fn run(settings: Settings) -> anyhow::Result<()> {
     use std::sync::Arc;
 
-    tracing_subscriber::fmt().with_target(false).init();
+    use karpenter_rs::clock::{Clock, SystemClock};
+    use karpenter_rs::cloudprovider::CloudProvider;
+    use karpenter_rs::cloudprovider::instrumented::Instrumented;
+    use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
+    use karpenter_rs::controllers::{self, RunConfig};
+    use karpenter_rs::operator::http::{self, Readiness, Routes};
+    use karpenter_rs::operator::{logging, settings::CloudProviderKind};
+    use karpenter_rs::provisioning::BatchWindow;
+
+    if let Err(invalid) = settings.validate() {
+        anyhow::bail!("{invalid}");
+    }
+    logging::init(&settings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let (provider, simulated): (Arc<dyn CloudProvider>, _) = match args.cloud_provider {
+        let region = std::env::var("AWS_REGION")
+            .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|_| catalog::DEFAULT_REGION.to_string());
+        let (provider, simulated): (Arc<dyn CloudProvider>, _) = match settings.cloud_provider {
             CloudProviderKind::Simulated => {
-                let catalog = match &args.catalog {
-                    Some(path) => Catalog::from_file(path)?,
-                    None => Catalog::bundled(&args.region)?,
-                };
+                let catalog = Catalog::bundled(&region)?;
                 let cloud = Arc::new(SimulatedProvider::new(catalog, clock.clone()));
-                (cloud.clone(), Some(cloud))
+                (Arc::new(Instrumented::new(cloud.clone())), Some(cloud))
             }
             CloudProviderKind::Aws => anyhow::bail!(
-                "the AWS cloud provider is not available in this build; use --cloud-provider simulated"
+                "the AWS cloud provider is not available in this build yet; use CLOUD_PROVIDER=simulated (--cloud-provider simulated)"
             ),
         };
-        tracing::info!(cloud_provider = provider.name(), region = %args.region, "cloud provider selected");
+        tracing::info!(cloud_provider = provider.name(), region = %region, "cloud provider selected");
+
+        let readiness = Readiness::default();
+        let (stop_servers, servers_stopped) = tokio::sync::watch::channel(false);
+        for (port, routes) in [
+            (settings.metrics_port, Routes::metrics()),
+            (settings.health_probe_port, Routes::health(readiness.clone())),
+        ] {
+            let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
+                .await
+                .with_context(|| format!("listening on port {port}"))?;
+            tracing::info!(address = %listener.local_addr()?, "serving");
+            let mut stopped = servers_stopped.clone();
+            tokio::spawn(http::serve(listener, routes, async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }));
+        }
+
         let client = kube::Client::try_default()
             .await
             .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster config)")?;
-        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-            format!("karpenter-rs-{}", std::process::id())
-        });
-        let config = RunConfig {
-            region: args.region.clone(),
-            leader_election: (!args.disable_leader_election).then(|| {
-                (
-                    args.leader_election_namespace.clone(),
-                    "karpenter-leader-election".to_string(),
-                )
-            }),
-            identity,
-            batch: Default::default(),
-            options: SimulateOptions::default(),
+        let identity = std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
+        let namespace = if settings.leader_election_namespace.is_empty() {
+            std::env::var("SYSTEM_NAMESPACE").unwrap_or_else(|_| "kube-system".into())
+        } else {
+            settings.leader_election_namespace.clone()
         };
-        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        controllers::run(client, provider, simulated, clock, config, ready).await
+        let config = RunConfig {
+            region,
+            leader_election: (!settings.disable_leader_election)
+                .then(|| (namespace, settings.leader_election_name.clone())),
+            identity,
+            batch: BatchWindow {
+                idle: settings.batch_idle_duration,
+                max: settings.batch_max_duration,
+            },
+            options: SimulateOptions {
+                scheduler: Options {
+                    ignore_preferences: matches!(
+                        settings.preference_policy,
+                        karpenter_rs::operator::settings::PreferencePolicy::Ignore
+                    ),
+                    min_values_best_effort: matches!(
+                        settings.min_values_policy,
+                        karpenter_rs::operator::settings::MinValuesPolicy::BestEffort
+                    ),
+                },
+                disruption: karpenter_rs::disruption::Options {
+                    spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
+                },
+            },
+        };
+        let result = controllers::run(client, provider, simulated, clock, config, readiness).await;
+        let _ = stop_servers.send(true);
+        result
     })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run(args) => match run(args) {
+        Command::Run(settings) => match run(*settings) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("karpenter-rs: {e:#}");

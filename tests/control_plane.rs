@@ -55,6 +55,31 @@ async fn client() -> Client {
 /// A `karpenter-rs run` child process, killed (SIGKILL, by PID) when dropped.
 struct Controller {
     child: Child,
+    metrics_port: u16,
+    health_port: u16,
+}
+
+/// A port nothing listens on right now, for a child's servers.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `GET path` on 127.0.0.1:port; the status code and body.
+async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
 }
 
 impl Controller {
@@ -62,18 +87,22 @@ impl Controller {
         let log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
         let log = std::fs::File::create(log_dir.join(format!("controller-{name}.log")))
             .expect("log file");
+        let (metrics_port, health_port) = (free_port(), free_port());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
         cmd.args(["run", "--cloud-provider", "simulated"])
+            .args(["--metrics-port", &metrics_port.to_string()])
+            .args(["--health-probe-port", &health_port.to_string()])
             .env("KUBECONFIG", kubeconfig_path())
             .env("POD_NAME", name)
-            .env("RUST_LOG", "info")
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log));
         if !leader_election {
-            cmd.arg("--disable-leader-election");
+            cmd.arg("--disable-leader-election=true");
         }
         Self {
             child: cmd.spawn().expect("start karpenter-rs run"),
+            metrics_port,
+            health_port,
         }
     }
 
@@ -117,6 +146,20 @@ async fn reset(client: &Client) {
         .items
     {
         if ns.name_any().starts_with("cp-test-") {
+            // Without a kubelet, bound pods keep their room on a Node until the namespace
+            // controller gets to them: delete them now, with no grace.
+            let _ = Api::<Deployment>::namespaced(client.clone(), &ns.name_any())
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+            let _ = Api::<Pod>::namespaced(client.clone(), &ns.name_any())
+                .delete_collection(
+                    &DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..DeleteParams::default()
+                    },
+                    &ListParams::default(),
+                )
+                .await;
             let _ = namespaces
                 .delete(&ns.name_any(), &DeleteParams::default())
                 .await;
@@ -351,7 +394,7 @@ fn pending_pods_become_nodeclaims_nodes_and_bound_pods() {
     serial(async {
         let client = client().await;
         reset(&client).await;
-        let _controller = Controller::start("provision", false);
+        let controller = Controller::start("provision", false);
         let ns = namespace(&client, "provision").await;
         nodeclass(&client).await;
         nodepool(&client, "default", None).await;
@@ -446,6 +489,34 @@ fn pending_pods_become_nodeclaims_nodes_and_bound_pods() {
                 .iter()
                 .any(|c| c.type_ == "Ready" && c.status == "True")
         );
+
+        // What Prometheus and the kubelet's probes see.
+        let (code, _) = http_get(controller.health_port, "/healthz")
+            .await
+            .expect("healthz");
+        assert_eq!(code, 200);
+        let (code, _) = http_get(controller.health_port, "/readyz")
+            .await
+            .expect("readyz");
+        assert_eq!(code, 200);
+        let (code, text) = http_get(controller.metrics_port, "/metrics")
+            .await
+            .expect("metrics");
+        assert_eq!(code, 200);
+        for expected in [
+            "karpenter_build_info{",
+            "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"default\",reason=\"provisioning\"} 4",
+            "karpenter_nodes_created_total{nodepool=\"default\",zone=",
+            "karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"cpu\"} 16",
+            "karpenter_scheduler_scheduling_duration_seconds_bucket{controller=\"provisioner\",",
+            "karpenter_cloudprovider_duration_seconds_bucket{controller=\"cloudprovider\",method=\"Create\",provider=\"simulated\",",
+            "karpenter_cluster_state_synced 1",
+        ] {
+            assert!(
+                text.contains(expected),
+                "{expected:?} missing from /metrics:\n{text}"
+            );
+        }
         reset(&client).await;
     });
 }

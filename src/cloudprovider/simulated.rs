@@ -59,10 +59,19 @@ struct Inner {
 impl SimulatedProvider {
     /// A simulated cloud selling what `catalog` lists.
     pub fn new(catalog: Catalog, clock: Arc<dyn Clock>) -> Self {
+        // Instance IDs continue from a per-process starting point, as EC2's never repeat: a
+        // restarted simulated cloud must not hand out the name of a Node that still exists.
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or_default();
         Self {
             catalog,
             clock,
-            state: Mutex::new(Inner::default()),
+            state: Mutex::new(Inner {
+                next_id: (start & 0x00ff_ffff) << 8,
+                ..Inner::default()
+            }),
         }
     }
 

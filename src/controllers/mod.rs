@@ -89,15 +89,15 @@ pub struct RunConfig {
 }
 
 /// Runs the controllers until SIGTERM / Ctrl-C (`Ok`) or until leadership is lost (`Err`, so
-/// the process exits and restarts as a follower, as upstream's does). `ready` is set once the
-/// caches are synced and this replica leads.
+/// the process exits and restarts as a follower, as upstream's does). `readiness` is set while
+/// the process runs, leader or standby.
 pub async fn run(
     client: Client,
     provider: Arc<dyn CloudProvider>,
     simulated: Option<Arc<SimulatedProvider>>,
     clock: Arc<dyn Clock>,
     config: RunConfig,
-    ready: Arc<std::sync::atomic::AtomicBool>,
+    readiness: crate::operator::http::Readiness,
 ) -> anyhow::Result<()> {
     let elector = config
         .leader_election
@@ -105,6 +105,8 @@ pub async fn run(
         .map(|(ns, name)| leader::LeaderElector::new(client.clone(), ns, name, &config.identity));
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
+    // A standby replica is healthy and ready: it takes over without a restart.
+    readiness.set(true);
     if let Some(e) = &elector {
         tokio::select! {
             _ = e.acquire() => {}
@@ -132,7 +134,6 @@ pub async fn run(
     if let Some(cloud) = simulated {
         tasks.spawn(kubelet::run(ctx.clone(), cloud, config.region.clone()));
     }
-    ready.store(true, std::sync::atomic::Ordering::SeqCst);
     let keep = async {
         match &elector {
             Some(e) => e.keep().await,
@@ -146,7 +147,7 @@ pub async fn run(
         }
         _ = keep => Err(anyhow::anyhow!("leader election lost")),
     };
-    ready.store(false, std::sync::atomic::Ordering::SeqCst);
+    readiness.set(false);
     tasks.abort_all();
     if let (Some(e), Ok(())) = (&elector, &result) {
         e.release().await;

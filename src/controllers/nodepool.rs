@@ -23,6 +23,7 @@ use crate::apis::nodepool::NodePoolStatus;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::controllers::{Context, Error};
 use crate::disruption::drift;
+use crate::metrics::METRICS;
 use crate::scheduling::resources::Resources;
 
 /// Runs the NodePool controller until the stream ends.
@@ -124,6 +125,24 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     let mut status: NodePoolStatus = pool.status.clone().unwrap_or_default();
     let before = status.clone();
     let (resources, nodes) = pool_usage(&name, &ctx.state.nodeclaims.state());
+    for (resource, amount) in &resources {
+        if let Ok(r) = Resources::from_list(&BTreeMap::from([(resource.clone(), amount.clone())])) {
+            METRICS
+                .nodepools_usage
+                .with_label_values(&[resource, &name])
+                .set(r.get(resource) as f64 / if resource == "cpu" { 1000.0 } else { 1.0 });
+        }
+    }
+    if let Some(limits) = pool.spec.limits.as_ref()
+        && let Ok(l) = Resources::from_list(limits)
+    {
+        for (resource, amount) in l.iter() {
+            METRICS
+                .nodepools_limit
+                .with_label_values(&[resource, &name])
+                .set(amount as f64 / if resource == "cpu" { 1000.0 } else { 1.0 });
+        }
+    }
     status.resources = Some(resources);
     status.nodes = Some(nodes);
 

@@ -29,6 +29,7 @@ use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::cloudprovider::{CloudError, InstanceState};
 use crate::controllers::{Context, Error};
+use crate::metrics::METRICS;
 
 /// Condition: the instance exists.
 pub const LAUNCHED: &str = "Launched";
@@ -128,7 +129,14 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
             api.delete(&name, &DeleteParams::default()).await?;
             return Ok(Action::await_change());
         }
-        if !conditions::is_true(&status.conditions, REGISTERED) {
+        // Register once; and again if a writer with a stale copy of the Node (the node
+        // lifecycle controller patches taints from its cache) brought the unregistered taint back.
+        let unregistered = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY));
+        if !conditions::is_true(&status.conditions, REGISTERED) || unregistered {
             register(&claim, &node, &ctx).await?;
             status.node_name = node.metadata.name.clone();
             conditions::set(&mut status.conditions, REGISTERED, TRUE, "", "", now);
@@ -447,6 +455,21 @@ async fn register(claim: &NodeClaim, node: &Node, ctx: &Context) -> Result<(), E
             })),
         )
         .await?;
+    METRICS
+        .nodes_created_total
+        .with_label_values(&[
+            claim
+                .labels()
+                .get(labels::NODEPOOL)
+                .map(String::as_str)
+                .unwrap_or_default(),
+            claim
+                .labels()
+                .get(labels::ZONE)
+                .map(String::as_str)
+                .unwrap_or_default(),
+        ])
+        .inc();
     tracing::info!(controller = "nodeclaim.lifecycle", nodeclaim = %claim.name_any(), node = %node.name_any(), "registered nodeclaim");
     Ok(())
 }
@@ -549,6 +572,15 @@ async fn terminate(claim: &NodeClaim, ctx: &Context) -> Result<Action, Error> {
         &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}})),
     )
     .await?;
+    let label = |k: &str| claim.labels().get(k).cloned().unwrap_or_default();
+    METRICS
+        .nodeclaims_terminated_total
+        .with_label_values(&[
+            &label(labels::NODEPOOL),
+            &label(labels::CAPACITY_TYPE),
+            &label(labels::ZONE),
+        ])
+        .inc();
     tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, "deleted nodeclaim");
     Ok(Action::await_change())
 }
@@ -576,7 +608,14 @@ async fn remove_node(node: &Node, ctx: &Context) -> Result<(), Error> {
             .await?;
     }
     match nodes.delete(&name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            let label = |k: &str| node.labels().get(k).cloned().unwrap_or_default();
+            METRICS
+                .nodes_terminated_total
+                .with_label_values(&[&label(labels::NODEPOOL), &label(labels::ZONE)])
+                .inc();
+            Ok(())
+        }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
     }

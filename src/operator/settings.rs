@@ -1124,7 +1124,6 @@ mod tests {
             .args([
                 "operator::settings::tests::process_environment_child",
                 "--exact",
-                "--ignored",
                 "--test-threads=1",
             ])
             .env("KARPENTER_RS_SETTINGS_CHILD", "1")
@@ -1142,8 +1141,9 @@ mod tests {
         );
     }
 
+    /// The child half of `the_process_environment_is_read_and_flags_win`; in a normal test run
+    /// (no `KARPENTER_RS_SETTINGS_CHILD`) it has nothing to check and returns.
     #[test]
-    #[ignore = "run in a child process by the_process_environment_is_read_and_flags_win"]
     fn process_environment_child() {
         #[derive(clap::Parser)]
         struct Run {

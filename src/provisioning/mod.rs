@@ -21,6 +21,7 @@ use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::cluster::Cluster;
 use crate::controllers::Context;
 use crate::disruption::drift;
+use crate::metrics::METRICS;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::requirements::Requirement;
 use crate::scheduling::scheduler;
@@ -209,6 +210,10 @@ impl Provisioner {
     pub async fn provision_once(&self) -> anyhow::Result<usize> {
         let ctx = &self.ctx;
         let cluster = ctx.state.snapshot();
+        METRICS.cluster_state_synced.set(1.0);
+        METRICS
+            .cluster_state_node_count
+            .set(cluster.nodes.len() as f64);
         if cluster.pending_pods().is_empty() {
             return Ok(0);
         }
@@ -224,7 +229,16 @@ impl Provisioner {
                 }
             }
         }
+        let started = std::time::Instant::now();
         let plan = plan(&cluster, &types, &ctx.options);
+        METRICS
+            .scheduler_scheduling_duration_seconds
+            .with_label_values(&["provisioner"])
+            .observe(started.elapsed().as_secs_f64());
+        METRICS
+            .scheduler_unschedulable_pods_count
+            .with_label_values(&["provisioner"])
+            .set(plan.unschedulable.len() as f64);
         for (pod, reason) in &plan.unschedulable {
             self.report_unschedulable(&cluster, pod, reason).await;
         }
@@ -240,6 +254,24 @@ impl Provisioner {
                 requests = ?claim.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
                 "created nodeclaim"
             );
+            METRICS
+                .nodeclaims_created_total
+                .with_label_values(&[
+                    "provisioning",
+                    made.labels()
+                        .get(labels::NODEPOOL)
+                        .map(String::as_str)
+                        .unwrap_or_default(),
+                    if made
+                        .annotations()
+                        .contains_key(labels::NODECLAIM_MIN_VALUES_RELAXED)
+                    {
+                        "true"
+                    } else {
+                        "false"
+                    },
+                ])
+                .inc();
             created.insert(name);
         }
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the

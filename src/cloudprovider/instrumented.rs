@@ -1,0 +1,131 @@
+//! Cloud-provider metrics for any provider: every call's duration
+//! (`karpenter_cloudprovider_duration_seconds`) and errors
+//! (`karpenter_cloudprovider_errors_total`), and launch failures by offering
+//! (`karpenter_cloudprovider_instance_launch_failures_total`), recorded in one place so the AWS and
+//! simulated clouds report alike.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use crate::apis::{EC2NodeClass, NodeClaim};
+use crate::metrics::METRICS;
+use crate::scheduling::instance_type::InstanceType;
+
+use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution};
+
+/// Wraps a provider and records metrics around each call.
+pub struct Instrumented<P> {
+    inner: Arc<P>,
+}
+
+impl<P> Instrumented<P> {
+    /// Instruments `inner`.
+    pub fn new(inner: Arc<P>) -> Self {
+        Self { inner }
+    }
+}
+
+/// The `error` label: the kind of failure, never the message (unbounded cardinality).
+fn error_label(e: &CloudError) -> &'static str {
+    match e {
+        CloudError::InsufficientCapacity(_) => "InsufficientCapacityError",
+        CloudError::NodeClassNotReady(_) => "NodeClassNotReadyError",
+        CloudError::NotFound(_) => "NodeClaimNotFoundError",
+        CloudError::Transient(_) => "TransientError",
+        CloudError::Invalid(_) => "InvalidRequestError",
+    }
+}
+
+async fn observe<T>(
+    provider: &'static str,
+    method: &'static str,
+    call: impl Future<Output = Result<T, CloudError>>,
+) -> Result<T, CloudError> {
+    let start = Instant::now();
+    let result = call.await;
+    let labels = ["cloudprovider", method, provider];
+    METRICS
+        .cloudprovider_duration_seconds
+        .with_label_values(&labels)
+        .observe(start.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        METRICS
+            .cloudprovider_errors_total
+            .with_label_values(&["cloudprovider", method, provider, error_label(e)])
+            .inc();
+    }
+    result
+}
+
+#[async_trait]
+impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Launched, CloudError> {
+        let result = observe(self.name(), "Create", self.inner.create(claim, nodeclass)).await;
+        if let Err(e @ CloudError::InsufficientCapacity(_)) = &result {
+            let capacity = claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::apis::labels::CAPACITY_TYPE))
+                .cloned()
+                .unwrap_or_default();
+            METRICS
+                .cloudprovider_instance_launch_failures_total
+                .with_label_values(&["", "", &capacity, error_label(e)])
+                .inc();
+        }
+        result
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
+        observe(self.name(), "Delete", self.inner.delete(provider_id)).await
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        observe(self.name(), "Get", self.inner.get(provider_id)).await
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        observe(self.name(), "List", self.inner.list()).await
+    }
+
+    async fn instance_types(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+        observe(
+            self.name(),
+            "GetInstanceTypes",
+            self.inner.instance_types(nodeclass),
+        )
+        .await
+    }
+
+    async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
+        observe(self.name(), "Resolve", self.inner.resolve(nodeclass)).await
+    }
+
+    async fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Option<&'static str>, CloudError> {
+        observe(
+            self.name(),
+            "IsDrifted",
+            self.inner.is_drifted(claim, nodeclass),
+        )
+        .await
+    }
+}
