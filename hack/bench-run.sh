@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pods="${1:-1000}"
 export K8S_RUN="${K8S_RUN:-/tmp/karpenter-rs-bench}"
-trap 'kill "$controller" 2>/dev/null || true; hack/control-plane.sh down' EXIT
+controller=
+trap '[ -n "$controller" ] && kill "$controller" 2>/dev/null; hack/control-plane.sh down' EXIT
 hack/control-plane.sh up >/dev/null
 export KUBECONFIG="$K8S_RUN/admin.kubeconfig"
 cargo build --release --locked -q

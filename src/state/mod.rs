@@ -52,13 +52,16 @@ pub struct ClusterState {
     pub storage_classes: Store<StorageClass>,
     /// CSINodes.
     pub csi_nodes: Store<CSINode>,
-    /// Woken when something a pending pod's fate depends on changes (a pod, a node, a
-    /// NodeClaim, a NodePool), so the provisioner can start a batch.
+    /// Woken when a pod becomes unschedulable or a NodePool changes, so the provisioner can
+    /// start a batch.
     pub changed: Arc<Notify>,
 }
 
+/// Wakes the provisioner for events whose object passes the filter.
+type Trigger<K> = Option<(Arc<Notify>, fn(&K) -> bool)>;
+
 /// Starts a reflector for `api` into a new store; its stream is driven on `tasks`.
-fn reflect<K>(api: Api<K>, tasks: &mut JoinSet<()>, changed: Option<Arc<Notify>>) -> Store<K>
+fn reflect<K>(api: Api<K>, tasks: &mut JoinSet<()>, changed: Trigger<K>) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
@@ -68,7 +71,7 @@ where
     reader
 }
 
-async fn drive<K>(api: Api<K>, writer: Writer<K>, changed: Option<Arc<Notify>>)
+async fn drive<K>(api: Api<K>, writer: Writer<K>, changed: Trigger<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
@@ -93,16 +96,19 @@ where
 
 async fn consume<K>(
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
-    changed: Option<Arc<Notify>>,
+    changed: Trigger<K>,
 ) {
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
-            Ok(_) => {
-                if let Some(n) = &changed {
+            Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => {
+                if let Some((n, wanted)) = &changed
+                    && wanted(&o)
+                {
                     n.notify_one();
                 }
             }
+            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
         }
     }
@@ -136,7 +142,11 @@ impl ClusterState {
     pub async fn start(client: &Client) -> (Self, JoinSet<()>) {
         let mut tasks = JoinSet::new();
         let changed = Arc::new(Notify::new());
-        let c = Some(changed.clone());
+        // Batches start on what can make pods need capacity: a pod becoming unschedulable, a
+        // NodePool appearing or changing. Binding and status churn must not keep extending a
+        // batch to its maximum.
+        let pods: Trigger<Pod> = Some((changed.clone(), is_provisionable));
+        let pools: Trigger<NodePool> = Some((changed.clone(), |_| true));
         let pdb_ar = pdb_resource(client).await;
         let pdb_writer = Writer::new(pdb_ar.clone());
         let pdbs = pdb_writer.as_reader();
@@ -149,10 +159,10 @@ impl ClusterState {
             consume(stream, None).await;
         });
         let state = Self {
-            nodes: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
-            pods: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
-            nodeclaims: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
-            nodepools: reflect(Api::all(client.clone()), &mut tasks, c.clone()),
+            nodes: reflect(Api::all(client.clone()), &mut tasks, None),
+            pods: reflect(Api::all(client.clone()), &mut tasks, pods),
+            nodeclaims: reflect(Api::all(client.clone()), &mut tasks, None),
+            nodepools: reflect(Api::all(client.clone()), &mut tasks, pools),
             nodeclasses: reflect(Api::all(client.clone()), &mut tasks, None),
             daemonsets: reflect(Api::all(client.clone()), &mut tasks, None),
             pdbs,
