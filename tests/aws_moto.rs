@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::types::{AttributeName, Filter, ResourceType, Tag, TagSpecification};
+use aws_sdk_ec2::types::{Filter, InstanceAttributeName, ResourceType, Tag, TagSpecification};
 use base64::Engine as _;
 use chrono::Utc;
 use karpenter_rs::apis::conditions::{self, Condition};
@@ -327,7 +327,7 @@ async fn user_data(env: &Env, instance_id: &str) -> String {
         .ec2
         .describe_instance_attribute()
         .instance_id(instance_id)
-        .attribute(AttributeName::UserData)
+        .attribute(InstanceAttributeName::UserData)
         .send()
         .await
         .expect("user data");

@@ -97,7 +97,7 @@ pub fn volume_size_gib(size: &str) -> Result<i32, CloudError> {
             "spec.blockDeviceMappings: volumeSize {size:?}: {e}"
         ))
     })?;
-    i32::try_from(bytes.div_ceil(gib(1))).map_err(|_| {
+    i32::try_from((bytes + gib(1) - 1) / gib(1)).map_err(|_| {
         CloudError::Invalid(format!(
             "spec.blockDeviceMappings: volumeSize {size:?} is too large"
         ))

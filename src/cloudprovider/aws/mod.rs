@@ -284,12 +284,9 @@ impl AwsProvider {
 
     /// Refreshes when the catalogue was never loaded or is older than [`REFRESH_INTERVAL`].
     async fn ensure_fresh(&self) -> Result<(), CloudError> {
-        let stale = |c: &Ec2Catalogue| {
-            c.fetched_at
-                .is_none_or(|at| self.clock.now() - at >= REFRESH_INTERVAL)
-        };
-        if stale(&read(&self.catalogue)) {
-            let _ = self.refresh().await?;
+        let fetched = read(&self.catalogue).fetched_at;
+        if fetched.is_none_or(|at| self.clock.now() - at >= REFRESH_INTERVAL) {
+            self.refresh().await?;
         }
         Ok(())
     }

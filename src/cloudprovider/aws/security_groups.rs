@@ -70,7 +70,8 @@ mod tests {
             id: None,
             name: Some("nodes".into()),
         };
-        let shown: Vec<(&str, &[String])> = term_filters(&term)
+        let filters = term_filters(&term);
+        let shown: Vec<(&str, &[String])> = filters
             .iter()
             .map(|f| (f.name().unwrap_or_default(), f.values()))
             .collect();

@@ -109,7 +109,8 @@ mod tests {
             tags: Some(BTreeMap::from([("tier".to_string(), "*".to_string())])),
             id: None,
         };
-        let names: Vec<&str> = term_filters(&term)
+        let filters = term_filters(&term);
+        let names: Vec<&str> = filters
             .iter()
             .filter_map(|f| f.name())
             .collect::<Vec<_>>();

@@ -138,7 +138,7 @@ fn kubelet_flags(b: &Bootstrap<'_>) -> Vec<String> {
     flags
 }
 
-fn cluster_dns(b: &Bootstrap<'_>) -> Option<&str> {
+fn cluster_dns<'a>(b: &Bootstrap<'a>) -> Option<&'a str> {
     b.kubelet
         .cluster_dns
         .as_ref()
