@@ -367,18 +367,7 @@ impl AwsProvider {
     }
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
-        let out = self
-            .ec2
-            .describe_instances()
-            .instance_ids(id)
-            .send()
-            .await
-            .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
-        Ok(out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .find_map(to_instance))
+        Ok(self.describe_raw(id).await?.as_ref().and_then(to_instance))
     }
 
     async fn describe_raw(

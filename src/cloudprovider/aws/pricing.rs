@@ -157,7 +157,8 @@ pub async fn fetch_on_demand(
 pub fn latest_spot_prices<'a>(
     records: impl IntoIterator<Item = (&'a str, &'a str, &'a str, Option<DateTime<Utc>>)>,
 ) -> SpotPrices {
-    let mut latest: HashMap<(String, String), (Option<DateTime<Utc>>, f64)> = HashMap::new();
+    type Seen = (Option<DateTime<Utc>>, f64);
+    let mut latest: HashMap<(String, String), Seen> = HashMap::new();
     for (instance_type, zone, price, at) in records {
         let Ok(price) = price.parse::<f64>() else {
             continue;

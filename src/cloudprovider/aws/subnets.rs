@@ -1,5 +1,6 @@
 //! Subnet selection: `spec.subnetSelectorTerms` (tags with `*` wildcards, or IDs) resolved with
-//! DescribeSubnets, and the choice of subnet per zone at launch.
+//! DescribeSubnets. The result is ordered so that the first subnet of each zone is the one with
+//! the most free addresses: a launch into that zone uses it.
 //!
 //! Terms are alternatives (a subnet matching any term is selected); the filters inside one term
 //! must all match, which is exactly how EC2 combines filters in one call, so each term is one
@@ -91,50 +92,23 @@ pub async fn resolve(
     Ok(out)
 }
 
-/// The subnet a launch in `zone` uses: the one with the most free addresses.
-pub fn for_zone<'a>(subnets: &'a [SubnetInfo], zone: &str) -> Option<&'a SubnetInfo> {
-    subnets
-        .iter()
-        .filter(|s| s.zone == zone)
-        .max_by(|a, b| a.available_ips.cmp(&b.available_ips).then(b.id.cmp(&a.id)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn ids_and_tags_become_filters_and_the_emptiest_subnet_wins() {
+    fn ids_and_tags_become_filters() {
         let term = SubnetSelectorTerm {
             tags: Some(BTreeMap::from([("tier".to_string(), "*".to_string())])),
             id: None,
         };
         let filters = term_filters(&term);
-        let names: Vec<&str> = filters
-            .iter()
-            .filter_map(|f| f.name())
-            .collect::<Vec<_>>();
+        let names: Vec<&str> = filters.iter().filter_map(|f| f.name()).collect::<Vec<_>>();
         assert_eq!(names, ["tag-key"]);
         let by_id = SubnetSelectorTerm {
             tags: None,
             id: Some("subnet-1".into()),
         };
         assert_eq!(term_filters(&by_id)[0].values(), ["subnet-1"]);
-        let s = |id: &str, zone: &str, ips| SubnetInfo {
-            id: id.into(),
-            zone: zone.into(),
-            zone_id: None,
-            available_ips: ips,
-        };
-        let subnets = [
-            s("subnet-a", "z1", 10),
-            s("subnet-b", "z1", 200),
-            s("subnet-c", "z2", 5),
-        ];
-        assert_eq!(
-            for_zone(&subnets, "z1").map(|s| s.id.as_str()),
-            Some("subnet-b")
-        );
-        assert_eq!(for_zone(&subnets, "z3"), None);
     }
 }

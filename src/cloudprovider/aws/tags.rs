@@ -15,8 +15,6 @@ use crate::apis::labels;
 pub const EKS_CLUSTER_NAME: &str = "eks:eks-cluster-name";
 /// `karpenter.sh/nodeclaim=<name>`: the NodeClaim an instance was launched for.
 pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
-/// `Name=<node name>`: what the EC2 console shows.
-pub const NAME: &str = "Name";
 
 /// `kubernetes.io/cluster/<cluster>`: the cloud controller's ownership tag, valued `owned`.
 pub fn cluster_tag_key(cluster: &str) -> String {

@@ -265,9 +265,7 @@ pub fn parse_mime(text: &str) -> Option<Result<Vec<MimePart>, UserDataError>> {
                 .then(|| v.trim().to_string())
         })
     };
-    if header("MIME-Version").is_none() {
-        return None;
-    }
+    header("MIME-Version")?;
     Some(parse_mime_body(header("Content-Type"), body))
 }
 
@@ -505,7 +503,7 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, UserDataError> {
     if let Some(v) = k.cpu_cfs_quota {
         k8s.insert("cpu-cfs-quota-enforced".into(), toml::Value::Boolean(v));
     }
-    Ok(toml::to_string(&doc).map_err(|e| UserDataError(e.to_string()))?)
+    toml::to_string(&doc).map_err(|e| UserDataError(e.to_string()))
 }
 
 /// The table under `key`, created when missing; an error when the user put something else there.
