@@ -264,6 +264,21 @@ impl Catalog {
             .map(|(_, id)| id)
     }
 
+    /// On-demand price per instance type: the AWS provider's fallback when the Price List API
+    /// cannot be reached.
+    pub fn on_demand_prices(&self) -> impl Iterator<Item = (&str, f64)> + '_ {
+        self.entries
+            .iter()
+            .filter(|e| e.on_demand)
+            .map(|e| (e.info.name.as_str(), e.on_demand_price))
+    }
+
+    /// Hardware facts per instance type: the AWS provider fills in what DescribeInstanceTypes
+    /// does not report (network bandwidth, branch interfaces for pod ENIs) from here.
+    pub fn infos(&self) -> impl Iterator<Item = &InstanceTypeInfo> + '_ {
+        self.entries.iter().map(|e| &e.info)
+    }
+
     /// Every instance type resolved for a node class, with on-demand and spot offerings in each
     /// zone it is sold in.
     pub fn instance_types(&self, settings: &NodeClassSettings) -> Vec<InstanceType> {

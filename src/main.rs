@@ -127,6 +127,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
 
     use karpenter_rs::clock::{Clock, SystemClock};
     use karpenter_rs::cloudprovider::CloudProvider;
+    use karpenter_rs::cloudprovider::aws;
     use karpenter_rs::cloudprovider::instrumented::Instrumented;
     use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
     use karpenter_rs::controllers::{self, RunConfig};
@@ -147,15 +148,46 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         let region = std::env::var("AWS_REGION")
             .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|_| catalog::DEFAULT_REGION.to_string());
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster config)")?;
+        let mut aws_provider = None;
         let (provider, simulated): (Arc<dyn CloudProvider>, _) = match settings.cloud_provider {
             CloudProviderKind::Simulated => {
                 let catalog = Catalog::bundled(&region)?;
                 let cloud = Arc::new(SimulatedProvider::new(catalog, clock.clone()));
                 (Arc::new(Instrumented::new(cloud.clone())), Some(cloud))
             }
-            CloudProviderKind::Aws => anyhow::bail!(
-                "the AWS cloud provider is not available in this build yet; use CLOUD_PROVIDER=simulated (--cloud-provider simulated)"
-            ),
+            CloudProviderKind::Aws => {
+                let version = client
+                    .apiserver_version()
+                    .await
+                    .context("reading the Kubernetes version (it picks the EKS AMIs)")?;
+                let sdk = aws::config_loader(&region).load().await;
+                let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+                let aws_settings = aws::AwsSettings {
+                    cluster_name: settings.cluster_name.clone(),
+                    cluster_endpoint: settings.cluster_endpoint.clone(),
+                    cluster_ca_bundle: non_empty(&settings.cluster_ca_bundle),
+                    kubernetes_version: format!(
+                        "{}.{}",
+                        version.major,
+                        version.minor.trim_end_matches('+')
+                    ),
+                    service_cidr: None,
+                    isolated_vpc: settings.isolated_vpc,
+                    reserved_enis: settings.reserved_enis,
+                    vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+                    interruption_queue: non_empty(&settings.interruption_queue),
+                    region: region.clone(),
+                };
+                let cloud = Arc::new(
+                    aws::AwsProvider::new(aws_settings, &sdk, clock.clone())
+                        .map_err(|e| anyhow::anyhow!("starting the AWS provider: {e}"))?,
+                );
+                aws_provider = Some(cloud.clone());
+                (Arc::new(Instrumented::new(cloud)), None)
+            }
         };
         tracing::info!(cloud_provider = provider.name(), region = %region, "cloud provider selected");
 
@@ -175,9 +207,6 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             }));
         }
 
-        let client = kube::Client::try_default()
-            .await
-            .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster config)")?;
         let identity = std::env::var("POD_NAME")
             .unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
         let namespace = if settings.leader_election_namespace.is_empty() {
@@ -210,7 +239,9 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 },
             },
         };
-        let result = controllers::run(client, provider, simulated, clock, config, readiness).await;
+        let result =
+            controllers::run(client, provider, simulated, aws_provider, clock, config, readiness)
+                .await;
         let _ = stop_servers.send(true);
         result
     })

@@ -7,6 +7,7 @@
 //! and the benchmarks use. Which offering a launch picks is decided here, once
 //! ([`launch_candidates`]), so that `simulate`'s prediction and both providers agree.
 
+pub mod aws;
 pub mod instrumented;
 pub mod simulated;
 

@@ -3,6 +3,7 @@
 //! status controllers and (with the simulated cloud) a stand-in kubelet act on it; one replica
 //! at a time, chosen by a Lease.
 
+pub mod interruption;
 pub mod kubelet;
 pub mod leader;
 pub mod nodeclass;
@@ -95,6 +96,7 @@ pub async fn run(
     client: Client,
     provider: Arc<dyn CloudProvider>,
     simulated: Option<Arc<SimulatedProvider>>,
+    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
     clock: Arc<dyn Clock>,
     config: RunConfig,
     readiness: crate::operator::http::Readiness,
@@ -133,6 +135,9 @@ pub async fn run(
     tasks.spawn(nodeclass::run(ctx.clone()));
     if let Some(cloud) = simulated {
         tasks.spawn(kubelet::run(ctx.clone(), cloud, config.region.clone()));
+    }
+    if let Some(aws) = aws {
+        tasks.spawn(interruption::run(ctx.clone(), aws));
     }
     let keep = async {
         match &elector {

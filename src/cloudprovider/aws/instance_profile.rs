@@ -1,0 +1,179 @@
+//! The IAM instance profile nodes launch with: `spec.instanceProfile` as given, or for
+//! `spec.role` one Karpenter manages — created on first use with the role added, and the role
+//! swapped when the node class names another.
+//!
+//! The managed profile's name is derived from the cluster, region and node class, so it is found
+//! again after a restart without any state of our own.
+
+use std::collections::BTreeMap;
+
+use crate::apis::EC2NodeClass;
+use crate::apis::labels;
+use crate::cloudprovider::CloudError;
+
+use super::sdk_error;
+use super::tags;
+
+/// FNV-1a, stable across builds: the profile name must not change between versions.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The name of the instance profile Karpenter manages for a node class with `spec.role`:
+/// `<cluster>_<hash of region and node class>` (IAM allows 128 characters).
+pub fn managed_name(cluster: &str, region: &str, nodeclass: &str) -> String {
+    let hash = fnv1a(&format!("{region}/{nodeclass}"));
+    let mut name = format!("{cluster}_{hash}");
+    name.truncate(128);
+    name
+}
+
+/// The role name of `spec.role`, which may be given as a name or an ARN with a path.
+pub fn role_name(role: &str) -> &str {
+    role.rsplit('/').next().unwrap_or(role)
+}
+
+fn iam_tag(key: &str, value: &str) -> Result<aws_sdk_iam::types::Tag, CloudError> {
+    aws_sdk_iam::types::Tag::builder()
+        .key(key)
+        .value(value)
+        .build()
+        .map_err(|e| CloudError::Invalid(format!("instance profile tag {key}: {e}")))
+}
+
+/// The instance profile a node class launches with, creating or fixing the managed one.
+pub async fn ensure(
+    iam: &aws_sdk_iam::Client,
+    cluster: &str,
+    region: &str,
+    nodeclass: &EC2NodeClass,
+) -> Result<String, CloudError> {
+    if let Some(profile) = &nodeclass.spec.instance_profile {
+        return match iam
+            .get_instance_profile()
+            .instance_profile_name(profile)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(profile.clone()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_no_such_entity_exception()) =>
+            {
+                Err(CloudError::NodeClassNotReady(format!(
+                    "spec.instanceProfile: instance profile {profile} does not exist"
+                )))
+            }
+            Err(e) => Err(sdk_error("iam:GetInstanceProfile", e)),
+        };
+    }
+    let Some(role) = nodeclass.spec.role.as_deref() else {
+        return Err(CloudError::Invalid(
+            "set spec.role or spec.instanceProfile".into(),
+        ));
+    };
+    let role = role_name(role);
+    let class = nodeclass.metadata.name.as_deref().unwrap_or_default();
+    let name = managed_name(cluster, region, class);
+    let existing = match iam
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+    {
+        Ok(out) => out.instance_profile().cloned(),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            None
+        }
+        Err(e) => return Err(sdk_error("iam:GetInstanceProfile", e)),
+    };
+    let roles: Vec<String> = match existing {
+        Some(p) => p
+            .roles()
+            .iter()
+            .map(|r| r.role_name().to_string())
+            .collect(),
+        None => {
+            let mut wanted = BTreeMap::from([
+                (tags::cluster_tag_key(cluster), "owned".to_string()),
+                (tags::EKS_CLUSTER_NAME.to_string(), cluster.to_string()),
+                (labels::EC2NODECLASS.to_string(), class.to_string()),
+                (labels::REGION.to_string(), region.to_string()),
+            ]);
+            for (k, v) in &nodeclass.spec.tags {
+                wanted.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            let tag_list = wanted
+                .iter()
+                .map(|(k, v)| iam_tag(k, v))
+                .collect::<Result<Vec<_>, _>>()?;
+            match iam
+                .create_instance_profile()
+                .instance_profile_name(&name)
+                .set_tags(Some(tag_list))
+                .send()
+                .await
+            {
+                Ok(_) => {}
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_entity_already_exists_exception()) => {}
+                Err(e) => return Err(sdk_error("iam:CreateInstanceProfile", e)),
+            }
+            Vec::new()
+        }
+    };
+    if roles.iter().any(|r| r == role) {
+        return Ok(name);
+    }
+    for other in &roles {
+        iam.remove_role_from_instance_profile()
+            .instance_profile_name(&name)
+            .role_name(other)
+            .send()
+            .await
+            .map_err(|e| sdk_error("iam:RemoveRoleFromInstanceProfile", e))?;
+    }
+    match iam
+        .add_role_to_instance_profile()
+        .instance_profile_name(&name)
+        .role_name(role)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(name),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            Err(CloudError::NodeClassNotReady(format!(
+                "spec.role: IAM role {role} does not exist"
+            )))
+        }
+        Err(e) => Err(sdk_error("iam:AddRoleToInstanceProfile", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn managed_names_are_stable_and_differ_per_node_class() {
+        let a = managed_name("demo", "us-east-1", "default");
+        assert_eq!(a, managed_name("demo", "us-east-1", "default"));
+        assert!(a.starts_with("demo_"));
+        assert_ne!(a, managed_name("demo", "us-east-1", "gpu"));
+        assert_ne!(a, managed_name("demo", "us-west-2", "default"));
+        assert_eq!(
+            role_name("arn:aws:iam::123456789012:role/path/KarpenterNode"),
+            "KarpenterNode"
+        );
+        assert_eq!(role_name("KarpenterNode"), "KarpenterNode");
+    }
+}

@@ -1,0 +1,277 @@
+//! Launch templates: everything about an instance except its type and subnet, which CreateFleet
+//! varies per override.
+//!
+//! A template is named after a hash of its whole content (`karpenter.k8s.aws/<hash>`), so equal
+//! launch needs share one template, a changed node class (hash, AMI, user data, security groups,
+//! instance profile, ...) gets a new one, and a template found by name is always the right one —
+//! nothing has to be remembered across restarts.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
+    RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
+};
+use serde::Serialize;
+
+use crate::apis::ec2nodeclass::{AMIFamily, BlockDevice, BlockDeviceMapping, MetadataOptions};
+use crate::cloudprovider::CloudError;
+use crate::scheduling::resources::{self, gib};
+
+use super::sdk_error;
+use super::tags::{filter, to_ec2};
+
+/// Prefix of the templates Karpenter manages.
+pub const NAME_PREFIX: &str = "karpenter.k8s.aws/";
+
+/// Everything a launch template holds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LaunchTemplateSpec {
+    /// Image to boot.
+    pub image_id: String,
+    /// User data, base64-encoded.
+    pub user_data: String,
+    /// Volumes.
+    pub block_devices: Vec<BlockDeviceMapping>,
+    /// Instance metadata service settings.
+    pub metadata: MetadataOptions,
+    /// Instance profile name.
+    pub instance_profile: String,
+    /// Security group IDs.
+    pub security_groups: Vec<String>,
+    /// 1-minute CloudWatch monitoring.
+    pub detailed_monitoring: bool,
+    /// Public IP on the primary interface, when the node class says.
+    pub associate_public_ip: Option<bool>,
+    /// Tags of the template itself.
+    pub tags: BTreeMap<String, String>,
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl LaunchTemplateSpec {
+    /// `karpenter.k8s.aws/<hash of the content>`.
+    pub fn name(&self) -> String {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        format!("{NAME_PREFIX}{:016x}", fnv1a(&json))
+    }
+}
+
+/// The volumes an AMI family gets when the node class names none: a 20Gi encrypted gp3 root
+/// volume; Bottlerocket a 4Gi OS volume plus a 20Gi data volume; Windows a 50Gi root volume;
+/// Custom none (the AMI's own mappings apply).
+pub fn default_block_devices(family: AMIFamily) -> Vec<BlockDeviceMapping> {
+    let ebs = |size: &str| BlockDevice {
+        encrypted: Some(true),
+        volume_type: Some("gp3".into()),
+        volume_size: Some(size.into()),
+        ..Default::default()
+    };
+    let device = |name: &str, size: &str| BlockDeviceMapping {
+        device_name: Some(name.into()),
+        ebs: Some(ebs(size)),
+        root_volume: None,
+    };
+    match family {
+        AMIFamily::AL2 | AMIFamily::AL2023 => vec![device("/dev/xvda", "20Gi")],
+        AMIFamily::Bottlerocket => vec![device("/dev/xvda", "4Gi"), device("/dev/xvdb", "20Gi")],
+        AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => {
+            vec![device("/dev/sda1", "50Gi")]
+        }
+        AMIFamily::Custom => Vec::new(),
+    }
+}
+
+/// A volume size (`100Gi`, `64T`, ...) in whole GiB, as EC2 takes it.
+pub fn volume_size_gib(size: &str) -> Result<i32, CloudError> {
+    let bytes = resources::parse_quantity(resources::EPHEMERAL_STORAGE, size).map_err(|e| {
+        CloudError::Invalid(format!(
+            "spec.blockDeviceMappings: volumeSize {size:?}: {e}"
+        ))
+    })?;
+    i32::try_from((bytes + gib(1) - 1) / gib(1)).map_err(|_| {
+        CloudError::Invalid(format!(
+            "spec.blockDeviceMappings: volumeSize {size:?} is too large"
+        ))
+    })
+}
+
+/// The EC2 request data of a template.
+pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateData, CloudError> {
+    let mut devices = Vec::new();
+    for bdm in &spec.block_devices {
+        let mut ebs = LaunchTemplateEbsBlockDeviceRequest::builder();
+        if let Some(e) = &bdm.ebs {
+            if let Some(size) = &e.volume_size {
+                ebs = ebs.volume_size(volume_size_gib(size)?);
+            }
+            ebs = ebs
+                .set_encrypted(e.encrypted)
+                .set_delete_on_termination(e.delete_on_termination.or(Some(true)))
+                .set_iops(e.iops.and_then(|v| i32::try_from(v).ok()))
+                .set_throughput(e.throughput.and_then(|v| i32::try_from(v).ok()))
+                .set_kms_key_id(e.kms_key_id.clone())
+                .set_snapshot_id(e.snapshot_id.clone())
+                .set_volume_initialization_rate(e.volume_initialization_rate)
+                .set_volume_type(e.volume_type.as_deref().map(VolumeType::from));
+        }
+        devices.push(
+            LaunchTemplateBlockDeviceMappingRequest::builder()
+                .set_device_name(bdm.device_name.clone())
+                .ebs(ebs.build())
+                .build(),
+        );
+    }
+    let md = &spec.metadata;
+    let metadata = LaunchTemplateInstanceMetadataOptionsRequest::builder()
+        .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(
+            md.http_endpoint.as_deref().unwrap_or("enabled"),
+        ))
+        .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(
+            md.http_protocol_ipv6.as_deref().unwrap_or("disabled"),
+        ))
+        .http_put_response_hop_limit(
+            md.http_put_response_hop_limit
+                .and_then(|v| i32::try_from(v).ok())
+                .unwrap_or(1),
+        )
+        .http_tokens(LaunchTemplateHttpTokensState::from(
+            md.http_tokens.as_deref().unwrap_or("required"),
+        ))
+        .build();
+    let mut data = RequestLaunchTemplateData::builder()
+        .image_id(&spec.image_id)
+        .user_data(&spec.user_data)
+        .set_block_device_mappings(Some(devices))
+        .metadata_options(metadata)
+        .iam_instance_profile(
+            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .name(&spec.instance_profile)
+                .build(),
+        )
+        .monitoring(
+            LaunchTemplatesMonitoringRequest::builder()
+                .enabled(spec.detailed_monitoring)
+                .build(),
+        );
+    data = match spec.associate_public_ip {
+        Some(public) => data.network_interfaces(
+            LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                .device_index(0)
+                .associate_public_ip_address(public)
+                .set_groups(Some(spec.security_groups.clone()))
+                .build(),
+        ),
+        None => data.set_security_group_ids(Some(spec.security_groups.clone())),
+    };
+    Ok(data.build())
+}
+
+/// Makes sure the template exists (creating it when EC2 has none by that name) and returns its
+/// name.
+pub async fn ensure(
+    ec2: &aws_sdk_ec2::Client,
+    spec: &LaunchTemplateSpec,
+) -> Result<String, CloudError> {
+    let name = spec.name();
+    let found = ec2
+        .describe_launch_templates()
+        .filters(filter("launch-template-name", [name.as_str()]))
+        .send()
+        .await
+        .map_err(|e| sdk_error("ec2:DescribeLaunchTemplates", e))?;
+    if !found.launch_templates().is_empty() {
+        return Ok(name);
+    }
+    let created = ec2
+        .create_launch_template()
+        .launch_template_name(&name)
+        .launch_template_data(request_data(spec)?)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::LaunchTemplate)
+                .set_tags(Some(to_ec2(&spec.tags)))
+                .build(),
+        )
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(name),
+        Err(e)
+            if aws_sdk_ec2::error::ProvideErrorMetadata::code(&e)
+                == Some("InvalidLaunchTemplateName.AlreadyExistsException") =>
+        {
+            Ok(name)
+        }
+        Err(e) => Err(sdk_error("ec2:CreateLaunchTemplate", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> LaunchTemplateSpec {
+        LaunchTemplateSpec {
+            image_id: "ami-1".into(),
+            user_data: "dXNlcg==".into(),
+            block_devices: default_block_devices(AMIFamily::Bottlerocket),
+            metadata: MetadataOptions::default_for_nodeclass(),
+            instance_profile: "profile".into(),
+            security_groups: vec!["sg-1".into()],
+            detailed_monitoring: false,
+            associate_public_ip: None,
+            tags: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn names_follow_the_content() {
+        let a = spec();
+        assert!(a.name().starts_with("karpenter.k8s.aws/"));
+        assert_eq!(a.name(), spec().name());
+        let mut b = spec();
+        b.image_id = "ami-2".into();
+        assert_ne!(a.name(), b.name());
+    }
+
+    #[test]
+    fn request_data_carries_volumes_metadata_and_network() {
+        let data = request_data(&spec()).expect("data");
+        let sizes: Vec<(Option<&str>, Option<i32>)> = data
+            .block_device_mappings()
+            .iter()
+            .map(|b| (b.device_name(), b.ebs().and_then(|e| e.volume_size())))
+            .collect();
+        assert_eq!(
+            sizes,
+            [(Some("/dev/xvda"), Some(4)), (Some("/dev/xvdb"), Some(20))]
+        );
+        let md = data.metadata_options().expect("metadata");
+        assert_eq!(
+            md.http_tokens(),
+            Some(&LaunchTemplateHttpTokensState::Required)
+        );
+        assert_eq!(md.http_put_response_hop_limit(), Some(1));
+        assert_eq!(data.security_group_ids(), ["sg-1"]);
+        let mut public = spec();
+        public.associate_public_ip = Some(true);
+        let data = request_data(&public).expect("data");
+        assert!(data.security_group_ids().is_empty());
+        assert_eq!(
+            data.network_interfaces()[0].associate_public_ip_address(),
+            Some(true)
+        );
+        assert_eq!(data.network_interfaces()[0].groups(), ["sg-1"]);
+        assert_eq!(volume_size_gib("100Gi").expect("size"), 100);
+        assert!(volume_size_gib("lots").is_err());
+    }
+}

@@ -1,0 +1,937 @@
+//! The AWS cloud provider: EC2NodeClass resolution, instance types and prices, launches through
+//! CreateFleet, termination, garbage-collection listing and the interruption queue, on the AWS
+//! SDK for Rust.
+//!
+//! Every SDK client shares one [`aws_config::SdkConfig`]; [`config_loader`] builds it with the
+//! ring-based rustls client (the crypto provider kube already uses) and the SDK's standard retry
+//! policy, so no call here retries by hand. Launches are idempotent per NodeClaim: the instance
+//! is tagged `karpenter.sh/nodeclaim` and found by that tag before any new launch.
+
+pub mod amis;
+pub mod capacity_reservations;
+pub mod fleet;
+pub mod instance_profile;
+pub mod instance_types;
+pub mod interruption;
+pub mod launch_templates;
+pub mod pricing;
+pub mod security_groups;
+pub mod subnets;
+pub mod tags;
+pub mod unavailable;
+pub mod userdata;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{InstanceLifecycleType, InstanceStateName};
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+
+use crate::apis::conditions;
+use crate::apis::ec2nodeclass::{AMIFamily, EC2NodeClassStatus};
+use crate::apis::labels;
+use crate::apis::nodeclaim::{Taint, TaintEffect};
+use crate::apis::{EC2NodeClass, NodeClaim};
+use crate::catalog::Catalog;
+use crate::clock::Clock;
+use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings, Offering};
+use crate::scheduling::requirements::Requirements;
+
+use super::{
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
+    claim_requests, claim_requirements, launch_candidates, node_labels, provider_id_instance,
+};
+use fleet::{FleetBatcher, FleetRequest, Override, TemplateConfig};
+use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
+use interruption::{InterruptionEvent, InterruptionKind, InterruptionQueue};
+use launch_templates::LaunchTemplateSpec;
+use pricing::Prices;
+use unavailable::{OfferingKey, UnavailableOfferings};
+
+/// The operator settings the AWS provider needs (upstream's AWS options).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AwsSettings {
+    /// `CLUSTER_NAME`: tags, instance profile names, user data.
+    pub cluster_name: String,
+    /// `CLUSTER_ENDPOINT`: the API server URL nodes join.
+    pub cluster_endpoint: String,
+    /// `CLUSTER_CA_BUNDLE`: base64 PEM of the API server's CA, for user data.
+    pub cluster_ca_bundle: Option<String>,
+    /// The cluster's Kubernetes minor version (`1.33`): alias AMIs are published per version.
+    pub kubernetes_version: String,
+    /// The cluster's service CIDR, for AL2023 user data (nodeadm derives the DNS address).
+    pub service_cidr: Option<String>,
+    /// `ISOLATED_VPC`: no Pricing API; the bundled prices are used.
+    pub isolated_vpc: bool,
+    /// `RESERVED_ENIS`: interfaces kept out of pod networking.
+    pub reserved_enis: i64,
+    /// `VM_MEMORY_OVERHEAD_PERCENT`: memory the hypervisor keeps.
+    pub vm_memory_overhead_percent: f64,
+    /// `INTERRUPTION_QUEUE`: SQS queue name or URL; `None` disables interruption handling.
+    pub interruption_queue: Option<String>,
+    /// AWS region.
+    pub region: String,
+}
+
+/// An SDK config loader with the HTTP client and retry policy every client here uses: rustls on
+/// `ring` (no second crypto provider next to kube's), standard retries (3 attempts with
+/// exponential backoff), 5 s connect and 30 s per-attempt timeouts (the SQS long poll is 20 s).
+/// Credentials and region come from the usual chain unless the caller sets them.
+pub fn config_loader(region: &str) -> aws_config::ConfigLoader {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(region.to_string()))
+        .http_client(http)
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .build(),
+        )
+}
+
+/// Error codes that mean "slow down or try again" rather than "this cannot work".
+const TRANSIENT_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "RequestThrottled",
+    "TooManyRequestsException",
+    "ServiceUnavailable",
+    "Unavailable",
+    "InternalError",
+    "InternalFailure",
+    "InsufficientInstanceCapacity",
+];
+
+/// Sorts an SDK error into what the controller should do: missing instances are
+/// [`CloudError::NotFound`], throttling and network trouble [`CloudError::Transient`], other
+/// service errors (permissions, bad parameters) [`CloudError::Invalid`].
+pub(crate) fn sdk_error<E, R>(operation: &str, err: SdkError<E, R>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    let text = format!("{operation}: {}", DisplayErrorContext(&err));
+    match &err {
+        SdkError::ServiceError(_) => match err.code() {
+            Some("InvalidInstanceID.NotFound" | "InvalidInstanceID.Malformed") => {
+                CloudError::NotFound(text)
+            }
+            Some(code) if TRANSIENT_CODES.contains(&code) => CloudError::Transient(text),
+            Some(_) => CloudError::Invalid(text),
+            None => CloudError::Transient(text),
+        },
+        _ => CloudError::Transient(text),
+    }
+}
+
+/// What a catalogue and price refresh found, for the controller to log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefreshReport {
+    /// Instance types EC2 describes.
+    pub instance_types: usize,
+    /// On-demand prices from the Pricing API (0 when it was not used or failed).
+    pub pricing_api_prices: usize,
+    /// Why the Pricing API was not used, when it failed.
+    pub pricing_error: Option<String>,
+    /// Spot pools priced.
+    pub spot_prices: usize,
+    /// Why spot prices could not be refreshed.
+    pub spot_error: Option<String>,
+}
+
+struct TypesCacheEntry {
+    catalogue: Arc<Ec2Catalogue>,
+    prices: Arc<Prices>,
+    types: Arc<Vec<InstanceType>>,
+}
+
+/// The AWS cloud provider.
+pub struct AwsProvider {
+    settings: AwsSettings,
+    clock: Arc<dyn Clock>,
+    ec2: aws_sdk_ec2::Client,
+    ssm: aws_sdk_ssm::Client,
+    iam: aws_sdk_iam::Client,
+    pricing: Option<aws_sdk_pricing::Client>,
+    queue: Option<InterruptionQueue>,
+    unavailable: UnavailableOfferings,
+    fallback: Catalog,
+    catalogue: RwLock<Arc<Ec2Catalogue>>,
+    prices: RwLock<Arc<Prices>>,
+    refresh_lock: tokio::sync::Mutex<()>,
+    types_cache: Mutex<HashMap<String, TypesCacheEntry>>,
+    launch_templates: Mutex<HashSet<String>>,
+    batcher: FleetBatcher,
+}
+
+fn read<T: Clone>(lock: &RwLock<T>) -> T {
+    lock.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn write<T>(lock: &RwLock<T>, value: T) {
+    *lock.write().unwrap_or_else(|e| e.into_inner()) = value;
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl AwsProvider {
+    /// A provider on `sdk_config` (see [`config_loader`]); no AWS call is made until first use.
+    pub fn new(
+        settings: AwsSettings,
+        sdk_config: &SdkConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, CloudError> {
+        let fallback = Catalog::bundled(&settings.region)
+            .or_else(|_| Catalog::bundled(crate::catalog::DEFAULT_REGION))
+            .map_err(|e| CloudError::Invalid(e.to_string()))?;
+        let ec2 = aws_sdk_ec2::Client::new(sdk_config);
+        let pricing = (!settings.isolated_vpc).then(|| {
+            aws_sdk_pricing::Client::from_conf(
+                aws_sdk_pricing::config::Builder::from(sdk_config)
+                    .region(aws_config::Region::new(pricing::pricing_region(
+                        &settings.region,
+                    )))
+                    .build(),
+            )
+        });
+        let queue = settings
+            .interruption_queue
+            .as_ref()
+            .map(|q| InterruptionQueue::new(aws_sdk_sqs::Client::new(sdk_config), q.clone()));
+        let prices = Prices {
+            on_demand: pricing::bundled_on_demand(&settings.region),
+            ..Prices::default()
+        };
+        Ok(Self {
+            unavailable: UnavailableOfferings::new(clock.clone()),
+            batcher: FleetBatcher::new(ec2.clone()),
+            ssm: aws_sdk_ssm::Client::new(sdk_config),
+            iam: aws_sdk_iam::Client::new(sdk_config),
+            ec2,
+            pricing,
+            queue,
+            fallback,
+            catalogue: RwLock::new(Arc::new(Ec2Catalogue::default())),
+            prices: RwLock::new(Arc::new(prices)),
+            refresh_lock: tokio::sync::Mutex::new(()),
+            types_cache: Mutex::new(HashMap::new()),
+            launch_templates: Mutex::new(HashSet::new()),
+            settings,
+            clock,
+        })
+    }
+
+    /// The interruption queue, when `INTERRUPTION_QUEUE` is set.
+    pub fn interruption_queue(&self) -> Option<&InterruptionQueue> {
+        self.queue.as_ref()
+    }
+
+    /// The unavailable-offerings cache (launch failures and interruptions feed it).
+    pub fn unavailable_offerings(&self) -> &UnavailableOfferings {
+        &self.unavailable
+    }
+
+    /// Re-reads instance types, zones and prices now. A failing Pricing API or spot price call
+    /// keeps the previous prices (the bundled table at first) and is reported, not fatal.
+    pub async fn refresh(&self) -> Result<RefreshReport, CloudError> {
+        let _guard = self.refresh_lock.lock().await;
+        let now = self.clock.now();
+        let catalogue = instance_types::describe(&self.ec2, &self.fallback, now).await?;
+        let previous = read(&self.prices);
+        let mut prices = (*previous).clone();
+        let mut report = RefreshReport {
+            instance_types: catalogue.types.len(),
+            pricing_api_prices: 0,
+            pricing_error: None,
+            spot_prices: 0,
+            spot_error: None,
+        };
+        if let Some(client) = &self.pricing {
+            match pricing::fetch_on_demand(client, &self.settings.region).await {
+                Ok(found) if !found.is_empty() => {
+                    report.pricing_api_prices = found.len();
+                    prices.on_demand.extend(found);
+                }
+                Ok(_) => report.pricing_error = Some("the Pricing API returned no prices".into()),
+                Err(e) => report.pricing_error = Some(e.to_string()),
+            }
+        }
+        match pricing::fetch_spot(&self.ec2, now).await {
+            Ok(spot) => {
+                report.spot_prices = spot.len();
+                prices.spot = spot;
+                prices.spot_fetched = true;
+            }
+            Err(e) => report.spot_error = Some(e.to_string()),
+        }
+        write(&self.catalogue, Arc::new(catalogue));
+        write(&self.prices, Arc::new(prices));
+        Ok(report)
+    }
+
+    /// Refreshes when the catalogue was never loaded or is older than [`REFRESH_INTERVAL`].
+    async fn ensure_fresh(&self) -> Result<(), CloudError> {
+        let fetched = read(&self.catalogue).fetched_at;
+        if fetched.is_none_or(|at| self.clock.now() - at >= REFRESH_INTERVAL) {
+            self.refresh().await?;
+        }
+        Ok(())
+    }
+
+    fn settings_for(&self, nodeclass: &EC2NodeClass) -> NodeClassSettings {
+        let mut settings = NodeClassSettings::for_nodeclass(nodeclass);
+        settings.vm_memory_overhead_percent = self.settings.vm_memory_overhead_percent;
+        settings.reserved_enis = self.settings.reserved_enis;
+        settings
+    }
+
+    fn types_for(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>> {
+        let settings = self.settings_for(nodeclass);
+        let mut zones: Vec<String> = nodeclass
+            .status
+            .as_ref()
+            .map(|s| s.subnets.iter().map(|s| s.zone.clone()).collect())
+            .unwrap_or_default();
+        zones.sort();
+        zones.dedup();
+        let key = format!(
+            "{:?}|{:?}|{}|{zones:?}",
+            settings.ami_family, settings.kubelet, settings.ephemeral_storage
+        );
+        let catalogue = read(&self.catalogue);
+        let prices = read(&self.prices);
+        let base = {
+            let mut cache = locked(&self.types_cache);
+            match cache.get(&key) {
+                Some(e)
+                    if Arc::ptr_eq(&e.catalogue, &catalogue) && Arc::ptr_eq(&e.prices, &prices) =>
+                {
+                    e.types.clone()
+                }
+                _ => {
+                    let types = Arc::new(instance_types::build(
+                        &catalogue,
+                        &prices,
+                        &zones,
+                        &settings,
+                        &self.settings.region,
+                    ));
+                    cache.insert(
+                        key,
+                        TypesCacheEntry {
+                            catalogue,
+                            prices,
+                            types: types.clone(),
+                        },
+                    );
+                    types
+                }
+            }
+        };
+        instance_types::mark_unavailable(base, &self.unavailable)
+    }
+
+    /// Marks the spot pools of spot-interrupted instances unavailable, so the replacement is not
+    /// launched into the pool EC2 is reclaiming.
+    pub async fn record_interruption(&self, event: &InterruptionEvent) -> Result<(), CloudError> {
+        if event.kind != InterruptionKind::SpotInterrupted {
+            return Ok(());
+        }
+        for id in &event.instance_ids {
+            match self.describe_instance(id).await {
+                Ok(Some(i)) if i.capacity_type == CapacityType::Spot => {
+                    self.unavailable.mark(OfferingKey {
+                        instance_type: i.instance_type,
+                        zone: i.zone,
+                        capacity_type: CapacityType::Spot,
+                    });
+                }
+                Ok(_) | Err(CloudError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
+        Ok(self.describe_raw(id).await?.as_ref().and_then(to_instance))
+    }
+
+    async fn describe_raw(
+        &self,
+        id: &str,
+    ) -> Result<Option<aws_sdk_ec2::types::Instance>, CloudError> {
+        let out = self
+            .ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
+        Ok(out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .next()
+            .cloned())
+    }
+
+    async fn find_by_nodeclaim(&self, name: &str) -> Result<Option<Instance>, CloudError> {
+        let cluster_key = tags::cluster_tag_key(&self.settings.cluster_name);
+        let out = self
+            .ec2
+            .describe_instances()
+            .filters(tags::filter(&format!("tag:{}", tags::NODECLAIM), [name]))
+            .filters(tags::filter("tag-key", [cluster_key.as_str()]))
+            .filters(tags::filter(
+                "instance-state-name",
+                ["pending", "running", "stopping", "stopped"],
+            ))
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
+        Ok(out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find_map(to_instance))
+    }
+
+    async fn ensure_launch_template(
+        &self,
+        spec: &LaunchTemplateSpec,
+    ) -> Result<String, CloudError> {
+        let name = spec.name();
+        if locked(&self.launch_templates).contains(&name) {
+            return Ok(name);
+        }
+        let name = launch_templates::ensure(&self.ec2, spec).await?;
+        locked(&self.launch_templates).insert(name.clone());
+        Ok(name)
+    }
+}
+
+/// Converts an EC2 instance; `None` without an ID, type or zone.
+fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
+    let id = i.instance_id()?;
+    let zone = i.placement()?.availability_zone()?;
+    let tag_map = tags::from_ec2(i.tags());
+    let state = match i.state().and_then(|s| s.name()) {
+        Some(InstanceStateName::Pending) => InstanceState::Pending,
+        Some(InstanceStateName::Running) => InstanceState::Running,
+        Some(InstanceStateName::Stopping | InstanceStateName::Stopped) => InstanceState::Stopped,
+        Some(InstanceStateName::ShuttingDown) => InstanceState::ShuttingDown,
+        Some(InstanceStateName::Terminated) => InstanceState::Terminated,
+        _ => InstanceState::Pending,
+    };
+    let capacity_type = if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
+        CapacityType::Spot
+    } else if i.capacity_reservation_id().is_some() {
+        CapacityType::Reserved
+    } else {
+        CapacityType::OnDemand
+    };
+    Some(Instance {
+        provider_id: format!("aws:///{zone}/{id}"),
+        nodeclaim: tag_map.get(tags::NODECLAIM).cloned(),
+        nodepool: tag_map.get(labels::NODEPOOL).cloned(),
+        instance_type: i.instance_type()?.as_str().to_string(),
+        zone: zone.to_string(),
+        capacity_type,
+        image_id: i.image_id().map(str::to_string),
+        state,
+        launch_time: i
+            .launch_time()
+            .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), 0))
+            .unwrap_or_default(),
+    })
+}
+
+/// The node class' status, when its controller has resolved it and marked it Ready.
+fn nodeclass_ready(nodeclass: &EC2NodeClass) -> Result<&EC2NodeClassStatus, CloudError> {
+    let name = nodeclass.metadata.name.as_deref().unwrap_or_default();
+    let status = nodeclass.status.as_ref().ok_or_else(|| {
+        CloudError::NodeClassNotReady(format!("EC2NodeClass {name} has not been resolved yet"))
+    })?;
+    match conditions::find(&status.conditions, "Ready") {
+        Some(c) if c.status == conditions::TRUE => Ok(status),
+        Some(c) => Err(CloudError::NodeClassNotReady(format!(
+            "EC2NodeClass {name} is not ready: {}",
+            c.message
+        ))),
+        None => Err(CloudError::NodeClassNotReady(format!(
+            "EC2NodeClass {name} has no Ready condition yet"
+        ))),
+    }
+}
+
+/// Labels kubelet may register itself with (`--node-labels`): the NodeClaim's labels less the
+/// `kubernetes.io` / `k8s.io` keys only Kubernetes sets (the node-restriction admission rule).
+fn kubelet_labels(claim: &NodeClaim, reqs: &Requirements) -> BTreeMap<String, String> {
+    let mut out = reqs.labels();
+    if let Some(l) = &claim.metadata.labels {
+        out.extend(l.clone());
+    }
+    out.retain(|key, _| {
+        let domain = key.split_once('/').map(|(d, _)| d).unwrap_or_default();
+        let reserved = ["kubernetes.io", "k8s.io"]
+            .iter()
+            .any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
+        let allowed = ["node.kubernetes.io", "kubelet.kubernetes.io"]
+            .iter()
+            .any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
+        !reserved || allowed
+    });
+    out
+}
+
+/// The taints a node boots with: the NodeClaim's taints and startup taints, and
+/// `karpenter.sh/unregistered` until Karpenter registers it.
+fn boot_taints(claim: &NodeClaim) -> Vec<Taint> {
+    let mut out: Vec<Taint> = claim
+        .spec
+        .taints
+        .iter()
+        .chain(&claim.spec.startup_taints)
+        .cloned()
+        .collect();
+    if !out.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY) {
+        out.push(Taint {
+            key: labels::UNREGISTERED_TAINT_KEY.into(),
+            value: None,
+            effect: TaintEffect::NoExecute,
+            time_added: None,
+        });
+    }
+    out
+}
+
+fn launched(
+    instance: &Instance,
+    it: &InstanceType,
+    offering: &Offering,
+    reqs: &Requirements,
+    nodeclass: &str,
+) -> Launched {
+    let mut node = node_labels(it, offering, reqs);
+    node.insert(labels::INSTANCE_TYPE.into(), it.name.to_string());
+    node.insert(labels::EC2NODECLASS.into(), nodeclass.to_string());
+    Launched {
+        provider_id: instance.provider_id.clone(),
+        image_id: instance.image_id.clone(),
+        instance_type: it.name.to_string(),
+        zone: instance.zone.clone(),
+        capacity_type: instance.capacity_type,
+        capacity: it.capacity.clone(),
+        allocatable: it.allocatable.clone(),
+        labels: node,
+    }
+}
+
+#[async_trait]
+impl CloudProvider for AwsProvider {
+    fn name(&self) -> &'static str {
+        "aws"
+    }
+
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Launched, CloudError> {
+        let status = nodeclass_ready(nodeclass)?;
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let class = nodeclass.metadata.name.clone().unwrap_or_default();
+        self.ensure_fresh().await?;
+        let types = self.types_for(nodeclass);
+        let reqs = claim_requirements(claim);
+        if let Some(existing) = self.find_by_nodeclaim(&name).await? {
+            let it = types
+                .iter()
+                .find(|it| *it.name == existing.instance_type)
+                .ok_or_else(|| {
+                    CloudError::Invalid(format!(
+                        "instance type {} of {} is no longer offered",
+                        existing.instance_type, existing.provider_id
+                    ))
+                })?;
+            let offering = it
+                .offerings
+                .iter()
+                .find(|o| *o.zone == existing.zone && o.capacity_type == existing.capacity_type)
+                .ok_or_else(|| {
+                    CloudError::Invalid(format!(
+                        "the offering of {} is no longer listed",
+                        existing.provider_id
+                    ))
+                })?;
+            return Ok(launched(&existing, it, offering, &reqs, &class));
+        }
+        let candidates = launch_candidates(types.iter(), &reqs, &claim_requests(claim));
+        let Some(capacity_type) = candidates.first().map(|(_, o)| o.capacity_type) else {
+            return Err(CloudError::InsufficientCapacity(format!(
+                "no available offering of the {} instance types fits NodeClaim {name} in the zones of EC2NodeClass {class}",
+                types.len()
+            )));
+        };
+        let family = nodeclass.spec.ami_family().unwrap_or(AMIFamily::AL2023);
+        let node_labels_ = kubelet_labels(claim, &reqs);
+        let taints = boot_taints(claim);
+        let kubelet = nodeclass.spec.kubelet.clone().unwrap_or_default();
+        let nodepool = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+            .cloned()
+            .unwrap_or_default();
+        let owner = tags::Owner {
+            cluster: &self.settings.cluster_name,
+            nodepool: &nodepool,
+            nodeclass: &class,
+        };
+        let launch_tags = tags::launch_tags(&owner, &nodeclass.spec.tags);
+        let instance_profile = status.instance_profile.clone().ok_or_else(|| {
+            CloudError::NodeClassNotReady(format!(
+                "EC2NodeClass {class} has no instance profile yet"
+            ))
+        })?;
+        let block_devices = if nodeclass.spec.block_device_mappings.is_empty() {
+            launch_templates::default_block_devices(family)
+        } else {
+            nodeclass.spec.block_device_mappings.clone()
+        };
+        // One launch template per (AMI, max pods): the user data states the pod limit the
+        // scheduler planned with.
+        let mut groups: Vec<((String, i64), Vec<Override>)> = Vec::new();
+        for (it, o) in candidates
+            .iter()
+            .filter(|(_, o)| o.capacity_type == capacity_type)
+        {
+            let type_labels: BTreeMap<String, String> = it
+                .labels
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.clone()))
+                .collect();
+            let Some(ami) = amis::ami_for(&status.amis, &type_labels) else {
+                continue;
+            };
+            let Some(subnet) = status.subnets.iter().find(|s| *s.zone == *o.zone) else {
+                continue;
+            };
+            let key = (ami.id.clone(), it.capacity.pods);
+            let entry = Override {
+                instance_type: it.name.to_string(),
+                zone: o.zone.to_string(),
+                subnet_id: subnet.id.clone(),
+            };
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, list)) => list.push(entry),
+                None => groups.push((key, vec![entry])),
+            }
+        }
+        if groups.is_empty() {
+            return Err(CloudError::NodeClassNotReady(format!(
+                "EC2NodeClass {class}: no resolved AMI or subnet serves the instance types NodeClaim {name} allows"
+            )));
+        }
+        let mut configs = Vec::with_capacity(groups.len());
+        for ((image_id, max_pods), overrides) in groups {
+            let bootstrap = userdata::Bootstrap {
+                cluster_name: &self.settings.cluster_name,
+                cluster_endpoint: &self.settings.cluster_endpoint,
+                ca_bundle: self.settings.cluster_ca_bundle.as_deref(),
+                service_cidr: self.settings.service_cidr.as_deref(),
+                labels: &node_labels_,
+                taints: &taints,
+                kubelet: &kubelet,
+                max_pods: Some(max_pods),
+                user_data: nodeclass.spec.user_data.as_deref(),
+            };
+            let user_data = userdata::render(family, &bootstrap)
+                .map_err(|e| CloudError::Invalid(format!("EC2NodeClass {class}: {e}")))?;
+            let spec = LaunchTemplateSpec {
+                image_id,
+                user_data: base64::engine::general_purpose::STANDARD.encode(user_data),
+                block_devices: block_devices.clone(),
+                metadata: nodeclass.spec.metadata_options.clone(),
+                instance_profile: instance_profile.clone(),
+                security_groups: status
+                    .security_groups
+                    .iter()
+                    .map(|g| g.id.clone())
+                    .collect(),
+                detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
+                associate_public_ip: nodeclass.spec.associate_public_ip_address,
+                tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
+            };
+            configs.push(TemplateConfig {
+                launch_template: self.ensure_launch_template(&spec).await?,
+                overrides,
+            });
+        }
+        let request = FleetRequest {
+            capacity_type,
+            configs,
+            tags: launch_tags,
+            context: nodeclass.spec.context.clone(),
+        };
+        let (instance, errors) = self.batcher.launch(request).await?;
+        for e in &errors {
+            if e.code == unavailable::SPOT_SERVICE_LINKED_ROLE_MISSING {
+                self.unavailable.mark_capacity_type(CapacityType::Spot);
+            } else if unavailable::is_unfulfillable_capacity(&e.code)
+                && let (Some(t), Some(z)) = (&e.instance_type, &e.zone)
+            {
+                self.unavailable.mark(OfferingKey {
+                    instance_type: t.clone(),
+                    zone: z.clone(),
+                    capacity_type,
+                });
+            }
+            if e.code.starts_with("InvalidLaunchTemplate") {
+                locked(&self.launch_templates).clear();
+            }
+        }
+        let Some(started) = instance else {
+            let why: Vec<String> = errors
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}/{}: {} {}",
+                        e.instance_type.as_deref().unwrap_or("?"),
+                        e.zone.as_deref().unwrap_or("?"),
+                        e.code,
+                        e.message
+                    )
+                })
+                .collect();
+            return Err(CloudError::InsufficientCapacity(format!(
+                "CreateFleet launched nothing for NodeClaim {name}: {}",
+                if why.is_empty() {
+                    "no errors reported".into()
+                } else {
+                    why.join("; ")
+                }
+            )));
+        };
+        self.ec2
+            .create_tags()
+            .resources(&started.id)
+            .tags(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key(tags::NODECLAIM)
+                    .value(&name)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:CreateTags", e))?;
+        let instance = match self.describe_instance(&started.id).await? {
+            Some(i) => i,
+            None => Instance {
+                provider_id: format!(
+                    "aws:///{}/{}",
+                    started.zone.as_deref().unwrap_or_default(),
+                    started.id
+                ),
+                nodeclaim: Some(name.clone()),
+                nodepool: Some(nodepool.clone()),
+                instance_type: started.instance_type.clone(),
+                zone: started.zone.clone().unwrap_or_default(),
+                capacity_type,
+                image_id: None,
+                state: InstanceState::Pending,
+                launch_time: self.clock.now(),
+            },
+        };
+        let (it, offering) = candidates
+            .iter()
+            .find(|(it, o)| {
+                *it.name == instance.instance_type
+                    && *o.zone == instance.zone
+                    && o.capacity_type == capacity_type
+            })
+            .copied()
+            .ok_or_else(|| {
+                CloudError::Invalid(format!(
+                    "EC2 launched {} ({} in {}), which was not among the requested pools",
+                    started.id, instance.instance_type, instance.zone
+                ))
+            })?;
+        let mut result = launched(&instance, it, offering, &reqs, &class);
+        result.capacity_type = capacity_type;
+        Ok(result)
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
+        let id = provider_id_instance(provider_id).ok_or_else(|| {
+            CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
+        })?;
+        match self.describe_instance(id).await? {
+            None => return Err(CloudError::NotFound(provider_id.into())),
+            Some(i) if i.state == InstanceState::Terminated => {
+                return Err(CloudError::NotFound(provider_id.into()));
+            }
+            Some(_) => {}
+        }
+        self.ec2
+            .terminate_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:TerminateInstances", e))?;
+        Ok(())
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        let id = provider_id_instance(provider_id).ok_or_else(|| {
+            CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
+        })?;
+        self.describe_instance(id)
+            .await?
+            .ok_or_else(|| CloudError::NotFound(provider_id.into()))
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let cluster_key = tags::cluster_tag_key(&self.settings.cluster_name);
+        let mut pages = self
+            .ec2
+            .describe_instances()
+            .filters(tags::filter("tag-key", [cluster_key.as_str()]))
+            .filters(tags::filter("tag-key", [labels::NODEPOOL]))
+            .filters(tags::filter(
+                "instance-state-name",
+                ["pending", "running", "stopping", "stopped", "shutting-down"],
+            ))
+            .into_paginator()
+            .send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
+            out.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(to_instance),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn instance_types(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+        self.ensure_fresh().await?;
+        Ok(self.types_for(nodeclass))
+    }
+
+    async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
+        let spec = &nodeclass.spec;
+        let subnets = subnets::resolve(&self.ec2, &spec.subnet_selector_terms).await?;
+        if subnets.is_empty() {
+            return Err(CloudError::NodeClassNotReady(
+                "spec.subnetSelectorTerms matched no subnet".into(),
+            ));
+        }
+        let security_groups =
+            security_groups::resolve(&self.ec2, &spec.security_group_selector_terms).await?;
+        if security_groups.is_empty() {
+            return Err(CloudError::NodeClassNotReady(
+                "spec.securityGroupSelectorTerms matched no security group".into(),
+            ));
+        }
+        let amis = amis::resolve(
+            &self.ec2,
+            &self.ssm,
+            &spec.ami_selector_terms,
+            &self.settings.kubernetes_version,
+            self.clock.now(),
+        )
+        .await?;
+        let instance_profile = instance_profile::ensure(
+            &self.iam,
+            &self.settings.cluster_name,
+            &self.settings.region,
+            nodeclass,
+        )
+        .await?;
+        let capacity_reservations = if spec.capacity_reservation_selector_terms.is_empty() {
+            Vec::new()
+        } else {
+            capacity_reservations::resolve(&self.ec2, &spec.capacity_reservation_selector_terms)
+                .await?
+        };
+        Ok(EC2NodeClassStatus {
+            subnets: subnets.iter().map(subnets::SubnetInfo::status).collect(),
+            security_groups,
+            capacity_reservations,
+            amis,
+            instance_profile: Some(instance_profile),
+            conditions: Vec::new(),
+        })
+    }
+
+    async fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Option<&'static str>, CloudError> {
+        let (Some(status), Some(provider_id)) = (
+            nodeclass.status.as_ref(),
+            claim.status.as_ref().and_then(|s| s.provider_id.as_deref()),
+        ) else {
+            return Ok(None);
+        };
+        let Some(id) = provider_id_instance(provider_id) else {
+            return Ok(None);
+        };
+        let Some(instance) = self.describe_raw(id).await? else {
+            return Err(CloudError::NotFound(provider_id.into()));
+        };
+        if let Some(image) = instance.image_id()
+            && !status.amis.is_empty()
+            && !status.amis.iter().any(|a| a.id == image)
+        {
+            return Ok(Some("AMIDrift"));
+        }
+        if let Some(subnet) = instance.subnet_id()
+            && !status.subnets.is_empty()
+            && !status.subnets.iter().any(|s| s.id == subnet)
+        {
+            return Ok(Some("SubnetDrift"));
+        }
+        let mut have: Vec<&str> = instance
+            .security_groups()
+            .iter()
+            .filter_map(|g| g.group_id())
+            .collect();
+        let mut want: Vec<&str> = status
+            .security_groups
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect();
+        have.sort_unstable();
+        have.dedup();
+        want.sort_unstable();
+        want.dedup();
+        if !want.is_empty() && !have.is_empty() && have != want {
+            return Ok(Some("SecurityGroupDrift"));
+        }
+        Ok(None)
+    }
+}

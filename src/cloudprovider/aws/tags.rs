@@ -1,0 +1,137 @@
+//! The tags that tie EC2 resources to this cluster, its NodePools, NodeClaims and EC2NodeClasses,
+//! and the tag filters selector terms turn into.
+//!
+//! Garbage collection, launch idempotency and drift all find instances again by these tags, so
+//! they are spelled exactly as upstream Karpenter writes them: an instance launched by either
+//! controller is recognised by the other.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, Tag};
+
+use crate::apis::labels;
+
+/// `eks:eks-cluster-name=<cluster>`: EKS console and cost reports group instances by it.
+pub const EKS_CLUSTER_NAME: &str = "eks:eks-cluster-name";
+/// `karpenter.sh/nodeclaim=<name>`: the NodeClaim an instance was launched for.
+pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
+
+/// `kubernetes.io/cluster/<cluster>`: the cloud controller's ownership tag, valued `owned`.
+pub fn cluster_tag_key(cluster: &str) -> String {
+    format!("kubernetes.io/cluster/{cluster}")
+}
+
+/// Who an instance belongs to: the cluster, its NodePool and EC2NodeClass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    /// Cluster name.
+    pub cluster: &'a str,
+    /// NodePool name.
+    pub nodepool: &'a str,
+    /// EC2NodeClass name.
+    pub nodeclass: &'a str,
+}
+
+/// The tags an instance, its volumes and its launch request carry: the node class' `spec.tags`
+/// first, then Karpenter's own, which users may not override (the CRD forbids those keys).
+pub fn launch_tags(owner: &Owner<'_>, user: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut out = user.clone();
+    out.insert(cluster_tag_key(owner.cluster), "owned".into());
+    out.insert(EKS_CLUSTER_NAME.into(), owner.cluster.into());
+    out.insert(labels::NODEPOOL.into(), owner.nodepool.into());
+    out.insert(labels::EC2NODECLASS.into(), owner.nodeclass.into());
+    out
+}
+
+/// Tags as the EC2 API takes them.
+pub fn to_ec2(tags: &BTreeMap<String, String>) -> Vec<Tag> {
+    tags.iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect()
+}
+
+/// Tags as EC2 reports them, as a map.
+pub fn from_ec2(tags: &[Tag]) -> BTreeMap<String, String> {
+    tags.iter()
+        .filter_map(|t| {
+            Some((
+                t.key()?.to_string(),
+                t.value().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The filters a selector term's `tags` become: `tag:<key>=<value>`, or `tag-key=<key>` when the
+/// value is `*` (any value).
+pub fn selector_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
+    tags.iter()
+        .map(|(k, v)| {
+            if v == "*" {
+                filter("tag-key", [k.as_str()])
+            } else {
+                filter(&format!("tag:{k}"), [v.as_str()])
+            }
+        })
+        .collect()
+}
+
+/// One EC2 filter.
+pub fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.into_iter().map(str::to_string).collect()))
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn karpenter_tags_win_over_user_tags() {
+        let owner = Owner {
+            cluster: "demo",
+            nodepool: "default",
+            nodeclass: "general",
+        };
+        let user = BTreeMap::from([
+            ("team".to_string(), "a".to_string()),
+            (labels::NODEPOOL.to_string(), "spoofed".to_string()),
+        ]);
+        let tags = launch_tags(&owner, &user);
+        assert_eq!(tags["team"], "a");
+        assert_eq!(tags[labels::NODEPOOL], "default");
+        assert_eq!(tags["kubernetes.io/cluster/demo"], "owned");
+        assert_eq!(tags[EKS_CLUSTER_NAME], "demo");
+        assert_eq!(tags[labels::EC2NODECLASS], "general");
+        assert_eq!(from_ec2(&to_ec2(&tags)), tags);
+    }
+
+    #[test]
+    fn wildcard_values_select_on_the_key_alone() {
+        let filters = selector_filters(&BTreeMap::from([
+            ("karpenter.sh/discovery".to_string(), "demo".to_string()),
+            ("tier".to_string(), "*".to_string()),
+        ]));
+        let shown: Vec<(String, Vec<String>)> = filters
+            .iter()
+            .map(|f| {
+                (
+                    f.name().unwrap_or_default().to_string(),
+                    f.values().to_vec(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "tag:karpenter.sh/discovery".to_string(),
+                    vec!["demo".to_string()]
+                ),
+                ("tag-key".to_string(), vec!["tier".to_string()]),
+            ]
+        );
+    }
+}

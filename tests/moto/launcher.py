@@ -1,0 +1,196 @@
+"""moto_server for karpenter-rs's AWS provider tests (tests/aws_moto.rs), with the gaps that
+matter to those tests closed. Usage: launcher.py PORT
+
+moto implements the discovery APIs, launch templates, IAM, SQS and CreateFleet's happy path well
+enough for the Rust SDK. What it lacks, and what this file adds:
+
+* AMIs: moto's default image list is replaced (MOTO_AMIS_PATH) by amis.json, a few EKS-optimized
+  and Bottlerocket images plus two tagged "team" images of different ages.
+* Public SSM parameters: moto ships only the Amazon Linux ones and refuses PutParameter under
+  /aws/, so the EKS and Bottlerocket alias parameters in public-parameters.json are loaded into
+  its parameter store the way moto loads its own defaults.
+* CreateFleet: moto launches from the first override and never reports errors. Here overrides
+  are tried by Priority (lowest first, then request order), pools the test marked out of capacity
+  are skipped with an InsufficientInstanceCapacity entry in Errors[] (as EC2 reports them), and
+  every request is recorded so tests can inspect what was asked for.
+* Pricing: moto has no Price List service; GetProducts is answered from the hand-written fixture
+  tests/fixtures/aws/pricing-get-products.json (filtered by the tenancy filter, paged by
+  NextToken).
+
+Test-only control endpoints (never AWS APIs):
+  POST /_karpenter/ice     {"pools": [["m5.large", "us-east-1a", "spot"], ...]}  replaces the set
+  GET  /_karpenter/fleets  the CreateFleet requests seen so far
+"""
+
+import json
+import os
+import sys
+import threading
+from collections import defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ["MOTO_AMIS_PATH"] = os.path.join(HERE, "amis.json")
+
+from moto import server  # noqa: E402  (must follow MOTO_AMIS_PATH)
+from moto.core.utils import utcnow  # noqa: E402
+from moto.ec2.models.fleets import Fleet  # noqa: E402
+from moto.ec2.responses.fleets import Fleets  # noqa: E402
+from moto.ssm.models import Parameter, ParameterDict  # noqa: E402
+
+PRICING_FIXTURE = os.path.join(HERE, "..", "fixtures", "aws", "pricing-get-products.json")
+PUBLIC_PREFIXES = ("/aws/service/eks/", "/aws/service/bottlerocket/", "/aws/service/ami-windows-latest/")
+
+LOCK = threading.Lock()
+ICE_POOLS = set()
+FLEET_REQUESTS = []
+
+with open(os.path.join(HERE, "public-parameters.json"), encoding="utf-8") as f:
+    PUBLIC_PARAMETERS = json.load(f)
+
+
+# --- SSM: public alias parameters -----------------------------------------------------------
+_original_check = ParameterDict._check_loading_status
+
+
+def _check_loading_status(self, key):
+    _original_check(self, key)
+    if str(key or "").startswith(PUBLIC_PREFIXES) and not getattr(self, "karpenter_loaded", False):
+        self.karpenter_loaded = True
+        for name, value in PUBLIC_PARAMETERS.items():
+            defaultdict.__getitem__(self, name).append(
+                Parameter(
+                    account_id=self.account_id,
+                    name=name,
+                    value=value,
+                    parameter_type="String",
+                    description=None,
+                    allowed_pattern=None,
+                    keyid=None,
+                    last_modified_date=utcnow(),
+                    version=1,
+                    data_type="aws:ec2:image",
+                )
+            )
+
+
+ParameterDict._check_loading_status = _check_loading_status
+
+
+# --- CreateFleet: priority order, injected capacity errors ------------------------------------
+def _zone_of(backend, subnet_id):
+    if not subnet_id:
+        return None
+    return backend.get_subnet(subnet_id).availability_zone
+
+
+def _get_launch_spec_counts(self, weight_to_add):
+    capacity = self.target_capacity_specification.get("DefaultTargetCapacityType") or "on-demand"
+    ordered = sorted(
+        enumerate(self.launch_specs),
+        key=lambda p: (float((p[1].overrides or {}).get("Priority", p[0])), p[0]),
+    )
+    weight_map = defaultdict(int)
+    errors = []
+    added = 0
+    for _, spec in ordered:
+        zone = _zone_of(self.ec2_backend, spec.subnet_id)
+        with LOCK:
+            exhausted = (spec.instance_type, zone, capacity) in ICE_POOLS
+        if exhausted:
+            errors.append(
+                {
+                    "LaunchTemplateAndOverrides": {
+                        "LaunchTemplateSpecification": spec.launch_template_spec,
+                        "Overrides": spec.overrides or {},
+                    },
+                    "Lifecycle": "spot" if capacity == "spot" else "on-demand",
+                    "ErrorCode": "InsufficientInstanceCapacity",
+                    "ErrorMessage": f"We currently do not have sufficient {spec.instance_type} capacity in the Availability Zone you requested ({zone}).",
+                }
+            )
+            continue
+        count = int(weight_to_add // spec.weighted_capacity)
+        weight_map[spec] += count
+        added += count * spec.weighted_capacity
+        break
+    self.karpenter_errors = getattr(self, "karpenter_errors", []) + errors
+    return weight_map, added
+
+
+Fleet.get_launch_spec_counts = _get_launch_spec_counts
+_original_create_fleet = Fleets.create_fleet
+
+
+def _create_fleet(self):
+    with LOCK:
+        FLEET_REQUESTS.append(
+            {
+                "Type": self._get_param("Type"),
+                "TargetCapacitySpecification": self._get_param("TargetCapacitySpecification", {}),
+                "SpotOptions": self._get_param("SpotOptions", {}),
+                "OnDemandOptions": self._get_param("OnDemandOptions", {}),
+                "LaunchTemplateConfigs": self._get_param("LaunchTemplateConfigs", []),
+            }
+        )
+    result = _original_create_fleet(self)
+    fleet = self.ec2_backend.get_fleet(result.result["FleetId"])
+    errors = getattr(fleet, "karpenter_errors", [])
+    if errors:
+        result.result["Errors"] = errors
+    return result
+
+
+Fleets.create_fleet = _create_fleet
+
+
+# --- HTTP: pricing fixture and control endpoints ----------------------------------------------
+def _json(start_response, status, body, content_type="application/json"):
+    data = json.dumps(body).encode()
+    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(data)))])
+    return [data]
+
+
+def _pricing(environ, start_response):
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    request = json.loads(environ["wsgi.input"].read(length) or b"{}")
+    if environ.get("HTTP_X_AMZ_TARGET") != "AWSPriceListService.GetProducts":
+        return _json(start_response, "400 Bad Request", {"__type": "InvalidParameterException", "message": "only GetProducts is served"}, "application/x-amz-json-1.1")
+    tenancy = next((f["Value"] for f in request.get("Filters", []) if f.get("Field") == "tenancy"), None)
+    with open(PRICING_FIXTURE, encoding="utf-8") as f:
+        pages = json.load(f)["pages"]
+    token = request.get("NextToken")
+    index = 0 if not token else int(token.rsplit("-", 1)[-1]) - 1
+    page = dict(pages[index])
+    if tenancy:
+        page["PriceList"] = [p for p in page["PriceList"] if json.loads(p)["product"]["attributes"].get("tenancy") == tenancy]
+    return _json(start_response, "200 OK", page, "application/x-amz-json-1.1")
+
+
+def _control(environ, start_response):
+    path = environ.get("PATH_INFO", "")
+    if path == "/_karpenter/ice" and environ.get("REQUEST_METHOD") == "POST":
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        pools = json.loads(environ["wsgi.input"].read(length) or b"{}").get("pools", [])
+        with LOCK:
+            ICE_POOLS.clear()
+            ICE_POOLS.update(tuple(p) for p in pools)
+        return _json(start_response, "200 OK", {"pools": pools})
+    if path == "/_karpenter/fleets":
+        with LOCK:
+            return _json(start_response, "200 OK", FLEET_REQUESTS)
+    return _json(start_response, "404 Not Found", {"error": path})
+
+
+class App(server.DomainDispatcherApplication):
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO", "").startswith("/_karpenter/"):
+            return _control(environ, start_response)
+        if environ.get("HTTP_X_AMZ_TARGET", "").startswith("AWSPriceListService."):
+            return _pricing(environ, start_response)
+        return super().__call__(environ, start_response)
+
+
+server.DomainDispatcherApplication = App
+
+if __name__ == "__main__":
+    server.main(["-H", "127.0.0.1", "-p", sys.argv[1]])
