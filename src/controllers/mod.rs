@@ -1,10 +1,13 @@
 //! `karpenter-rs run`: the kube-rs shells around the pure core. Watches feed
 //! [`ClusterState`]; the provisioner, the NodeClaim lifecycle, the NodePool and EC2NodeClass
-//! status controllers and (with the simulated cloud) a stand-in kubelet act on it; one replica
+//! status controllers, the disruption controller and (with the simulated cloud) a stand-in
+//! kubelet act on it; one replica
 //! at a time, chosen by a Lease.
 
+pub mod disruption;
 pub mod kubelet;
 pub mod leader;
+pub mod nodeclaim_disruption;
 pub mod nodeclass;
 pub mod nodepool;
 
@@ -35,6 +38,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Scheduler and disruption options.
     pub options: SimulateOptions,
+    /// Retry delays for evictions refused by PodDisruptionBudgets.
+    pub evictions: crate::lifecycle::termination::EvictionBackoff,
 }
 
 impl Context {
@@ -59,6 +64,7 @@ impl Context {
             simulated,
             clock,
             options,
+            evictions: Default::default(),
         }
     }
 }
@@ -127,6 +133,9 @@ pub async fn run(
     tracing::info!(cloud_provider = provider.name(), "starting controllers");
     tasks.spawn(crate::provisioning::Provisioner::new(ctx.clone(), config.batch).run());
     tasks.spawn(crate::lifecycle::run(ctx.clone()));
+    tasks.spawn(disruption::run(ctx.clone()));
+    tasks.spawn(nodeclaim_disruption::run(ctx.clone()));
+    tasks.spawn(crate::lifecycle::garbage::run(ctx.clone()));
     tasks.spawn(nodepool::run(ctx.clone()));
     tasks.spawn(nodeclass::run(ctx.clone()));
     if let Some(cloud) = simulated {
