@@ -174,9 +174,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             ),
         };
         tracing::info!(cloud_provider = provider.name(), region = %args.region, "cloud provider selected");
-        let client = kube::Client::try_default()
+        let kube_config = kube::Config::infer()
             .await
             .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster config)")?;
+        let client = kube::Client::try_from(kube_config.clone())
+            .context("connecting to the Kubernetes API")?;
+        let mut no_retry = kube_config;
+        no_retry.default_retry = false;
+        let eviction_client =
+            kube::Client::try_from(no_retry).context("connecting to the Kubernetes API")?;
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
             format!("karpenter-rs-{}", std::process::id())
         });
@@ -191,6 +197,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             identity,
             batch: Default::default(),
             options: SimulateOptions::default(),
+            eviction_client,
         };
         let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
         controllers::run(client, provider, simulated, clock, config, ready).await

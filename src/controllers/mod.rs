@@ -26,6 +26,10 @@ use crate::state::ClusterState;
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// An API client that does not retry HTTP 429 itself: an eviction a PodDisruptionBudget
+    /// refuses must come back to the drain, which backs off per pod and watches the
+    /// terminationGracePeriod deadline (the default client would retry for many minutes).
+    pub eviction_client: Client,
     /// Reflected cluster state.
     pub state: ClusterState,
     /// The cloud.
@@ -46,6 +50,7 @@ impl Context {
     /// Builds the shared context; events are reported as `karpenter`, as upstream's are.
     pub fn new(
         client: Client,
+        eviction_client: Client,
         state: ClusterState,
         provider: Arc<dyn CloudProvider>,
         simulated: Option<Arc<SimulatedProvider>>,
@@ -59,6 +64,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
+            eviction_client,
             state,
             provider,
             simulated,
@@ -92,6 +98,8 @@ pub struct RunConfig {
     pub batch: crate::provisioning::BatchWindow,
     /// Scheduler and disruption options.
     pub options: SimulateOptions,
+    /// The client evictions go through (see [`Context::eviction_client`]).
+    pub eviction_client: Client,
 }
 
 /// Runs the controllers until SIGTERM / Ctrl-C (`Ok`) or until leadership is lost (`Err`, so
@@ -124,6 +132,7 @@ pub async fn run(
     }
     let ctx = Arc::new(Context::new(
         client,
+        config.eviction_client,
         state,
         provider.clone(),
         simulated.clone(),

@@ -374,7 +374,7 @@ pub async fn drain(
             wait = wait.max(Duration::from_secs(1));
             continue;
         }
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        let api: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), ns);
         match api.evict(name, &EvictParams::default()).await {
             Ok(_) => {
                 ctx.evictions.forget(&key);
