@@ -12,7 +12,7 @@
 //! run to completion inside one pass), so every pass — the first one after a restart included —
 //! takes that taint off. Expiration commands are forceful: their NodeClaims are deleted at once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, validation};
 use crate::lifecycle::{INITIALIZED, termination};
 use crate::scheduling::resources::Resources;
+use crate::scheduling::scheduler::{self, Input, Placement};
 
 /// How often the engine runs when it has nothing to do (upstream's polling period).
 pub const POLL: Duration = Duration::from_secs(10);
@@ -56,18 +57,37 @@ pub async fn run(ctx: Arc<Context>) {
     }
 }
 
-/// The engine's state of the cluster now, with the instance types the provider offers.
-async fn current_state(ctx: &Context) -> (Cluster, State) {
+/// The engine's state of the cluster now, with the instance types the provider offers, and the
+/// nodes nominated for pending pods.
+async fn current_state(ctx: &Context) -> (Cluster, State, BTreeSet<String>) {
     let cluster = ctx.state.snapshot();
     let types = crate::provisioning::instance_types(ctx, &cluster).await;
     let prepared = crate::simulate::prepare(&cluster, &types, &ctx.options);
+    let nominated = nominated(&prepared.input);
     let state = State::from_cluster(
         &cluster,
         prepared.input.nodepools,
         ctx.options.scheduler,
         ctx.clock.now(),
     );
-    (cluster, state)
+    (cluster, state, nominated)
+}
+
+/// Nodes the provisioner's simulation places pending pods on. kube-scheduler is about to bind
+/// those pods there (typically to a node that just came up for them), so such a node is not
+/// empty or underused, only early — upstream calls it nominated and leaves it alone.
+pub fn nominated(input: &Input) -> BTreeSet<String> {
+    if input.pods.is_empty() {
+        return BTreeSet::new();
+    }
+    scheduler::solve(input)
+        .placements
+        .iter()
+        .filter_map(|p| match p {
+            Some(Placement::Existing(n)) => input.existing.get(*n).map(|e| e.name.to_string()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The NodeClaim of the Node named `node`, by node name or provider ID.
@@ -86,13 +106,22 @@ fn claim_of<'a>(cluster: &'a Cluster, node: &str) -> Option<&'a NodeClaim> {
 
 /// One pass: clear stale taints, evaluate, carry out the commands. Returns whether it acted.
 async fn once(ctx: &Context, reported: &mut HashMap<String, String>) -> Result<bool, Error> {
-    let (cluster, state) = current_state(ctx).await;
+    let (cluster, state, nominated) = current_state(ctx).await;
     untaint_orphans(ctx, &cluster).await?;
     let now = ctx.clock.now();
     let decision = disruption::evaluate(&state, now, ctx.options.disruption);
     report_blocked(ctx, &cluster, &decision.blocked, reported).await;
     let mut acted = false;
     for cmd in &decision.commands {
+        let early: Vec<&String> = cmd
+            .candidates
+            .iter()
+            .filter(|c| nominated.contains(*c))
+            .collect();
+        if cmd.method != Method::Expiration && !early.is_empty() {
+            tracing::debug!(controller = "disruption", nodes = ?early, "candidates are nominated for pending pods; not disrupting them now");
+            continue;
+        }
         let result = if cmd.method == Method::Expiration {
             expire(ctx, &cluster, cmd).await
         } else {
@@ -110,14 +139,23 @@ async fn once(ctx: &Context, reported: &mut HashMap<String, String>) -> Result<b
 
 /// Takes the disruption taint off nodes no command holds: their NodeClaim (and the Node) are not
 /// being deleted, so the command that tainted them was abandoned (or its controller crashed).
+/// Nodes without a NodeClaim are not Karpenter's to untaint.
 async fn untaint_orphans(ctx: &Context, cluster: &Cluster) -> Result<(), Error> {
     for node in &cluster.nodes {
         if !termination::has_disrupted_taint(node) || node.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let name = node.name_any();
-        let deleting =
-            claim_of(cluster, &name).is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        let Some(claim) = claim_of(cluster, &name) else {
+            continue;
+        };
+        // Termination may have tainted the node a moment ago for a deletion this snapshot does
+        // not show yet: ask the API server before undoing it.
+        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        let deleting = api
+            .get_opt(&claim.name_any())
+            .await?
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some());
         if !deleting {
             tracing::info!(controller = "disruption", node = %name, "removing the disruption taint of an abandoned command");
             termination::untaint_node(ctx, node).await?;
@@ -283,7 +321,10 @@ async fn execute(
             requests_of(state, &r.pods),
         );
         match api.create(&PostParams::default(), &claim).await {
-            Ok(made) => launched.push(made.name_any()),
+            Ok(made) => {
+                tracing::info!(controller = "disruption", nodeclaim = %made.name_any(), nodepool = %r.node_pool, instance_types = ?r.instance_type_options, "launched replacement");
+                launched.push(made.name_any());
+            }
             Err(e) => {
                 rollback(ctx, cmd, &launched).await;
                 return Err(e.into());
@@ -323,8 +364,12 @@ async fn execute(
         }
     }
     tokio::time::sleep(VALIDATION_DELAY).await;
-    let (_, fresh) = current_state(ctx).await;
-    if let Err(why) = validation::validate(&fresh, cmd, &pods_before, ctx.clock.now()) {
+    let (_, fresh, nominated) = current_state(ctx).await;
+    let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
+        Some(c) => Err(format!("node {c} is nominated for pending pods")),
+        None => validation::validate(&fresh, cmd, &pods_before, ctx.clock.now()),
+    };
+    if let Err(why) = validated {
         abandon(ctx, cluster, cmd, &launched, &why).await;
         return Ok(false);
     }
