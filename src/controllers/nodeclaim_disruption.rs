@@ -264,7 +264,12 @@ async fn update(
     if !changed && !pod_event {
         return Ok(());
     }
-    let mut patch = json!({"status": {"conditions": conds}});
+    // Conditional on the version read: the lifecycle controller writes these conditions too,
+    // and a stale list must not overwrite its newer one.
+    let mut patch = json!({
+        "metadata": {"resourceVersion": claim.resource_version()},
+        "status": {"conditions": conds},
+    });
     if pod_event {
         patch["status"]["lastPodEventTime"] = json!(now);
     }
