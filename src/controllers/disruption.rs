@@ -39,6 +39,8 @@ pub const POLL: Duration = Duration::from_secs(10);
 pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// How long replacements may take to initialize before the command is rolled back.
 pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long publishing one event may take.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs until the task is dropped.
 pub async fn run(ctx: Arc<Context>) {
@@ -178,8 +180,17 @@ async fn publish<K: Resource<DynamicType = ()>>(
         action: "Disrupting".into(),
         secondary: None,
     };
-    if let Err(err) = ctx.recorder.publish(&e, &obj.object_ref(&())).await {
-        tracing::debug!(error = %err, "could not record event");
+    // Events are informational: a slow events API (its requests are retried on 429/503) must
+    // not hold a command up.
+    match tokio::time::timeout(
+        EVENT_TIMEOUT,
+        ctx.recorder.publish(&e, &obj.object_ref(&())),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::debug!(error = %err, "could not record event"),
+        Err(_) => tracing::debug!(reason, "recording an event timed out"),
     }
 }
 
@@ -352,6 +363,7 @@ async fn execute(
         abandon(ctx, cluster, cmd, &launched, &why).await;
         return Ok(false);
     }
+    tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "replacements initialized; tainting candidates");
     for node in &cmd.candidates {
         let current = ctx.state.nodes.get(&ObjectRef::<Node>::new(node));
         let tainted = match current {
@@ -373,6 +385,7 @@ async fn execute(
         abandon(ctx, cluster, cmd, &launched, &why).await;
         return Ok(false);
     }
+    tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "command still valid; deleting candidates");
     for (node, claim) in cmd.candidates.iter().zip(&claims) {
         event_on(
             ctx,

@@ -1,8 +1,8 @@
 //! `karpenter-rs run`: the kube-rs shells around the pure core. Watches feed
 //! [`ClusterState`]; the provisioner, the NodeClaim lifecycle, the NodePool and EC2NodeClass
-//! status controllers, the disruption controller and (with the simulated cloud) a stand-in
-//! kubelet act on it; one replica
-//! at a time, chosen by a Lease.
+//! status controllers, the disruption controller (with NodeClaim disruption status and garbage
+//! collection) and (with the simulated cloud) a stand-in kubelet act on it; one replica at a
+//! time, chosen by a Lease.
 
 pub mod disruption;
 pub mod kubelet;
