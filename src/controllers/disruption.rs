@@ -190,7 +190,7 @@ async fn publish<K: Resource<DynamicType = ()>>(
     {
         Ok(Ok(())) => {}
         Ok(Err(err)) => tracing::debug!(error = %err, "could not record event"),
-        Err(_) => tracing::debug!(reason, "recording an event timed out"),
+        Err(_) => tracing::warn!(reason, "recording an event timed out"),
     }
 }
 
