@@ -148,9 +148,17 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         let region = std::env::var("AWS_REGION")
             .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|_| catalog::DEFAULT_REGION.to_string());
-        let client = kube::Client::try_default()
+        let kube_config = kube::Config::infer()
             .await
-            .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster config)")?;
+            .context("reading the Kubernetes client configuration (KUBECONFIG or in-cluster)")?;
+        let client = kube::Client::try_from(kube_config.clone())
+            .context("connecting to the Kubernetes API")?;
+        // Evictions get a client without kube-rs' own 429 retries: a PodDisruptionBudget's
+        // refusal must reach the drain's backoff and terminationGracePeriod deadline at once.
+        let mut no_retry = kube_config;
+        no_retry.default_retry = false;
+        let eviction_client =
+            kube::Client::try_from(no_retry).context("connecting to the Kubernetes API")?;
         let mut aws_provider = None;
         let (provider, simulated): (Arc<dyn CloudProvider>, _) = match settings.cloud_provider {
             CloudProviderKind::Simulated => {
@@ -238,6 +246,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
                 },
             },
+            eviction_client,
         };
         let result =
             controllers::run(client, provider, simulated, aws_provider, clock, config, readiness)

@@ -119,7 +119,7 @@ impl Drop for Controller {
 }
 
 /// Removes everything earlier tests (or runs) left: Karpenter objects and Nodes (finalizers
-/// stripped, since no controller is running), test namespaces and the leader Lease.
+/// stripped), test namespaces (waiting until they are gone) and the leader Lease.
 async fn reset(client: &Client) {
     async fn strip_and_delete<K>(api: Api<K>)
     where
@@ -174,6 +174,10 @@ async fn reset(client: &Client) {
         .delete("karpenter-leader-election", &DeleteParams::default())
         .await;
     wait_for("a clean cluster", Duration::from_secs(60), || async {
+        // A controller still running may create NodeClaims for pods of a namespace being
+        // deleted: strip again until nothing is left.
+        strip_and_delete(Api::<NodeClaim>::all(client.clone())).await;
+        strip_and_delete(Api::<Node>::all(client.clone())).await;
         let claims = Api::<NodeClaim>::all(client.clone())
             .list(&ListParams::default())
             .await
@@ -184,7 +188,18 @@ async fn reset(client: &Client) {
             .await
             .map(|l| l.items.len())
             .unwrap_or(1);
-        (claims == 0 && nodes == 0).then_some(())
+        // Pods of a namespace still being deleted would be provisioned for by the next test.
+        let namespaces = namespaces
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|n| n.name_any().starts_with("cp-test-"))
+                    .count()
+            })
+            .unwrap_or(1);
+        (claims == 0 && nodes == 0 && namespaces == 0).then_some(())
     })
     .await;
 }

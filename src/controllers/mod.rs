@@ -1,11 +1,14 @@
 //! `karpenter-rs run`: the kube-rs shells around the pure core. Watches feed
 //! [`ClusterState`]; the provisioner, the NodeClaim lifecycle, the NodePool and EC2NodeClass
-//! status controllers and (with the simulated cloud) a stand-in kubelet act on it; one replica
-//! at a time, chosen by a Lease.
+//! status controllers, the disruption controller (with NodeClaim disruption status and garbage
+//! collection) and (with the simulated cloud) a stand-in kubelet act on it; one replica at a
+//! time, chosen by a Lease.
 
+pub mod disruption;
 pub mod interruption;
 pub mod kubelet;
 pub mod leader;
+pub mod nodeclaim_disruption;
 pub mod nodeclass;
 pub mod nodepool;
 
@@ -24,6 +27,10 @@ use crate::state::ClusterState;
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// An API client that does not retry HTTP 429 itself: an eviction a PodDisruptionBudget
+    /// refuses must come back to the drain, which backs off per pod and watches the
+    /// terminationGracePeriod deadline (the default client would retry for many minutes).
+    pub eviction_client: Client,
     /// Reflected cluster state.
     pub state: ClusterState,
     /// The cloud.
@@ -36,12 +43,15 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Scheduler and disruption options.
     pub options: SimulateOptions,
+    /// Retry delays for evictions refused by PodDisruptionBudgets.
+    pub evictions: crate::lifecycle::termination::EvictionBackoff,
 }
 
 impl Context {
     /// Builds the shared context; events are reported as `karpenter`, as upstream's are.
     pub fn new(
         client: Client,
+        eviction_client: Client,
         state: ClusterState,
         provider: Arc<dyn CloudProvider>,
         simulated: Option<Arc<SimulatedProvider>>,
@@ -55,11 +65,13 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
+            eviction_client,
             state,
             provider,
             simulated,
             clock,
             options,
+            evictions: Default::default(),
         }
     }
 }
@@ -87,6 +99,8 @@ pub struct RunConfig {
     pub batch: crate::provisioning::BatchWindow,
     /// Scheduler and disruption options.
     pub options: SimulateOptions,
+    /// The client evictions go through (see [`Context::eviction_client`]).
+    pub eviction_client: Client,
 }
 
 /// Runs the controllers until SIGTERM / Ctrl-C (`Ok`) or until leadership is lost (`Err`, so
@@ -122,6 +136,7 @@ pub async fn run(
     }
     let ctx = Arc::new(Context::new(
         client,
+        config.eviction_client,
         state,
         provider.clone(),
         simulated.clone(),
@@ -131,6 +146,9 @@ pub async fn run(
     tracing::info!(cloud_provider = provider.name(), "starting controllers");
     tasks.spawn(crate::provisioning::Provisioner::new(ctx.clone(), config.batch).run());
     tasks.spawn(crate::lifecycle::run(ctx.clone()));
+    tasks.spawn(disruption::run(ctx.clone()));
+    tasks.spawn(nodeclaim_disruption::run(ctx.clone()));
+    tasks.spawn(crate::lifecycle::garbage::run(ctx.clone()));
     tasks.spawn(nodepool::run(ctx.clone()));
     tasks.spawn(nodeclass::run(ctx.clone()));
     if let Some(cloud) = simulated {

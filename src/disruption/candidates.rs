@@ -148,6 +148,19 @@ pub fn candidates(state: &State, now: DateTime<Utc>) -> (Vec<Candidate>, Vec<(us
                     == Some(pool.spec.template.spec.node_class_ref.name.as_str())
             }),
         );
+        let drift = match (drift, claim.and_then(|c| c.provider_drift.as_deref())) {
+            (DriftVerdict::None | DriftVerdict::Restamp, Some(reason)) => {
+                match drift::DriftReason::from_provider(reason) {
+                    Some(r) => DriftVerdict::Drifted(
+                        r,
+                        "the cloud provider reports the instance no longer matches its EC2NodeClass"
+                            .into(),
+                    ),
+                    None => DriftVerdict::None,
+                }
+            }
+            (verdict, _) => verdict,
+        };
         let expire_after = claim
             .map(|c| match c.expire_after {
                 Some(d) => crate::apis::duration::NillableDuration::After(

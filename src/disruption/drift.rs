@@ -52,6 +52,19 @@ impl DriftReason {
     }
 }
 
+impl DriftReason {
+    /// The drift reasons only the cloud provider can tell (it compares the instance with what
+    /// the node class resolves to now), read back from a NodeClaim's `Drifted` condition.
+    pub fn from_provider(reason: &str) -> Option<Self> {
+        match reason {
+            "AMIDrift" => Some(Self::AMIDrift),
+            "SubnetDrift" => Some(Self::SubnetDrift),
+            "SecurityGroupDrift" => Some(Self::SecurityGroupDrift),
+            _ => None,
+        }
+    }
+}
+
 /// What drift detection knows about one node.
 pub struct DriftInput<'a> {
     /// The node's (or NodeClaim's) labels.

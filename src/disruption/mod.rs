@@ -9,6 +9,7 @@ pub mod budgets;
 pub mod candidates;
 pub mod drift;
 pub mod state;
+pub mod validation;
 
 use std::collections::BTreeMap;
 

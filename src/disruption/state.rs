@@ -39,6 +39,9 @@ pub struct ClaimFacts {
     pub last_pod_event: Option<DateTime<Utc>>,
     /// When the NodeClaim became Drifted, if the controller already said so.
     pub drifted_since: Option<DateTime<Utc>>,
+    /// The `Drifted` condition's reason when the cloud provider found the drift (AMI, subnet,
+    /// security groups), which the engine cannot see for itself.
+    pub provider_drift: Option<String>,
     /// The instance's subnet, as the cloud provider reports it (unknown offline).
     pub subnet_id: Option<String>,
     /// The instance's security groups, as the cloud provider reports them (unknown offline).
@@ -68,7 +71,8 @@ pub struct StateNode {
     pub created: DateTime<Utc>,
     /// Ready and initialized.
     pub initialized: bool,
-    /// Being deleted or tainted `karpenter.sh/disrupted`: counts against budgets.
+    /// Being deleted (the Node or its NodeClaim) or tainted `karpenter.sh/disrupted`: counts
+    /// against budgets.
     pub disrupting: bool,
     /// Its NodeClaim, if known.
     pub claim: Option<ClaimFacts>,
@@ -319,6 +323,13 @@ fn state_node(
             .and_then(|s| crate::apis::conditions::find(&s.conditions, "Drifted"))
             .filter(|c| c.status == crate::apis::conditions::TRUE)
             .map(|c| c.last_transition_time),
+        provider_drift: c
+            .status
+            .as_ref()
+            .and_then(|s| crate::apis::conditions::find(&s.conditions, "Drifted"))
+            .filter(|c| c.status == crate::apis::conditions::TRUE)
+            .filter(|c| super::drift::DriftReason::from_provider(&c.reason).is_some())
+            .map(|c| c.reason.clone()),
         subnet_id: None,
         security_groups: None,
     });
@@ -328,6 +339,7 @@ fn state_node(
         labels: labels_.clone(),
         annotations: node.metadata.annotations.clone().unwrap_or_default(),
         disrupting: node.metadata.deletion_timestamp.is_some()
+            || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some())
             || taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY),
         taints,
         allocatable,
@@ -485,6 +497,7 @@ impl State {
             expire_after: pool.and_then(|p| p.spec.template.spec.expire_after.get()),
             last_pod_event: Some(now),
             drifted_since: None,
+            provider_drift: None,
             subnet_id: None,
             security_groups: None,
         };

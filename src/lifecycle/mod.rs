@@ -1,12 +1,15 @@
 //! A NodeClaim's life, as upstream runs it: launch through the cloud provider, register the Node
 //! that joins with the same provider ID (labels, taints, owner, finalizer; the
 //! `karpenter.sh/unregistered` taint removed), mark it initialized once Ready with its startup
-//! taints gone, give up on claims that never launch or register, and on deletion terminate the
-//! instance and wait for it before letting the NodeClaim go.
+//! taints gone, give up on claims that never launch or register, and on deletion drain the Node
+//! ([`termination`]), terminate the instance and wait for it before letting the NodeClaim go.
 //!
 //! Every step reads what it needs from the objects themselves (provider ID, conditions, taints)
 //! and from the cloud, so a restarted controller continues where the last one stopped; launches
 //! are idempotent per NodeClaim in the provider.
+
+pub mod garbage;
+pub mod termination;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -528,36 +531,51 @@ async fn mark_initialized(node: &Node, ctx: &Context) -> Result<(), Error> {
     Ok(())
 }
 
-/// Deletion: terminate the instance, wait until the cloud reports it gone, remove the Node, then
-/// let the NodeClaim go. Draining comes before this once the disruption controllers run.
+/// Deletion: record the terminationGracePeriod deadline, drain the Node (see [`termination`]),
+/// terminate the instance and wait until the cloud reports it gone, then let the Node and the
+/// NodeClaim go. Each step is read back from the objects and the cloud, so it resumes anywhere.
 async fn terminate(claim: &NodeClaim, ctx: &Context) -> Result<Action, Error> {
     let name = claim.name_any();
-    if !claim
-        .finalizers()
-        .iter()
-        .any(|f| f == labels::TERMINATION_FINALIZER)
-    {
+    if !termination::has_finalizer(claim) {
         return Ok(Action::await_change());
     }
-    if let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.clone()) {
-        match ctx.provider.get(&id).await {
-            Ok(instance) if instance.state == InstanceState::Terminated => {}
-            Ok(instance) => {
-                if !instance.state.is_terminating() {
-                    match ctx.provider.delete(&id).await {
-                        Ok(()) | Err(CloudError::NotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, provider_id = %id, "terminating instance");
-                }
-                return Ok(Action::requeue(Duration::from_secs(1)));
-            }
-            Err(CloudError::NotFound(_)) => {}
+    if termination::record_deadline(ctx, claim).await? {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    let node = node_of(ctx, claim);
+    let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
+    let instance = match &provider_id {
+        Some(id) => match ctx.provider.get(id).await {
+            Ok(instance) => Some(instance),
+            Err(CloudError::NotFound(_)) => None,
             Err(e) => return Err(e.into()),
+        },
+        None => None,
+    };
+    let alive = instance
+        .as_ref()
+        .is_some_and(|i| i.state != InstanceState::Terminated);
+    // A node whose instance is gone has nothing left to drain.
+    if alive
+        && let Some(node) = &node
+        && let Some(wait) = termination::drain(ctx, claim, node).await?
+    {
+        return Ok(Action::requeue(wait));
+    }
+    if let (Some(id), Some(instance)) = (&provider_id, &instance)
+        && instance.state != InstanceState::Terminated
+    {
+        if !instance.state.is_terminating() {
+            match ctx.provider.delete(id).await {
+                Ok(()) | Err(CloudError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, provider_id = %id, "terminating instance");
         }
-        if let Some(node) = node_of(ctx, claim) {
-            remove_node(&node, ctx).await?;
-        }
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if let Some(node) = node {
+        remove_node(&node, ctx).await?;
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let finalizers: Vec<String> = claim

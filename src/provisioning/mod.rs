@@ -96,6 +96,62 @@ pub fn plan(
     out
 }
 
+/// The NodeClaim for a disruption replacement: the pool's template requirements narrowed to
+/// the engine's instance-type options and capacity type, sized for the pods it will take, built
+/// exactly as a provisioned one (so it is not drifted the moment it launches).
+pub(crate) fn replacement_nodeclaim(
+    pool: &NodePool,
+    nodeclass: Option<&EC2NodeClass>,
+    replacement: &crate::disruption::Replacement,
+    requests: crate::scheduling::resources::Resources,
+) -> NodeClaim {
+    let mut requirements = simulate::template_requirements(pool);
+    if !replacement.capacity_type.is_empty() {
+        requirements.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            [replacement.capacity_type.as_str()],
+            None,
+        ));
+    }
+    let planned = scheduler::PlannedNodeClaim {
+        nodepool: 0,
+        hostname: Arc::from(""),
+        requirements,
+        instance_types: Vec::new(),
+        pods: Vec::new(),
+        requests,
+        min_values_relaxed: false,
+    };
+    let options: Vec<&str> = replacement
+        .instance_type_options
+        .iter()
+        .map(String::as_str)
+        .collect();
+    nodeclaim_for(pool, nodeclass, &planned, &options)
+}
+
+/// Instance types per EC2NodeClass name, as the cloud provider offers them now; node classes
+/// whose types cannot be read are left out (and logged), so one broken class stops nothing else.
+pub(crate) async fn instance_types(
+    ctx: &Context,
+    cluster: &Cluster,
+) -> HashMap<String, Arc<Vec<InstanceType>>> {
+    let mut types = HashMap::new();
+    for class in &cluster.nodeclasses {
+        let name = class.name_any();
+        match ctx.provider.instance_types(class).await {
+            Ok(t) => {
+                types.insert(name, t);
+            }
+            Err(e) => {
+                tracing::warn!(ec2nodeclass = %name, error = %e, "instance types unavailable")
+            }
+        }
+    }
+    types
+}
+
 /// The NodeClaim upstream would create for a planned node: the pool's template, the planned
 /// requirements narrowed to the chosen instance types, the pods' requests, the pool hash, and
 /// the pool as owner (so deleting a NodePool deletes its NodeClaims).
@@ -217,18 +273,7 @@ impl Provisioner {
         if cluster.pending_pods().is_empty() {
             return Ok(0);
         }
-        let mut types = HashMap::new();
-        for class in &cluster.nodeclasses {
-            let name = class.name_any();
-            match ctx.provider.instance_types(class).await {
-                Ok(t) => {
-                    types.insert(name, t);
-                }
-                Err(e) => {
-                    tracing::warn!(ec2nodeclass = %name, error = %e, "instance types unavailable")
-                }
-            }
-        }
+        let types = instance_types(ctx, &cluster).await;
         let started = std::time::Instant::now();
         let plan = plan(&cluster, &types, &ctx.options);
         METRICS

@@ -1,0 +1,612 @@
+//! Node termination, as upstream drains: taint the Node `karpenter.sh/disrupted:NoSchedule`,
+//! evict its pods group by group (non-critical before critical, non-DaemonSet before DaemonSet)
+//! through the Eviction API so PodDisruptionBudgets are honoured, and only once it is drained
+//! let the instance go.
+//!
+//! A NodeClaim's `terminationGracePeriod` bounds how long this may take: the deadline
+//! (deletion time + grace period) is written to `karpenter.sh/nodeclaim-termination-timestamp`
+//! when deletion starts; pods are deleted early enough to finish by it (PDBs and do-not-disrupt
+//! no longer count) and at the deadline the node is terminated whatever is left.
+//!
+//! [`drain_step`] and [`termination_deadline`] are pure (pods and time in, what to do out); the
+//! async [`drain`] carries the step out. Everything it needs after a crash is on the objects:
+//! the taint, the annotation, the pods' deletion timestamps.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint as K8sTaint};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::apis::NodeClaim;
+use crate::apis::labels;
+use crate::controllers::{Context, Error};
+
+/// Priority classes upstream drains last: the cluster cannot run without these pods.
+const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
+/// Pods still terminating this long after their deletion timestamp no longer hold the drain up
+/// (a kubelet that will never confirm them must not block termination forever).
+const STUCK_TERMINATING: chrono::Duration = chrono::Duration::minutes(1);
+/// Annotation that marks a static (mirror) pod, which the API cannot evict.
+const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// The disruption taint: new pods stay off a node that is going away.
+pub fn disrupted_taint() -> K8sTaint {
+    K8sTaint {
+        key: labels::DISRUPTED_TAINT_KEY.into(),
+        value: None,
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
+/// Whether the node carries the disruption taint.
+pub fn has_disrupted_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY))
+}
+
+fn timestamp(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.0.as_second(), 0)
+}
+
+/// When the NodeClaim's termination must be complete: its deletion time plus its
+/// `terminationGracePeriod`, or `None` when it has none (or is not being deleted).
+pub fn termination_deadline(claim: &NodeClaim) -> Option<DateTime<Utc>> {
+    let deleted = claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .and_then(timestamp)?;
+    let grace = claim.spec.termination_grace_period.as_ref()?.get();
+    Some(deleted + chrono::Duration::from_std(grace).ok()?)
+}
+
+/// The deadline as recorded on the NodeClaim, falling back to computing it, so a deadline once
+/// written survives a changed spec.
+pub fn recorded_deadline(claim: &NodeClaim) -> Option<DateTime<Utc>> {
+    claim
+        .annotations()
+        .get(labels::NODECLAIM_TERMINATION_TIMESTAMP)
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|| termination_deadline(claim))
+}
+
+/// A pod as the drain sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrainPod {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Runs at `system-cluster-critical` / `system-node-critical` priority.
+    pub critical: bool,
+    /// Owned by a DaemonSet.
+    pub daemon: bool,
+    /// Carries `karpenter.sh/do-not-disrupt: "true"`.
+    pub do_not_disrupt: bool,
+    /// `terminationGracePeriodSeconds` (30 when unset, as the API server defaults it).
+    pub grace_seconds: i64,
+    /// When the pod is being deleted, the time it is due to be gone.
+    pub deleting: Option<DateTime<Utc>>,
+}
+
+impl DrainPod {
+    /// The drain's view of a pod, or `None` for pods the drain leaves alone: finished pods,
+    /// mirror pods (the kubelet owns them) and pods that tolerate the disruption taint (they
+    /// asked to stay to the end).
+    pub fn from_pod(pod: &Pod) -> Option<Self> {
+        let spec = pod.spec.as_ref()?;
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            return None;
+        }
+        if pod.annotations().contains_key(MIRROR_POD_ANNOTATION) {
+            return None;
+        }
+        let taint = disrupted_taint();
+        let tolerates = spec.tolerations.iter().flatten().any(|t| {
+            let key_matches = match t.key.as_deref() {
+                None | Some("") => t.operator.as_deref() == Some("Exists"),
+                Some(k) => k == taint.key,
+            };
+            let effect_matches = t
+                .effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == taint.effect);
+            key_matches && effect_matches
+        });
+        if tolerates {
+            return None;
+        }
+        Some(Self {
+            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.name_any(),
+            critical: spec
+                .priority_class_name
+                .as_deref()
+                .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c)),
+            daemon: pod.owner_references().iter().any(|o| o.kind == "DaemonSet"),
+            do_not_disrupt: pod
+                .annotations()
+                .get(labels::DO_NOT_DISRUPT)
+                .is_some_and(|v| v == "true"),
+            grace_seconds: spec.termination_grace_period_seconds.unwrap_or(30),
+            deleting: pod.metadata.deletion_timestamp.as_ref().and_then(timestamp),
+        })
+    }
+
+    /// Upstream's drain order: non-critical non-DaemonSet, non-critical DaemonSet, critical
+    /// non-DaemonSet, critical DaemonSet.
+    fn group(&self) -> u8 {
+        u8::from(self.critical) * 2 + u8::from(self.daemon)
+    }
+}
+
+/// What one drain pass should do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DrainStep {
+    /// Pods to evict through the Eviction API (PDBs apply).
+    pub evict: Vec<(String, String)>,
+    /// Pods to delete directly with this grace period, so they end by the deadline.
+    pub delete: Vec<(String, String, i64)>,
+    /// Pods that hold the drain up without anything to do now (terminating, do-not-disrupt
+    /// before the deadline, or in a later group).
+    pub waiting: usize,
+    /// Nothing left holds the node: terminate the instance.
+    pub drained: bool,
+}
+
+/// Decides one drain pass over the pods on a node. Only the first group that still has pods is
+/// acted on; with a `deadline`, pods are deleted `grace_seconds` before it (ignoring PDBs and
+/// do-not-disrupt) and at the deadline the node counts as drained whatever remains.
+pub fn drain_step(
+    pods: &[DrainPod],
+    deadline: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> DrainStep {
+    let mut step = DrainStep::default();
+    if deadline.is_some_and(|d| now >= d) {
+        for p in pods.iter().filter(|p| p.deleting.is_none()) {
+            step.delete.push((p.namespace.clone(), p.name.clone(), 0));
+        }
+        step.drained = true;
+        return step;
+    }
+    let holding: Vec<&DrainPod> = pods
+        .iter()
+        .filter(|p| p.deleting.is_none_or(|at| now < at + STUCK_TERMINATING))
+        .collect();
+    let Some(group) = holding.iter().map(|p| p.group()).min() else {
+        step.drained = true;
+        return step;
+    };
+    for p in holding {
+        if p.group() != group || p.deleting.is_some() {
+            step.waiting += 1;
+            continue;
+        }
+        let delete_at = deadline.map(|d| d - chrono::Duration::seconds(p.grace_seconds));
+        match (deadline, delete_at) {
+            (Some(d), Some(at)) if now >= at => {
+                let left = (d - now).num_seconds().clamp(0, p.grace_seconds);
+                step.delete
+                    .push((p.namespace.clone(), p.name.clone(), left));
+            }
+            _ if p.do_not_disrupt => step.waiting += 1,
+            _ => step.evict.push((p.namespace.clone(), p.name.clone())),
+        }
+    }
+    step
+}
+
+/// Per-pod retry delays for evictions a PodDisruptionBudget refused (HTTP 429): 1 s doubling to
+/// 10 s, as upstream's eviction queue. Lost on restart, which only means retrying sooner.
+#[derive(Debug, Default)]
+pub struct EvictionBackoff {
+    attempts: Mutex<HashMap<PodKey, (u32, DateTime<Utc>)>>,
+}
+
+/// A pod's namespace and name.
+type PodKey = (String, String);
+
+/// Delay before the next eviction attempt after `failures` refusals.
+pub fn eviction_delay(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.min(4)).min(Duration::from_secs(10))
+}
+
+impl EvictionBackoff {
+    fn ready(&self, key: &PodKey, now: DateTime<Utc>) -> bool {
+        let attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+        attempts.get(key).is_none_or(|(_, next)| now >= *next)
+    }
+
+    fn refused(&self, key: PodKey, now: DateTime<Utc>) -> Duration {
+        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = attempts.entry(key).or_insert((0, now));
+        let delay = eviction_delay(entry.0);
+        entry.0 += 1;
+        entry.1 = now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero());
+        delay
+    }
+
+    fn forget(&self, key: &PodKey) {
+        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
+        attempts.remove(key);
+    }
+}
+
+/// Taints the node `karpenter.sh/disrupted:NoSchedule` and marks it for exclusion from external
+/// load balancers; a no-op when both are there.
+pub async fn taint_node(ctx: &Context, node: &Node) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let excluded = node
+        .labels()
+        .contains_key(labels::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS);
+    if has_disrupted_taint(node) && excluded {
+        return Ok(());
+    }
+    // The cached Node lags behind the kubelet's writes; read it fresh for the conditional write.
+    let node = &nodes.get(&node.name_any()).await?;
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if !has_disrupted_taint(node) {
+        taints.push(disrupted_taint());
+    }
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {
+                    "labels": {labels::EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "karpenter"},
+                    "resourceVersion": node.resource_version(),
+                },
+                "spec": {"taints": taints},
+            })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Removes the disruption taint (a disruption that was rolled back).
+pub async fn untaint_node(ctx: &Context, node: &Node) -> Result<(), Error> {
+    if !has_disrupted_taint(node) {
+        return Ok(());
+    }
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = &nodes.get(&node.name_any()).await?;
+    let taints: Vec<K8sTaint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != labels::DISRUPTED_TAINT_KEY)
+        .collect();
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"resourceVersion": node.resource_version()},
+                "spec": {"taints": taints},
+            })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Records the termination deadline on the NodeClaim when it has a grace period and the
+/// annotation is missing. Returns whether it wrote.
+pub async fn record_deadline(ctx: &Context, claim: &NodeClaim) -> Result<bool, Error> {
+    if claim
+        .annotations()
+        .contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP)
+    {
+        return Ok(false);
+    }
+    let Some(deadline) = termination_deadline(claim) else {
+        return Ok(false);
+    };
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    api.patch(
+        &claim.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+            labels::NODECLAIM_TERMINATION_TIMESTAMP: deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        }}})),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// One drain pass over `node`: taint it, evict or delete what [`drain_step`] says. Returns
+/// `None` once the node is drained, else how long to wait before the next pass.
+pub async fn drain(
+    ctx: &Context,
+    claim: &NodeClaim,
+    node: &Node,
+) -> Result<Option<Duration>, Error> {
+    taint_node(ctx, node).await?;
+    let now = ctx.clock.now();
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let on_node = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.name_any())))
+        .await?;
+    let drain_pods: Vec<DrainPod> = on_node
+        .items
+        .iter()
+        .filter_map(DrainPod::from_pod)
+        .collect();
+    let step = drain_step(&drain_pods, recorded_deadline(claim), now);
+    for (ns, name, grace) in &step.delete {
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+        let params = DeleteParams {
+            grace_period_seconds: u32::try_from(*grace).ok(),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                tracing::info!(controller = "node.termination", node = %node.name_any(), pod = %format!("{ns}/{name}"), grace_seconds = grace, "deleted pod to meet the terminationGracePeriod");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if step.drained {
+        return Ok(None);
+    }
+    let mut wait = Duration::from_secs(1);
+    for (ns, name) in &step.evict {
+        let key = (ns.clone(), name.clone());
+        if !ctx.evictions.ready(&key, now) {
+            wait = wait.max(Duration::from_secs(1));
+            continue;
+        }
+        let api: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), ns);
+        match api.evict(name, &EvictParams::default()).await {
+            Ok(_) => {
+                ctx.evictions.forget(&key);
+                tracing::info!(controller = "node.termination", node = %node.name_any(), pod = %format!("{ns}/{name}"), "evicted pod");
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => ctx.evictions.forget(&key),
+            Err(kube::Error::Api(e)) if e.code == 429 => {
+                let delay = ctx.evictions.refused(key, now);
+                tracing::info!(controller = "node.termination", node = %node.name_any(), pod = %format!("{ns}/{name}"), retry_in = ?delay, "eviction refused by a PodDisruptionBudget; retrying");
+                wait = wait.max(delay);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if step.evict.is_empty() && step.delete.is_empty() {
+        wait = Duration::from_secs(2);
+    }
+    Ok(Some(wait))
+}
+
+/// Whether the object still carries Karpenter's termination finalizer: without it there is
+/// nothing left for termination to do.
+pub fn has_finalizer<K: Resource>(obj: &K) -> bool {
+    obj.meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == labels::TERMINATION_FINALIZER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str) -> DrainPod {
+        DrainPod {
+            namespace: "default".into(),
+            name: name.into(),
+            critical: false,
+            daemon: false,
+            do_not_disrupt: false,
+            grace_seconds: 30,
+            deleting: None,
+        }
+    }
+
+    fn names(v: &[(String, String)]) -> Vec<&str> {
+        v.iter().map(|(_, n)| n.as_str()).collect()
+    }
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + s, 0).expect("time")
+    }
+
+    #[test]
+    fn groups_drain_in_upstreams_order() {
+        let mut pods = vec![
+            DrainPod {
+                critical: true,
+                daemon: true,
+                ..pod("crit-ds")
+            },
+            DrainPod {
+                critical: true,
+                ..pod("crit")
+            },
+            DrainPod {
+                daemon: true,
+                ..pod("ds")
+            },
+            pod("app"),
+        ];
+        let mut order = Vec::new();
+        while !pods.is_empty() {
+            let step = drain_step(&pods, None, t(0));
+            assert!(!step.drained);
+            assert_eq!(step.evict.len(), 1, "one group at a time: {step:?}");
+            assert_eq!(step.waiting, pods.len() - 1);
+            order.push(step.evict[0].1.clone());
+            pods.retain(|p| p.name != step.evict[0].1);
+        }
+        assert_eq!(order, ["app", "ds", "crit", "crit-ds"]);
+        assert!(drain_step(&pods, None, t(0)).drained);
+    }
+
+    #[test]
+    fn terminating_pods_hold_their_group_until_stuck() {
+        let pods = vec![
+            DrainPod {
+                deleting: Some(t(0)),
+                ..pod("going")
+            },
+            DrainPod {
+                daemon: true,
+                ..pod("ds")
+            },
+        ];
+        let step = drain_step(&pods, None, t(30));
+        assert!(step.evict.is_empty() && !step.drained);
+        assert_eq!(step.waiting, 2);
+        let later = drain_step(&pods, None, t(61));
+        assert_eq!(
+            names(&later.evict),
+            ["ds"],
+            "stuck for over a minute: bypassed"
+        );
+    }
+
+    #[test]
+    fn do_not_disrupt_waits_for_the_deadline_then_is_deleted_in_time() {
+        let pods = vec![
+            DrainPod {
+                do_not_disrupt: true,
+                grace_seconds: 10,
+                ..pod("precious")
+            },
+            pod("app"),
+        ];
+        let none = drain_step(&pods, None, t(0));
+        assert_eq!(names(&none.evict), ["app"]);
+        assert_eq!(none.waiting, 1, "without a deadline it waits forever");
+        let deadline = Some(t(100));
+        let early = drain_step(&pods, deadline, t(50));
+        assert_eq!(names(&early.evict), ["app"]);
+        assert!(early.delete.is_empty());
+        // 30 s grace: due at 70; 10 s grace: due at 90.
+        let at_75 = drain_step(&pods, deadline, t(75));
+        assert_eq!(at_75.delete, [("default".into(), "app".into(), 25)]);
+        assert_eq!(at_75.waiting, 1);
+        let at_95 = drain_step(&pods, deadline, t(95));
+        assert_eq!(
+            at_95.delete,
+            [
+                ("default".into(), "precious".into(), 5),
+                ("default".into(), "app".into(), 5)
+            ]
+        );
+        assert!(!at_95.drained);
+    }
+
+    #[test]
+    fn the_deadline_forces_completion() {
+        let pods = vec![
+            pod("app"),
+            DrainPod {
+                deleting: Some(t(0)),
+                ..pod("going")
+            },
+        ];
+        let step = drain_step(&pods, Some(t(10)), t(10));
+        assert!(step.drained);
+        assert_eq!(step.delete, [("default".into(), "app".into(), 0)]);
+    }
+
+    #[test]
+    fn mirror_finished_and_tolerating_pods_are_left_alone() {
+        let base: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]},
+            "spec": {"containers": [], "priorityClassName": "system-node-critical"},
+        }))
+        .expect("pod");
+        let p = DrainPod::from_pod(&base).expect("drainable");
+        assert!(p.critical && p.daemon && p.grace_seconds == 30);
+        let mut mirror = base.clone();
+        mirror.metadata.annotations =
+            Some([(MIRROR_POD_ANNOTATION.to_string(), "x".to_string())].into());
+        assert!(DrainPod::from_pod(&mirror).is_none());
+        let mut done = base.clone();
+        done.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).expect("s"));
+        assert!(DrainPod::from_pod(&done).is_none());
+        for toleration in [
+            json!({"operator": "Exists"}),
+            json!({"key": "karpenter.sh/disrupted", "operator": "Exists", "effect": "NoSchedule"}),
+        ] {
+            let mut tolerant = base.clone();
+            if let Some(s) = tolerant.spec.as_mut() {
+                s.tolerations = Some(vec![serde_json::from_value(toleration).expect("t")]);
+            }
+            assert!(DrainPod::from_pod(&tolerant).is_none());
+        }
+        let mut other = base;
+        if let Some(s) = other.spec.as_mut() {
+            s.tolerations = Some(vec![
+                serde_json::from_value(json!({"key": "other", "operator": "Exists"})).expect("t"),
+            ]);
+        }
+        assert!(DrainPod::from_pod(&other).is_some());
+    }
+
+    #[test]
+    fn eviction_retries_back_off_to_ten_seconds() {
+        let delays: Vec<u64> = (0..6).map(|n| eviction_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
+        let b = EvictionBackoff::default();
+        let key = ("ns".to_string(), "p".to_string());
+        assert!(b.ready(&key, t(0)));
+        b.refused(key.clone(), t(0));
+        assert!(!b.ready(&key, t(0)));
+        assert!(b.ready(&key, t(1)));
+        b.forget(&key);
+        assert!(b.ready(&key, t(0)));
+    }
+
+    #[test]
+    fn the_deadline_is_deletion_plus_grace_and_the_annotation_wins() {
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                     "requirements": [], "terminationGracePeriod": "10m"},
+        }))
+        .expect("claim");
+        let expected = DateTime::parse_from_rfc3339("2026-01-01T00:10:00Z").expect("t");
+        assert_eq!(
+            termination_deadline(&claim),
+            Some(expected.with_timezone(&Utc))
+        );
+        claim.metadata.annotations = Some(
+            [(
+                labels::NODECLAIM_TERMINATION_TIMESTAMP.to_string(),
+                "2026-01-01T00:05:00Z".to_string(),
+            )]
+            .into(),
+        );
+        let recorded = DateTime::parse_from_rfc3339("2026-01-01T00:05:00Z").expect("t");
+        assert_eq!(
+            recorded_deadline(&claim),
+            Some(recorded.with_timezone(&Utc))
+        );
+        claim.spec.termination_grace_period = None;
+        claim.metadata.annotations = None;
+        assert_eq!(termination_deadline(&claim), None);
+    }
+}

@@ -1,0 +1,816 @@
+//! Disruption and termination of `karpenter-rs run` against a real control plane (see
+//! `tests/control_plane.rs` for the setup): consolidation of empty nodes, do-not-disrupt, drift
+//! rolled within budgets, drains held by PodDisruptionBudgets and bounded by
+//! terminationGracePeriod. There is no kubelet: pods are created with
+//! `terminationGracePeriodSeconds: 0` so the API server removes evicted pods at once, and the
+//! tests mark pods Running and Ready themselves where a PDB must count them healthy.
+//!
+//! Tests share the cluster, so they run one at a time and start from a clean slate.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodePool};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, ResourceExt};
+use serde_json::{Value, json};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs one test body alone (the tests share the cluster), on its own runtime.
+fn serial(body: impl std::future::Future<Output = ()>) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(body);
+}
+
+fn kubeconfig_path() -> PathBuf {
+    match std::env::var_os("KARPENTER_RS_TEST_KUBECONFIG") {
+        Some(p) => PathBuf::from(p),
+        None => panic!(
+            "these tests need a control plane: run hack/test.sh (it builds, starts and stops one) \
+             or set KARPENTER_RS_TEST_KUBECONFIG to a kubeconfig whose cluster has the CRDs from crds/ \
+             (SKIP_CONTROL_PLANE_TESTS=1 hack/test.sh leaves this test binary out)"
+        ),
+    }
+}
+
+async fn client() -> Client {
+    let path = kubeconfig_path();
+    let kc = Kubeconfig::read_from(&path).expect("readable kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("valid kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// A `karpenter-rs run` child process, killed (SIGKILL, by PID) when dropped.
+struct Controller {
+    child: Child,
+}
+
+impl Controller {
+    fn start(name: &str) -> Self {
+        let log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let log = std::fs::File::create(log_dir.join(format!("disruption-controller-{name}.log")))
+            .expect("log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
+        cmd.args(["run", "--cloud-provider", "simulated"])
+            .env("KUBECONFIG", kubeconfig_path())
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log));
+        cmd.arg("--disable-leader-election");
+        Self {
+            child: cmd.spawn().expect("start karpenter-rs run"),
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Removes everything earlier tests (or runs) left: Karpenter objects and Nodes (finalizers
+/// stripped), test namespaces (waiting until they are gone) and the leader Lease.
+async fn reset(client: &Client) {
+    async fn strip_and_delete<K>(api: Api<K>)
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        for o in api.list(&ListParams::default()).await.expect("list").items {
+            let name = o.name_any();
+            let _ = api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await;
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in namespaces
+        .list(&ListParams::default())
+        .await
+        .expect("ns")
+        .items
+    {
+        if ns.name_any().starts_with("cp-test-") {
+            let _ = namespaces
+                .delete(&ns.name_any(), &DeleteParams::default())
+                .await;
+        }
+    }
+    strip_and_delete(Api::<NodeClaim>::all(client.clone())).await;
+    strip_and_delete(Api::<Node>::all(client.clone())).await;
+    strip_and_delete(Api::<NodePool>::all(client.clone())).await;
+    strip_and_delete(Api::<EC2NodeClass>::all(client.clone())).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let _ = leases
+        .delete("karpenter-leader-election", &DeleteParams::default())
+        .await;
+    wait_for("a clean cluster", Duration::from_secs(60), || async {
+        // A controller still running may create NodeClaims for pods of a namespace being
+        // deleted: strip again until nothing is left.
+        strip_and_delete(Api::<NodeClaim>::all(client.clone())).await;
+        strip_and_delete(Api::<Node>::all(client.clone())).await;
+        let claims = Api::<NodeClaim>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
+        // Pods of a namespace still being deleted would be provisioned for by the next test.
+        let namespaces = namespaces
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|n| n.name_any().starts_with("cp-test-"))
+                    .count()
+            })
+            .unwrap_or(1);
+        (claims == 0 && nodes == 0 && namespaces == 0).then_some(())
+    })
+    .await;
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A namespace whose default ServiceAccount exists (pods are refused before it does).
+async fn namespace(client: &Client, name: &str) -> String {
+    let ns = format!("cp-test-{name}");
+    let api: Api<Namespace> = Api::all(client.clone());
+    wait_for(
+        "the old namespace to go",
+        Duration::from_secs(60),
+        || async {
+            api.get_opt(&ns)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("ns"),
+    )
+    .await
+    .expect("create namespace");
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        "the default ServiceAccount",
+        Duration::from_secs(30),
+        || async {
+            sas.get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .filter(|sa| sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
+                .map(|_| ())
+        },
+    )
+    .await;
+    ns
+}
+
+async fn nodeclass(client: &Client) {
+    let api: Api<EC2NodeClass> = Api::all(client.clone());
+    let class: EC2NodeClass = serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "role": "KarpenterNodeRole-test",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+        }
+    }))
+    .expect("nodeclass");
+    api.create(&PostParams::default(), &class)
+        .await
+        .expect("create EC2NodeClass");
+}
+
+/// A NodePool of one instance type (m5.xlarge: three 1-CPU pods per node), on-demand.
+async fn pods(client: &Client, ns: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("pods")
+        .items
+}
+
+fn bound(pods: &[Pod]) -> usize {
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .count()
+}
+
+async fn list<K>(client: &Client) -> Vec<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+}
+
+/// A NodePool of m5.xlarge on-demand nodes (three 1-CPU pods each) with the given `disruption`
+/// block and extra template spec fields.
+async fn nodepool(client: &Client, name: &str, disruption: Value, template_spec: Value) {
+    let api: Api<NodePool> = Api::all(client.clone());
+    let mut spec = json!({
+        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        "requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ],
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), template_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let pool: NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"disruption": disruption, "template": {"metadata": {"labels": {"team": "blue"}}, "spec": spec}},
+    }))
+    .expect("nodepool");
+    api.create(&PostParams::default(), &pool)
+        .await
+        .expect("create NodePool");
+}
+
+/// A Deployment of pause pods requesting `cpu` each, labelled `app: <name>`, with the given pod
+/// annotations. Pods end at once when deleted (there is no kubelet to confirm it).
+async fn deploy(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+    cpu: &str,
+    annotations: Value,
+) {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{
+                        "name": "pause",
+                        "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                        "resources": {"requests": {"cpu": cpu}},
+                    }],
+                },
+            },
+        },
+    }))
+    .expect("deployment");
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("create Deployment");
+}
+
+async fn scale(client: &Client, ns: &str, name: &str, replicas: i32) {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("scale");
+}
+
+fn node_of(pod: &Pod) -> Option<String> {
+    pod.spec.as_ref()?.node_name.clone()
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
+async fn get<K>(client: &Client, name: &str) -> Option<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::all(client.clone())
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// What kube-scheduler and a kubelet would report for a started pod: Running and Ready, so the
+/// PodDisruptionBudget controller counts it healthy (the Eviction API lets Pending pods go
+/// whatever the budget says).
+async fn mark_running(client: &Client, ns: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for p in pods(client, ns).await {
+        api.patch_status(
+            &p.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }})),
+        )
+        .await
+        .expect("pod status");
+    }
+}
+
+fn pdb_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// A policy/v1beta1 PodDisruptionBudget over `app: <app>` with `minAvailable`, once the
+/// disruption controller has counted the pods (`disruptionsAllowed` observed).
+async fn pdb(client: &Client, ns: &str, app: &str, min_available: i32) {
+    let api = pdb_api(client, ns);
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": app, "namespace": ns},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
+    }))
+    .expect("pdb");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create PDB");
+    wait_for(
+        "the PDB to count its pods",
+        Duration::from_secs(30),
+        || async {
+            let o = api.get(app).await.ok()?;
+            let status = o.data.get("status")?;
+            (status.get("currentHealthy")?.as_i64()? >= i64::from(min_available)
+                && status.get("disruptionsAllowed")?.as_i64()? == 0)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+fn deleting(claim: &NodeClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_some()
+}
+
+/// Brings up one m5.xlarge node running three `app` pods marked Running and Ready, protected by
+/// a PDB that allows no eviction, and deletes its NodeClaim. Returns the namespace, the
+/// NodeClaim and the Node name.
+async fn node_behind_a_pdb(client: &Client, name: &str) -> (String, NodeClaim, String) {
+    let ns = namespace(client, name).await;
+    deploy(client, &ns, "app", 3, "1", json!({})).await;
+    wait_for("3 bound pods", Duration::from_secs(30), || async {
+        (bound(&pods(client, &ns).await) == 3).then_some(())
+    })
+    .await;
+    mark_running(client, &ns).await;
+    pdb(client, &ns, "app", 3).await;
+    let node = pods(client, &ns)
+        .await
+        .iter()
+        .find_map(node_of)
+        .expect("bound");
+    let claims: Vec<NodeClaim> = list(client).await;
+    let claim = claims
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .expect("the node's NodeClaim");
+    Api::<NodeClaim>::all(client.clone())
+        .delete(&claim.name_any(), &DeleteParams::default())
+        .await
+        .expect("delete NodeClaim");
+    (ns, claim, node)
+}
+
+#[test]
+fn an_empty_node_is_removed_after_consolidate_after() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start("empty");
+        let ns = namespace(&client, "empty").await;
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5s"}),
+            json!({}),
+        )
+        .await;
+        deploy(&client, &ns, "inflate", 3, "1", json!({})).await;
+        wait_for("3 bound pods", Duration::from_secs(30), || async {
+            (bound(&pods(&client, &ns).await) == 3).then_some(())
+        })
+        .await;
+        // The node the pods run on (the provisioner may briefly launch a spare one, which
+        // emptiness removes as well).
+        let node = pods(&client, &ns)
+            .await
+            .iter()
+            .find_map(node_of)
+            .expect("bound");
+        // Occupied, the node stays through several disruption passes.
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        assert!(
+            get::<Node>(&client, &node).await.is_some(),
+            "an occupied node stays"
+        );
+        scale(&client, &ns, "inflate", 0).await;
+        let emptied = Instant::now();
+        wait_for("the empty Node to go", Duration::from_secs(60), || async {
+            get::<Node>(&client, &node).await.is_none().then_some(())
+        })
+        .await;
+        assert!(
+            emptied.elapsed() >= Duration::from_secs(5),
+            "not before consolidateAfter"
+        );
+        wait_for("every NodeClaim to go", Duration::from_secs(60), || async {
+            list::<NodeClaim>(&client).await.is_empty().then_some(())
+        })
+        .await;
+        drop(controller);
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn a_do_not_disrupt_pod_keeps_its_node_while_another_is_consolidated() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start("do-not-disrupt");
+        let ns = namespace(&client, "dnd").await;
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s"}),
+            json!({}),
+        )
+        .await;
+        // Three pods fill one node; the protected pod then needs a second one.
+        deploy(&client, &ns, "inflate", 3, "1", json!({})).await;
+        wait_for("3 bound pods", Duration::from_secs(30), || async {
+            (bound(&pods(&client, &ns).await) == 3).then_some(())
+        })
+        .await;
+        deploy(
+            &client,
+            &ns,
+            "keep",
+            1,
+            "1",
+            json!({"karpenter.sh/do-not-disrupt": "true"}),
+        )
+        .await;
+        let keep = wait_for(
+            "the protected pod bound",
+            Duration::from_secs(30),
+            || async {
+                pods(&client, &ns)
+                    .await
+                    .into_iter()
+                    .find(|p| p.labels().get("app").map(String::as_str) == Some("keep"))
+                    .filter(|p| node_of(p).is_some())
+            },
+        )
+        .await;
+        let protected_node = node_of(&keep).expect("bound");
+        let other = pods(&client, &ns)
+            .await
+            .iter()
+            .find(|p| p.labels().get("app").map(String::as_str) == Some("inflate"))
+            .and_then(node_of)
+            .expect("inflate node");
+        assert_ne!(protected_node, other);
+        // One pod per node: either node could take the other's pod; only the unprotected may go.
+        scale(&client, &ns, "inflate", 1).await;
+        wait_for(
+            "the unprotected Node to go",
+            Duration::from_secs(90),
+            || async { get::<Node>(&client, &other).await.is_none().then_some(()) },
+        )
+        .await;
+        wait_for("every pod bound", Duration::from_secs(30), || async {
+            (bound(&pods(&client, &ns).await) == 2).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let node = get::<Node>(&client, &protected_node)
+            .await
+            .expect("the protected node stays");
+        assert!(!has_taint(&node, "karpenter.sh/disrupted"));
+        let now = pods(&client, &ns).await;
+        let keep_now = now
+            .iter()
+            .find(|p| p.labels().get("app").map(String::as_str) == Some("keep"))
+            .expect("keep pod");
+        assert_eq!(keep_now.name_any(), keep.name_any(), "never evicted");
+        assert!(
+            now.iter()
+                .all(|p| node_of(p).as_deref() == Some(protected_node.as_str())),
+            "the moved pod joined the protected node"
+        );
+        drop(controller);
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn drift_rolls_nodes_replacement_first_within_the_budget() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start("drift");
+        let ns = namespace(&client, "drift").await;
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            // Emptiness removes a spare node the provisioner may launch while the first ones
+            // register; 30 s is longer than a replacement stays empty during a roll.
+            json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s",
+                   "budgets": [{"nodes": "1"}]}),
+            json!({}),
+        )
+        .await;
+        deploy(&client, &ns, "inflate", 6, "1", json!({})).await;
+        wait_for("6 bound pods", Duration::from_secs(30), || async {
+            (bound(&pods(&client, &ns).await) == 6).then_some(())
+        })
+        .await;
+        let old: Vec<String> = wait_for("two nodes", Duration::from_secs(90), || async {
+            let claims: Vec<NodeClaim> = list(&client).await;
+            (claims.len() == 2 && claims.iter().all(|c| !deleting(c)))
+                .then(|| claims.iter().map(|c| c.name_any()).collect())
+        })
+        .await;
+        Api::<NodePool>::all(client.clone())
+            .patch(
+                "default",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"template": {"metadata": {"labels": {"team": "red"}}}}}),
+                ),
+            )
+            .await
+            .expect("change the template");
+        let start = Instant::now();
+        let mut most_disrupting = 0;
+        loop {
+            let claims: Vec<NodeClaim> = list(&client).await;
+            let nodes: Vec<Node> = list(&client).await;
+            let disrupting = claims
+                .iter()
+                .filter(|c| {
+                    deleting(c)
+                        || c.status
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_ref())
+                            .is_some_and(|n| {
+                                nodes.iter().any(|node| {
+                                    &node.name_any() == n
+                                        && has_taint(node, "karpenter.sh/disrupted")
+                                })
+                            })
+                })
+                .count();
+            most_disrupting = most_disrupting.max(disrupting);
+            assert!(
+                disrupting <= 1,
+                "budget nodes: 1 exceeded: {disrupting} at once"
+            );
+            let old_deleting = claims
+                .iter()
+                .filter(|c| old.contains(&c.name_any()) && deleting(c))
+                .count();
+            let old_gone = old
+                .iter()
+                .filter(|o| !claims.iter().any(|c| &c.name_any() == *o))
+                .count();
+            let new_initialized = claims
+                .iter()
+                .filter(|c| !old.contains(&c.name_any()))
+                .filter(|c| {
+                    c.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "Initialized" && c.status == "True")
+                    })
+                })
+                .count();
+            assert!(
+                new_initialized >= old_deleting + old_gone,
+                "a replacement is initialized before each old node goes"
+            );
+            let rolled = old_gone == old.len()
+                && claims
+                    .iter()
+                    .all(|c| c.labels().get("team").map(String::as_str) == Some("red"))
+                && bound(&pods(&client, &ns).await) == 6;
+            if rolled {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(240),
+                "timed out rolling the drifted nodes: {:?}",
+                claims
+                    .iter()
+                    .map(|c| (c.name_any(), deleting(c)))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert_eq!(most_disrupting, 1, "nodes were disrupted one at a time");
+        println!("2 drifted nodes rolled in {:?}", start.elapsed());
+        drop(controller);
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn a_pdb_holds_the_drain_until_it_is_relaxed() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start("pdb");
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}),
+            json!({}),
+        )
+        .await;
+        let (ns, claim, node) = node_behind_a_pdb(&client, "pdb").await;
+        wait_for("the disruption taint", Duration::from_secs(20), || async {
+            get::<Node>(&client, &node)
+                .await
+                .filter(|n| has_taint(n, "karpenter.sh/disrupted"))
+                .map(|_| ())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert!(
+            get::<Node>(&client, &node).await.is_some(),
+            "the node stays"
+        );
+        let held = get::<NodeClaim>(&client, &claim.name_any())
+            .await
+            .expect("the NodeClaim stays");
+        assert!(deleting(&held));
+        let on_node = pods(&client, &ns)
+            .await
+            .iter()
+            .filter(|p| node_of(p).as_deref() == Some(node.as_str()))
+            .count();
+        assert_eq!(on_node, 3, "no pod was evicted past the PDB");
+        pdb_api(&client, &ns)
+            .patch(
+                "app",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
+            )
+            .await
+            .expect("relax the PDB");
+        wait_for("the Node to go", Duration::from_secs(60), || async {
+            get::<Node>(&client, &node).await.is_none().then_some(())
+        })
+        .await;
+        wait_for("the NodeClaim to go", Duration::from_secs(30), || async {
+            get::<NodeClaim>(&client, &claim.name_any())
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        drop(controller);
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn termination_grace_period_forces_completion_despite_the_pdb() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start("tgp");
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}),
+            json!({"terminationGracePeriod": "20s"}),
+        )
+        .await;
+        let (_ns, claim, node) = node_behind_a_pdb(&client, "tgp").await;
+        let deleted = Instant::now();
+        let annotated = wait_for(
+            "the termination deadline",
+            Duration::from_secs(10),
+            || async {
+                get::<NodeClaim>(&client, &claim.name_any())
+                    .await?
+                    .annotations()
+                    .get("karpenter.sh/nodeclaim-termination-timestamp")
+                    .cloned()
+            },
+        )
+        .await;
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(&annotated).is_ok(),
+            "{annotated}"
+        );
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        assert!(
+            get::<Node>(&client, &node).await.is_some(),
+            "the PDB holds the drain before the deadline"
+        );
+        wait_for("the Node to go", Duration::from_secs(60), || async {
+            get::<Node>(&client, &node).await.is_none().then_some(())
+        })
+        .await;
+        let took = deleted.elapsed();
+        assert!(
+            took >= Duration::from_secs(15),
+            "not long before the 20 s deadline: {took:?}"
+        );
+        wait_for("the NodeClaim to go", Duration::from_secs(30), || async {
+            get::<NodeClaim>(&client, &claim.name_any())
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        drop(controller);
+        reset(&client).await;
+    });
+}
