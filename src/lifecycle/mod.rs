@@ -173,7 +173,7 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
         if changed
             || claim.status.as_ref().and_then(|s| s.node_name.as_ref()) != status.node_name.as_ref()
         {
-            write_status(&api, &name, &status).await?;
+            write_status(&api, &claim, &status).await?;
         }
         return Ok(if initialized {
             Action::await_change()
@@ -215,20 +215,26 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
         now,
     );
     if changed {
-        write_status(&api, &name, &status).await?;
+        write_status(&api, &claim, &status).await?;
     }
     Ok(Action::requeue(Duration::from_secs(15)))
 }
 
+/// Writes the status computed from `seen`, only if the NodeClaim has not changed since: other
+/// controllers write conditions and `lastPodEventTime` too, and a stale full status must not
+/// undo them (a conflict retries the reconcile on a fresh copy).
 async fn write_status(
     api: &Api<NodeClaim>,
-    name: &str,
+    seen: &NodeClaim,
     status: &NodeClaimStatus,
 ) -> Result<(), Error> {
     api.patch_status(
-        name,
+        &seen.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
+        &Patch::Merge(json!({
+            "metadata": {"resourceVersion": seen.resource_version()},
+            "status": status,
+        })),
     )
     .await?;
     Ok(())
@@ -284,7 +290,7 @@ async fn launch(
             claim.spec.node_class_ref.name
         );
         if failed(&mut status, "NodeClassNotFound", &msg) {
-            write_status(&api, &name, &status).await?;
+            write_status(&api, claim, &status).await?;
         }
         return give_up_or_wait(claim, ctx, created, now, &msg).await;
     };
@@ -292,12 +298,13 @@ async fn launch(
         Ok(launched) => {
             let mut new_labels = claim.labels().clone();
             new_labels.extend(launched.labels.clone());
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": new_labels}})),
-            )
-            .await?;
+            let labelled = api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": new_labels}})),
+                )
+                .await?;
             status.provider_id = Some(launched.provider_id.clone());
             status.image_id = launched.image_id.clone();
             status.capacity = Some(launched.capacity.to_list());
@@ -311,7 +318,7 @@ async fn launch(
                 "Node not registered with cluster",
                 now,
             );
-            write_status(&api, &name, &status).await?;
+            write_status(&api, &labelled, &status).await?;
             tracing::info!(
                 controller = "nodeclaim.lifecycle",
                 nodeclaim = %name,
@@ -338,13 +345,13 @@ async fn launch(
         }
         Err(CloudError::NodeClassNotReady(msg)) => {
             if failed(&mut status, "NodeClassNotReady", &msg) {
-                write_status(&api, &name, &status).await?;
+                write_status(&api, claim, &status).await?;
             }
             give_up_or_wait(claim, ctx, created, now, &msg).await
         }
         Err(CloudError::Invalid(msg)) => {
             if failed(&mut status, "LaunchFailed", &msg) {
-                write_status(&api, &name, &status).await?;
+                write_status(&api, claim, &status).await?;
                 event(ctx, claim, EventType::Warning, "LaunchFailed", &msg).await;
             }
             give_up_or_wait(claim, ctx, created, now, &msg).await
