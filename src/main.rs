@@ -386,8 +386,11 @@ fn run_simulate(
     options: &SimulateOptions,
     mode: &Mode,
 ) -> anyhow::Result<()> {
-    let docs = manifest::read_paths(files)?;
-    let cluster = cluster::load(&docs, mode.now)?;
+    let cluster = {
+        // The parsed documents are done with once typed; free them before scheduling.
+        let docs = manifest::read_paths(files)?;
+        cluster::load(&docs, mode.now)?
+    };
     for i in &cluster.ignored {
         eprintln!(
             "karpenter-rs: ignoring {} from {}: {}",

@@ -20,7 +20,7 @@ use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
 use crate::cloudprovider::launch_candidates;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ClusterPod};
 use crate::disruption::state::State;
 use crate::disruption::{self, Blocked, Command};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
@@ -75,8 +75,9 @@ pub struct NodeClaimReport {
     pub zone: String,
     /// USD per hour of that offering.
     pub price: f64,
-    /// Every instance type the launch may use, cheapest first (what CreateFleet gets).
-    pub instance_type_options: Vec<String>,
+    /// Every instance type the launch may use, cheapest first (what CreateFleet gets). Up to
+    /// 600 names per NodeClaim: NodeClaims with the same options share one list.
+    pub instance_type_options: Arc<[Arc<str>]>,
     /// Pods it will hold (`namespace/name`).
     pub pods: Vec<String>,
     /// Requests of those pods plus DaemonSet overhead.
@@ -418,7 +419,7 @@ pub fn prepare(
             .into_iter()
             .flatten()
             .filter_map(|p| {
-                Pod::from_k8s(p).ok().map(|mut pod| {
+                Pod::from_parts(&p.metadata, &p.spec).ok().map(|mut pod| {
                     pod.volumes = volumes_of(cluster, p);
                     pod
                 })
@@ -519,15 +520,13 @@ pub fn prepare(
 
     let mut pods = Vec::new();
     for p in cluster.pending_pods() {
-        match Pod::from_k8s(p).and_then(|pod| with_volume_topology(cluster, p, pod)) {
+        match Pod::from_parts(&p.metadata, &p.spec)
+            .and_then(|pod| with_volume_topology(cluster, p, pod))
+        {
             Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
             Ok(pod) => pods.push(pod),
             Err(reason) => invalid_pods.push(Unschedulable {
-                pod: format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or("default"),
-                    p.metadata.name.as_deref().unwrap_or_default()
-                ),
+                pod: p.key(),
                 reason,
             }),
         }
@@ -548,10 +547,10 @@ pub fn prepare(
 /// Adds the zone (or other topology) constraints of a pod's persistent volumes to its node
 /// requirements: a bound volume's PV node affinity, or an unbound claim's StorageClass
 /// `allowedTopologies`, so the node is launched where the volume can attach.
-fn with_volume_topology(cluster: &Cluster, k8s: &core::Pod, mut pod: Pod) -> Result<Pod, String> {
+fn with_volume_topology(cluster: &Cluster, k8s: &ClusterPod, mut pod: Pod) -> Result<Pod, String> {
     pod.volumes = volumes_of(cluster, k8s);
     let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
-    let volumes = k8s.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    let volumes = k8s.spec.volumes.as_ref();
     for (i, volume) in volumes.into_iter().flatten().enumerate() {
         let Some(claim_ref) = &volume.persistent_volume_claim else {
             continue;
@@ -658,9 +657,9 @@ fn with_volume_topology(cluster: &Cluster, k8s: &core::Pod, mut pod: Pod) -> Res
 /// The CSI volumes a pod mounts: the bound PV's driver, or the claim's StorageClass provisioner
 /// while unbound. Claims or volumes missing from the input are skipped here (the topology step
 /// reports them).
-fn volumes_of(cluster: &Cluster, k8s: &core::Pod) -> Vec<VolumeRef> {
+fn volumes_of(cluster: &Cluster, k8s: &ClusterPod) -> Vec<VolumeRef> {
     let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
-    let volumes = k8s.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    let volumes = k8s.spec.volumes.as_ref();
     volumes
         .into_iter()
         .flatten()
@@ -740,6 +739,7 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
     let mut placements = BTreeMap::new();
     let mut nodeclaims = Vec::new();
     let mut cost = Cost::default();
+    let mut option_lists: HashMap<(usize, &[u32]), Arc<[Arc<str>]>> = HashMap::new();
     for (i, planned) in outcome.nodeclaims.iter().enumerate() {
         let pool = &input.nodepools[planned.nodepool];
         let name = format!("{}-{}", pool.name, suffix(&format!("{}/{i}", pool.name)));
@@ -780,7 +780,10 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
             capacity_type,
             zone,
             price,
-            instance_type_options: options.iter().map(|it| it.name.to_string()).collect(),
+            instance_type_options: option_lists
+                .entry((planned.nodepool, &planned.instance_types))
+                .or_insert_with(|| options.iter().map(|it| it.name.clone()).collect())
+                .clone(),
             pods,
             requests: planned
                 .requests
@@ -1044,7 +1047,7 @@ impl Report {
                     .instance_type_options
                     .iter()
                     .take(4)
-                    .map(String::as_str)
+                    .map(AsRef::as_ref)
                     .collect();
                 let more = c.instance_type_options.len().saturating_sub(shown.len());
                 let _ = writeln!(

@@ -199,7 +199,7 @@ impl World {
             nodeclasses: vec![self.class.clone()],
             nodeclaims: self.claims.clone(),
             nodes: self.nodes.clone(),
-            pods: self.pods.clone(),
+            pods: self.pods.iter().cloned().map(Into::into).collect(),
             pdbs: vec![self.pdb.clone()],
             ..Cluster::default()
         }

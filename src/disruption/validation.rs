@@ -96,6 +96,7 @@ pub fn pods_to_move(state: &State, cmd: &Command) -> BTreeMap<String, usize> {
 mod tests {
     use super::*;
     use crate::cluster::Cluster;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     fn now() -> DateTime<Utc> {
@@ -130,7 +131,7 @@ mod tests {
             nodes: vec![serde_json::from_value(node).expect("node")],
             pods: pods
                 .into_iter()
-                .map(|p| serde_json::from_value(p).expect("pod"))
+                .map(|p| serde_json::from_value::<Pod>(p).expect("pod").into())
                 .collect(),
             ..Cluster::default()
         };

@@ -202,6 +202,7 @@ impl ClusterState {
             pods: sorted(&self.pods)
                 .into_iter()
                 .filter(|p| !awaiting_scheduler(p))
+                .map(Into::into)
                 .collect(),
             daemonsets: sorted(&self.daemonsets),
             pdbs: self
