@@ -77,7 +77,7 @@ pub struct NodeClaimReport {
     pub price: f64,
     /// Every instance type the launch may use, cheapest first (what CreateFleet gets). Up to
     /// 600 names per NodeClaim: NodeClaims with the same options share one list.
-    pub instance_type_options: Arc<[Arc<str>]>,
+    pub instance_type_options: OptionList,
     /// Pods it will hold (`namespace/name`).
     pub pods: Vec<String>,
     /// Requests of those pods plus DaemonSet overhead.
@@ -85,6 +85,9 @@ pub struct NodeClaimReport {
     /// Whether `minValues` were relaxed (BestEffort policy).
     pub min_values_relaxed: bool,
 }
+
+/// Instance-type names, cheapest first, shared by the NodeClaims that have the same options.
+pub type OptionList = Arc<[Arc<str>]>;
 
 /// A pod that stays pending.
 #[derive(Clone, Debug, Serialize)]
@@ -739,7 +742,7 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
     let mut placements = BTreeMap::new();
     let mut nodeclaims = Vec::new();
     let mut cost = Cost::default();
-    let mut option_lists: HashMap<(usize, &[u32]), Arc<[Arc<str>]>> = HashMap::new();
+    let mut option_lists: HashMap<(usize, &[u32]), OptionList> = HashMap::new();
     for (i, planned) in outcome.nodeclaims.iter().enumerate() {
         let pool = &input.nodepools[planned.nodepool];
         let name = format!("{}-{}", pool.name, suffix(&format!("{}/{i}", pool.name)));
