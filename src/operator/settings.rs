@@ -308,7 +308,8 @@ pub struct Settings {
     /// The container's memory limit in bytes (-1: none); the chart sets it from the pod spec.
     #[arg(long, env = "MEMORY_LIMIT", default_value_t = -1, allow_negative_numbers = true)]
     pub memory_limit: i64,
-    /// The container's CPU request in millicores; scales how many reconciles run at once.
+    /// The container's CPU request in millicores (0: none), which upstream scales reconcile
+    /// concurrency by; accepted for compatibility, the controllers here do not use it yet.
     #[arg(
         long,
         env = "CPU_REQUESTS",
@@ -559,9 +560,14 @@ impl Settings {
         if self.kube_client_burst == 0 {
             problems.push("KUBE_CLIENT_BURST (--kube-client-burst) is 0: the controller could not call the API server; use a positive burst (default 300)".to_string());
         }
-        if self.cpu_requests <= 0 {
+        // 0 is what the chart's downward-API reference yields when the container has no CPU
+        // request (`controller.resources: {}`, the default): the kubelet rounds the missing
+        // request up to 0 millicores, unlike limits, which it fills in from the node's
+        // allocatable. Upstream starts with it (its reconcile concurrency has a floor), so 0 is
+        // valid here too.
+        if self.cpu_requests < 0 {
             problems.push(format!(
-                "CPU_REQUESTS (--cpu-requests) is {}: it is the controller's CPU request in millicores and must be positive (default 1000)",
+                "CPU_REQUESTS (--cpu-requests) is {}: it is the controller's CPU request in millicores and must be 0 or more (default 1000)",
                 self.cpu_requests
             ));
         }
@@ -799,8 +805,10 @@ mod tests {
             .get_arguments()
             .filter_map(|a| a.get_env().and_then(|e| e.to_str()))
             .collect();
-        // Set by the chart for upstream's libraries; nothing reads them here.
-        let ignored = ["KUBERNETES_MIN_VERSION", "SYSTEM_NAMESPACE"];
+        // Not settings: KUBERNETES_MIN_VERSION is for upstream's libraries (nothing reads it
+        // here); SYSTEM_NAMESPACE and POD_NAME come from the downward API and place and name
+        // this replica's leader-election Lease.
+        let ignored = ["KUBERNETES_MIN_VERSION", "SYSTEM_NAMESPACE", "POD_NAME"];
         let unknown: Vec<&&str> = chart_env
             .iter()
             .filter(|name| !known.contains(name) && !ignored.contains(name))
@@ -1058,8 +1066,8 @@ mod tests {
                 "KUBE_CLIENT_BURST (--kube-client-burst) is 0",
             ),
             (
-                &["--cpu-requests=0"],
-                "CPU_REQUESTS (--cpu-requests) is 0: it is the controller's CPU request in millicores and must be positive",
+                &["--cpu-requests=-1"],
+                "CPU_REQUESTS (--cpu-requests) is -1: it is the controller's CPU request in millicores and must be 0 or more",
             ),
             (
                 &["--memory-limit=-2"],
@@ -1098,6 +1106,20 @@ mod tests {
             assert_eq!(found.len(), expected, "{args:?}: {found:#?}");
             assert!(found[0].starts_with(message), "{args:?}: {found:#?}");
         }
+    }
+
+    /// What the default chart passes (`controller.resources: {}`): the kubelet resolves an
+    /// unset CPU request to "0" and an unset memory limit to the node's allocatable memory.
+    #[test]
+    fn the_default_charts_downward_api_values_are_valid() {
+        let s = parse(
+            &["--cluster-name=c"],
+            &[("CPU_REQUESTS", "0"), ("MEMORY_LIMIT", "16106127360")],
+        )
+        .expect("downward API values parse");
+        assert_eq!(s.cpu_requests, 0);
+        assert_eq!(s.memory_limit, 16_106_127_360);
+        assert_eq!(s.validate(), Ok(()));
     }
 
     #[test]
