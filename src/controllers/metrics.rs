@@ -40,6 +40,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
     let mut pods = PodTransitions::default();
     let mut status = StatusTracker::default();
     let mut tick: u32 = 0;
+    let mut last_classes = Vec::new();
     loop {
         let now = ctx.clock.now();
         let nodes = ctx.state.nodes.state();
@@ -125,8 +126,17 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 .map(|n| StatusObject::from_node(n)),
         );
         publish_status(&mut published, status.observe(&objects, now));
-        if tick.is_multiple_of(INSTANCE_TYPE_EVERY) {
+        // Every minute, and at once when an EC2NodeClass appears, changes or goes.
+        let classes: Vec<(Option<String>, Option<String>)> = ctx
+            .state
+            .nodeclasses
+            .state()
+            .iter()
+            .map(|c| (c.metadata.name.clone(), c.metadata.resource_version.clone()))
+            .collect();
+        if tick.is_multiple_of(INSTANCE_TYPE_EVERY) || classes != last_classes {
             publish_instance_types(&ctx, &mut published).await;
+            last_classes = classes;
         }
         tick = tick.wrapping_add(1);
         tokio::time::sleep(INTERVAL).await;
