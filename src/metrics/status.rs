@@ -224,13 +224,19 @@ pub struct StatusUpdate {
     pub terminated: Vec<(StatusKind, f64)>,
 }
 
+/// An object's identity across observations: its kind and UID.
+type ObjectKey = (StatusKind, String);
+
+/// A condition's status and when it got it, by condition type.
+type ConditionStates = HashMap<String, (String, DateTime<Utc>)>;
+
 /// Remembers the conditions and deletions of the last observation.
 #[derive(Debug, Default)]
 pub struct StatusTracker {
     /// (kind, uid) → condition type → (status, last transition).
-    conditions: HashMap<(StatusKind, String), HashMap<String, (String, DateTime<Utc>)>>,
+    conditions: HashMap<ObjectKey, ConditionStates>,
     /// (kind, uid) → deletion requested at.
-    deleting: HashMap<(StatusKind, String), DateTime<Utc>>,
+    deleting: HashMap<ObjectKey, DateTime<Utc>>,
 }
 
 fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {

@@ -283,7 +283,7 @@ pub struct Settings {
     /// Burst of requests to the Kubernetes API server above the QPS.
     #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
     pub kube_client_burst: u32,
-    /// Serve profiling endpoints on the metrics port.
+    /// Upstream serves Go's pprof on the metrics port; accepted for compatibility, no effect.
     #[arg(long, env = "ENABLE_PROFILING", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub enable_profiling: bool,
     /// Start controllers only after winning leader election instead of warming caches first.
@@ -306,6 +306,7 @@ pub struct Settings {
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
     pub leader_election_namespace: String,
     /// The container's memory limit in bytes (-1: none); the chart sets it from the pod spec.
+    /// Upstream tunes Go's garbage collector with it; accepted for compatibility, no effect.
     #[arg(long, env = "MEMORY_LIMIT", default_value_t = -1, allow_negative_numbers = true)]
     pub memory_limit: i64,
     /// The container's CPU request in millicores (0: none), which upstream scales reconcile
@@ -373,7 +374,7 @@ pub struct Settings {
     /// Feature gates, e.g. SpotToSpotConsolidation=true,NodeRepair=true.
     #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES, value_parser = FeatureGates::parse)]
     pub feature_gates: FeatureGates,
-    /// A scheduler configuration file (empty: none).
+    /// A scheduler configuration file (empty: none); accepted for compatibility, no effect yet.
     #[arg(long, env = "SCHEDULER_CONFIG", default_value = "")]
     pub scheduler_config: String,
 
@@ -390,7 +391,7 @@ pub struct Settings {
     /// The VPC has no internet access: do not call the Pricing API, use bundled prices.
     #[arg(long, env = "ISOLATED_VPC", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub isolated_vpc: bool,
-    /// The controller runs in the EKS control plane (discover cluster details from EKS).
+    /// The controller runs in the EKS control plane; accepted for compatibility, no effect yet.
     #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub eks_control_plane: bool,
     /// Share of each instance type's memory the hypervisor takes, as a fraction (0.075 = 7.5%).
@@ -407,10 +408,12 @@ pub struct Settings {
         allow_negative_numbers = true
     )]
     pub reserved_enis: i64,
-    /// Skip the EC2 dry-run authorization checks when validating EC2NodeClasses.
+    /// Skip the EC2 dry-run authorization checks when validating EC2NodeClasses; accepted for
+    /// compatibility, no effect yet (no dry-run checks are made).
     #[arg(long, env = "DISABLE_DRY_RUN", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub disable_dry_run: bool,
-    /// Stop launching into availability zones under an ARC zonal shift.
+    /// Stop launching into availability zones under an ARC zonal shift; accepted for
+    /// compatibility, no effect yet.
     #[arg(long, env = "ENABLE_ZONAL_SHIFT", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub enable_zonal_shift: bool,
     /// How often AMI selectors are resolved again (at least 1m).
