@@ -132,7 +132,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
     use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
     use karpenter_rs::controllers::{self, RunConfig};
     use karpenter_rs::operator::http::{self, Readiness, Routes};
-    use karpenter_rs::operator::{logging, settings::CloudProviderKind};
+    use karpenter_rs::operator::{kube_client, logging, settings::CloudProviderKind};
     use karpenter_rs::provisioning::BatchWindow;
 
     if let Err(invalid) = settings.validate() {
@@ -151,14 +151,19 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         let kube_config = kube::Config::infer()
             .await
             .context("reading the Kubernetes client configuration (KUBECONFIG or in-cluster)")?;
-        let client = kube::Client::try_from(kube_config.clone())
+        // KUBE_CLIENT_QPS / KUBE_CLIENT_BURST: one token bucket for every client.
+        let limiter = kube_client::RateLimitLayer::new(
+            settings.kube_client_qps,
+            settings.kube_client_burst,
+        );
+        let client = kube_client::client(kube_config.clone(), &limiter)
             .context("connecting to the Kubernetes API")?;
         // Evictions get a client without kube-rs' own 429 retries: a PodDisruptionBudget's
         // refusal must reach the drain's backoff and terminationGracePeriod deadline at once.
         let mut no_retry = kube_config;
         no_retry.default_retry = false;
-        let eviction_client =
-            kube::Client::try_from(no_retry).context("connecting to the Kubernetes API")?;
+        let eviction_client = kube_client::client(no_retry, &limiter)
+            .context("connecting to the Kubernetes API")?;
         let mut aws_provider = None;
         let (provider, simulated): (Arc<dyn CloudProvider>, _) = match settings.cloud_provider {
             CloudProviderKind::Simulated => {
@@ -247,6 +252,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 },
             },
             eviction_client,
+            observe_cluster_state: !settings.disable_cluster_state_observability,
         };
         let result =
             controllers::run(client, provider, simulated, aws_provider, clock, config, readiness)

@@ -514,24 +514,84 @@ fn pending_pods_become_nodeclaims_nodes_and_bound_pods() {
             .await
             .expect("readyz");
         assert_eq!(code, 200);
-        let (code, text) = http_get(controller.metrics_port, "/metrics")
-            .await
-            .expect("metrics");
-        assert_eq!(code, 200);
-        for expected in [
+        // Every family a provisioning run fills, with its labels; the gauges refresh every 5 s.
+        let expected: &[&str] = &[
             "karpenter_build_info{",
-            "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"default\",reason=\"provisioning\"} 4",
+            "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"default\",reason=\"provisioned\"} 4",
             "karpenter_nodes_created_total{nodepool=\"default\",zone=",
             "karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"cpu\"} 16",
             "karpenter_scheduler_scheduling_duration_seconds_bucket{controller=\"provisioner\",",
-            "karpenter_cloudprovider_duration_seconds_bucket{controller=\"cloudprovider\",method=\"Create\",provider=\"simulated\",",
+            "karpenter_scheduler_unschedulable_pods_count{controller=\"provisioner\"}",
+            "karpenter_cloudprovider_duration_seconds_bucket{controller=\"nodeclaim.lifecycle\",method=\"Create\",provider=\"simulated\",",
+            "karpenter_cloudprovider_duration_seconds_bucket{controller=\"provisioner\",method=\"GetInstanceTypes\",provider=\"simulated\",",
             "karpenter_cluster_state_synced 1",
-        ] {
+            "karpenter_cluster_state_node_count 4",
+            "karpenter_cluster_state_unsynced_time_seconds 0",
+            // Node families: well-known labels, then node_name, phase, managed, resource_type.
+            "karpenter_nodes_allocatable{",
+            "instance_type=\"m5.xlarge\"",
+            "managed=\"true\"",
+            "resource_type=\"cpu\"",
+            "karpenter_nodes_total_pod_requests{",
+            // (No pod here has limits and no DaemonSet runs, so the pod-limit and daemon
+            // families have no series, as upstream's report only resources present.)
+            "karpenter_nodes_system_overhead{",
+            "karpenter_nodes_current_lifetime_seconds{",
+            "karpenter_cluster_utilization_percent{resource_type=\"cpu\"}",
+            // Pod families.
+            "karpenter_pods_state{arch=",
+            // Pods never start here (no real kubelet runs them), so they stay unstarted.
+            "karpenter_pods_unstarted_time_seconds{name=",
+            // Status conditions of every kind, per kind and in the deprecated aggregate form.
+            // (Transitions depend on a 5 s refresh catching the earlier status; unit-tested.)
+            "operator_nodeclaim_status_condition_count{group=\"karpenter.sh\",karpenter_k8s_aws_ec2nodeclass=",
+            "karpenter_sh_nodepool=\"default\",name=\"default-",
+            "operator_nodeclaim_status_condition_current_status_seconds{",
+            "operator_nodepool_status_condition_count{group=\"karpenter.sh\",name=\"default\",namespace=\"\"",
+            "operator_ec2nodeclass_status_condition_count{group=\"karpenter.k8s.aws\",name=\"default\",namespace=\"\"",
+            "operator_node_status_condition_count{group=\"\",karpenter_k8s_aws_ec2nodeclass=",
+            "operator_status_condition_count{group=\"karpenter.sh\",kind=\"NodeClaim\"",
+            // The simulated cloud's catalog.
+            "karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"m5.xlarge\"} 4",
+            "karpenter_cloudprovider_instance_type_memory_bytes{instance_type=\"m5.xlarge\"}",
+            "karpenter_cloudprovider_instance_type_offering_available{capacity_type=\"on-demand\",instance_type=\"m5.xlarge\",zone=",
+            "karpenter_cloudprovider_instance_type_offering_price_estimate{capacity_type=\"on-demand\",instance_type=\"m5.xlarge\",zone=",
+        ];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let text = loop {
+            let (code, text) = http_get(controller.metrics_port, "/metrics")
+                .await
+                .expect("metrics");
+            assert_eq!(code, 200);
+            let missing: Vec<&&str> = expected.iter().filter(|e| !text.contains(**e)).collect();
+            if missing.is_empty() {
+                break text;
+            }
             assert!(
-                text.contains(expected),
-                "{expected:?} missing from /metrics:\n{text}"
+                Instant::now() < deadline,
+                "missing from /metrics: {missing:#?}\n{text}"
             );
-        }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        assert!(
+            !text.contains("reason=\"provisioning\""),
+            "upstream's reason value is provisioned"
+        );
+        // The JSON log lines carry upstream's keys.
+        let log = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("controller-provision.log"),
+        )
+        .expect("controller log");
+        let launched = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["message"] == "launched nodeclaim")
+            .unwrap_or_else(|| panic!("no launch logged:\n{log}"));
+        assert!(launched["NodeClaim"]["name"].is_string(), "{launched}");
+        assert_eq!(launched["instance-type"], "m5.xlarge", "{launched}");
+        assert!(launched["provider-id"].is_string(), "{launched}");
+        assert_eq!(launched["capacity-type"], "on-demand", "{launched}");
+        assert!(launched["zone"].is_string(), "{launched}");
         reset(&client).await;
     });
 }

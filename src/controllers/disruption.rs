@@ -334,6 +334,10 @@ async fn execute(
         match api.create(&PostParams::default(), &claim).await {
             Ok(made) => {
                 tracing::info!(controller = "disruption", nodeclaim = %made.name_any(), nodepool = %r.node_pool, instance_types = ?r.instance_type_options, "launched replacement");
+                crate::metrics::count_nodeclaim_created(
+                    &crate::metrics::disruption_reason_label(&cmd.reason),
+                    &made,
+                );
                 launched.push(made.name_any());
             }
             Err(e) => {

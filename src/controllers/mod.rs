@@ -8,6 +8,7 @@ pub mod disruption;
 pub mod interruption;
 pub mod kubelet;
 pub mod leader;
+pub mod metrics;
 pub mod nodeclaim_disruption;
 pub mod nodeclass;
 pub mod nodepool;
@@ -101,6 +102,9 @@ pub struct RunConfig {
     pub options: SimulateOptions,
     /// The client evictions go through (see [`Context::eviction_client`]).
     pub eviction_client: Client,
+    /// Publish the per-node and per-pod metrics (off with
+    /// `DISABLE_CLUSTER_STATE_OBSERVABILITY`).
+    pub observe_cluster_state: bool,
 }
 
 /// Runs the controllers until SIGTERM / Ctrl-C (`Ok`) or until leadership is lost (`Err`, so
@@ -144,18 +148,42 @@ pub async fn run(
         config.options,
     ));
     tracing::info!(cloud_provider = provider.name(), "starting controllers");
-    tasks.spawn(crate::provisioning::Provisioner::new(ctx.clone(), config.batch).run());
-    tasks.spawn(crate::lifecycle::run(ctx.clone()));
-    tasks.spawn(disruption::run(ctx.clone()));
-    tasks.spawn(nodeclaim_disruption::run(ctx.clone()));
-    tasks.spawn(crate::lifecycle::garbage::run(ctx.clone()));
-    tasks.spawn(nodepool::run(ctx.clone()));
-    tasks.spawn(nodeclass::run(ctx.clone()));
+    // Each task runs under its controller's name, which the cloud-provider metrics carry.
+    use crate::metrics::in_controller;
+    tasks.spawn(in_controller(
+        "provisioner",
+        crate::provisioning::Provisioner::new(ctx.clone(), config.batch).run(),
+    ));
+    tasks.spawn(in_controller(
+        "nodeclaim.lifecycle",
+        crate::lifecycle::run(ctx.clone()),
+    ));
+    tasks.spawn(in_controller("disruption", disruption::run(ctx.clone())));
+    tasks.spawn(in_controller(
+        "nodeclaim.disruption",
+        nodeclaim_disruption::run(ctx.clone()),
+    ));
+    tasks.spawn(in_controller(
+        "nodeclaim.garbagecollection",
+        crate::lifecycle::garbage::run(ctx.clone()),
+    ));
+    tasks.spawn(in_controller("nodepool", nodepool::run(ctx.clone())));
+    tasks.spawn(in_controller("nodeclass", nodeclass::run(ctx.clone())));
+    tasks.spawn(in_controller(
+        "metrics",
+        metrics::run(ctx.clone(), config.observe_cluster_state),
+    ));
     if let Some(cloud) = simulated {
-        tasks.spawn(kubelet::run(ctx.clone(), cloud, config.region.clone()));
+        tasks.spawn(in_controller(
+            "kubelet",
+            kubelet::run(ctx.clone(), cloud, config.region.clone()),
+        ));
     }
     if let Some(aws) = aws {
-        tasks.spawn(interruption::run(ctx.clone(), aws));
+        tasks.spawn(in_controller(
+            "interruption",
+            interruption::run(ctx.clone(), aws),
+        ));
     }
     let keep = async {
         match &elector {

@@ -29,7 +29,11 @@ pub async fn run(ctx: Arc<Context>) {
             watcher::Config::default(),
             |claim: NodeClaim| Some(ObjectRef::new(&claim.spec.node_class_ref.name)),
         )
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |c, ctx| crate::metrics::in_controller("nodeclass", reconcile(c, ctx)),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }

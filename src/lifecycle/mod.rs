@@ -66,7 +66,11 @@ pub async fn run(ctx: Arc<Context>) {
         .watches(nodes, watcher::Config::default(), move |node: Node| {
             claim_of_node(&store, &node).map(|name| ObjectRef::new(&name))
         })
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |c, ctx| crate::metrics::in_controller("nodeclaim.lifecycle", reconcile(c, ctx)),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }

@@ -266,11 +266,11 @@ impl Provisioner {
     pub async fn provision_once(&self) -> anyhow::Result<usize> {
         let ctx = &self.ctx;
         let cluster = ctx.state.snapshot();
-        METRICS.cluster_state_synced.set(1.0);
-        METRICS
-            .cluster_state_node_count
-            .set(cluster.nodes.len() as f64);
         if cluster.pending_pods().is_empty() {
+            METRICS
+                .scheduler_unschedulable_pods_count
+                .with_label_values(&["provisioner"])
+                .set(0.0);
             return Ok(0);
         }
         let types = instance_types(ctx, &cluster).await;
@@ -299,24 +299,7 @@ impl Provisioner {
                 requests = ?claim.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
                 "created nodeclaim"
             );
-            METRICS
-                .nodeclaims_created_total
-                .with_label_values(&[
-                    "provisioning",
-                    made.labels()
-                        .get(labels::NODEPOOL)
-                        .map(String::as_str)
-                        .unwrap_or_default(),
-                    if made
-                        .annotations()
-                        .contains_key(labels::NODECLAIM_MIN_VALUES_RELAXED)
-                    {
-                        "true"
-                    } else {
-                        "false"
-                    },
-                ])
-                .inc();
+            crate::metrics::count_nodeclaim_created("provisioned", &made);
             created.insert(name);
         }
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the
