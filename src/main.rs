@@ -178,16 +178,30 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     .context("reading the Kubernetes version (it picks the EKS AMIs)")?;
                 let sdk = aws::config_loader(&region).load().await;
                 let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+                // Nodes need the endpoint, CA bundle and (AL2023) service CIDR in their user
+                // data: what the settings leave out comes from eks:DescribeCluster, or the
+                // controller does not start.
+                let cluster = aws::cluster::discover(
+                    &aws_sdk_eks::Client::new(&sdk),
+                    &settings.cluster_name,
+                    Some(&settings.cluster_endpoint),
+                    Some(&settings.cluster_ca_bundle),
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+                if let Some(warning) = &cluster.warning {
+                    tracing::warn!(cluster = %settings.cluster_name, "{warning}");
+                }
                 let aws_settings = aws::AwsSettings {
                     cluster_name: settings.cluster_name.clone(),
-                    cluster_endpoint: settings.cluster_endpoint.clone(),
-                    cluster_ca_bundle: non_empty(&settings.cluster_ca_bundle),
+                    cluster_endpoint: cluster.info.endpoint,
+                    cluster_ca_bundle: Some(cluster.info.ca_bundle),
                     kubernetes_version: format!(
                         "{}.{}",
                         version.major,
                         version.minor.trim_end_matches('+')
                     ),
-                    service_cidr: None,
+                    service_cidr: cluster.info.service_cidr,
                     isolated_vpc: settings.isolated_vpc,
                     reserved_enis: settings.reserved_enis,
                     vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
@@ -198,6 +212,14 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     aws::AwsProvider::new(aws_settings, &sdk, clock.clone())
                         .map_err(|e| anyhow::anyhow!("starting the AWS provider: {e}"))?,
                 );
+                // Instance types must be known before anything is planned (upstream does not
+                // start without them either); later refreshes run in the background.
+                let report = cloud
+                    .refresh()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("loading EC2 instance types: {e}"))?;
+                aws::log_refresh(&report);
+                tokio::spawn(cloud.clone().run_refresh());
                 aws_provider = Some(cloud.clone());
                 (Arc::new(Instrumented::new(cloud)), None)
             }

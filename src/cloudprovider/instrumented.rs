@@ -39,11 +39,11 @@ fn error_label(e: &CloudError) -> &'static str {
     }
 }
 
-async fn observe<T>(
+async fn observe<T, E: AsRef<CloudError>>(
     provider: &'static str,
     method: &'static str,
-    call: impl Future<Output = Result<T, CloudError>>,
-) -> Result<T, CloudError> {
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     let start = Instant::now();
     let result = call.await;
     let controller = crate::metrics::current_controller();
@@ -55,7 +55,7 @@ async fn observe<T>(
     if let Err(e) = &result {
         METRICS
             .cloudprovider_errors_total
-            .with_label_values(&[controller, method, provider, error_label(e)])
+            .with_label_values(&[controller, method, provider, error_label(e.as_ref())])
             .inc();
     }
     result

@@ -385,7 +385,7 @@ pub struct Settings {
     /// The API server endpoint nodes join (empty: discovered with eks:DescribeCluster).
     #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
     pub cluster_endpoint: String,
-    /// The API server's CA bundle, base64, for nodes' bootstrap (empty: the controller's own).
+    /// The API server's CA bundle, base64, for nodes' bootstrap (empty: discovered with eks:DescribeCluster).
     #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "")]
     pub cluster_ca_bundle: String,
     /// The VPC has no internet access: do not call the Pricing API, use bundled prices.
