@@ -220,7 +220,9 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             std::env::var("HOSTNAME").ok().as_deref(),
             &controllers::leader::unique_suffix(),
         );
-        tracing::info!(identity = %identity, "leader election identity");
+        if !settings.disable_leader_election {
+            tracing::info!(identity = %identity, "leader election identity");
+        }
         let namespace = if settings.leader_election_namespace.is_empty() {
             std::env::var("SYSTEM_NAMESPACE").unwrap_or_else(|_| "kube-system".into())
         } else {
