@@ -5,6 +5,7 @@
 //! time, chosen by a Lease.
 
 pub mod disruption;
+pub mod events;
 pub mod interruption;
 pub mod kubelet;
 pub mod leader;
@@ -15,7 +16,7 @@ pub mod nodepool;
 use std::sync::Arc;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 
 use crate::clock::Clock;
 use crate::cloudprovider::simulated::SimulatedProvider;
@@ -38,7 +39,7 @@ pub struct Context {
     /// The simulated cloud again, when that is the cloud, for the stand-in kubelet.
     pub simulated: Option<Arc<SimulatedProvider>>,
     /// Publishes Kubernetes events.
-    pub recorder: Recorder,
+    pub recorder: events::EventRecorder,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Scheduler and disruption options.
@@ -63,7 +64,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: events::EventRecorder::new(client.clone(), reporter),
             client,
             eviction_client,
             state,

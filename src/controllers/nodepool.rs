@@ -229,7 +229,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
                 "ValidationSucceeded",
                 FALSE,
                 "NodePoolValidationFailed",
-                &msg,
+                msg,
                 now,
             ) {
                 publish(&ctx, &pool, "FailedValidation", msg).await;
