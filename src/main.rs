@@ -242,8 +242,14 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             }));
         }
 
-        let identity = std::env::var("POD_NAME")
-            .unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
+        let identity = controllers::leader::identity(
+            std::env::var("POD_NAME").ok().as_deref(),
+            std::env::var("HOSTNAME").ok().as_deref(),
+            &controllers::leader::unique_suffix(),
+        );
+        if !settings.disable_leader_election {
+            tracing::info!(identity = %identity, "leader election identity");
+        }
         let namespace = if settings.leader_election_namespace.is_empty() {
             std::env::var("SYSTEM_NAMESPACE").unwrap_or_else(|_| "kube-system".into())
         } else {

@@ -248,6 +248,55 @@ fn is_in_flight(cluster: &Cluster, claim: &crate::apis::NodeClaim) -> bool {
     !registered && claim.metadata.deletion_timestamp.is_none()
 }
 
+/// Taints a node is not kept from pods by, as upstream's known ephemeral taints: set while the
+/// kubelet or the cloud controller starts up, and Karpenter's own `karpenter.sh/unregistered`,
+/// which registration removes. A node carrying one is about to take pods; planning around it
+/// would launch a second node for the same pods.
+const EPHEMERAL_TAINTS: &[(&str, &str)] = &[
+    ("node.kubernetes.io/not-ready", "NoSchedule"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"),
+    (
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "NoSchedule",
+    ),
+    (labels::UNREGISTERED_TAINT_KEY, "NoExecute"),
+];
+
+/// The taints the scheduler holds against an existing node: its own, less the ephemeral ones
+/// and, until Karpenter marks it initialized, its NodeClaim's startup taints (which something in
+/// the cluster removes once the node is ready).
+fn scheduling_taints(cluster: &Cluster, node: &core::Node) -> Vec<crate::apis::nodeclaim::Taint> {
+    let initialized = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::INITIALIZED))
+        .is_some_and(|v| v == "true");
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    let startup: &[crate::apis::nodeclaim::Taint] = match provider_id {
+        Some(id) if !initialized => cluster
+            .nodeclaims
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+            .map(|c| c.spec.startup_taints.as_slice())
+            .unwrap_or_default(),
+        _ => &[],
+    };
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            !EPHEMERAL_TAINTS.contains(&(t.key.as_str(), t.effect.as_str()))
+                && !startup
+                    .iter()
+                    .any(|s| s.key == t.key && s.effect.as_str() == t.effect)
+        })
+        .filter_map(|t| taint_from_k8s(t).ok())
+        .collect()
+}
+
 /// Builds the scheduler input from a cluster and the instance types its node classes offer.
 pub fn prepare(
     cluster: &Cluster,
@@ -454,12 +503,7 @@ pub fn prepare(
         existing.push(ExistingNode {
             name: Arc::from(name.as_str()),
             labels: node.metadata.labels.clone().unwrap_or_default(),
-            taints: spec
-                .and_then(|s| s.taints.as_ref())
-                .into_iter()
-                .flatten()
-                .filter_map(|t| taint_from_k8s(t).ok())
-                .collect(),
+            taints: scheduling_taints(cluster, node),
             allocatable,
             requested,
             pods,
@@ -1107,4 +1151,83 @@ pub fn explain(
 ) -> Option<disruption::Explanation> {
     let (_, state) = provisioned(cluster, catalog, options, now);
     disruption::explain(&state, now, options.disruption, node)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn ephemeral_and_pending_startup_taints_do_not_keep_pods_off_a_node() {
+        let claim: crate::apis::NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+                "startupTaints": [{"key": "example.com/cni-not-ready", "effect": "NoSchedule"}],
+            },
+            "status": {"providerID": "aws:///us-east-1a/i-0123"},
+        }))
+        .expect("claim");
+        let node = |initialized: bool| -> core::Node {
+            let labels = if initialized {
+                json!({"karpenter.sh/initialized": "true"})
+            } else {
+                json!({})
+            };
+            serde_json::from_value(json!({
+                "metadata": {"name": "n", "labels": labels},
+                "spec": {
+                    "providerID": "aws:///us-east-1a/i-0123",
+                    "taints": [
+                        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+                        {"key": "example.com/cni-not-ready", "effect": "NoSchedule"},
+                        {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
+                    ],
+                },
+            }))
+            .expect("node")
+        };
+        let cluster = Cluster {
+            nodepools: Vec::new(),
+            nodeclasses: Vec::new(),
+            nodeclaims: vec![claim],
+            nodes: Vec::new(),
+            pods: Vec::new(),
+            daemonsets: Vec::new(),
+            pdbs: Vec::new(),
+            persistent_volumes: Vec::new(),
+            persistent_volume_claims: Vec::new(),
+            storage_classes: Vec::new(),
+            csi_nodes: Vec::new(),
+            ignored: Vec::new(),
+        };
+        let keys = |taints: Vec<crate::apis::nodeclaim::Taint>| -> Vec<String> {
+            taints
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect.as_str()))
+                .collect()
+        };
+        assert_eq!(
+            keys(scheduling_taints(&cluster, &node(false))),
+            [
+                "node.kubernetes.io/not-ready:NoExecute",
+                "dedicated:NoSchedule"
+            ]
+        );
+        assert_eq!(
+            keys(scheduling_taints(&cluster, &node(true))),
+            [
+                "node.kubernetes.io/not-ready:NoExecute",
+                "example.com/cni-not-ready:NoSchedule",
+                "dedicated:NoSchedule"
+            ],
+            "once initialized, a startup taint still there is a real one"
+        );
+    }
 }

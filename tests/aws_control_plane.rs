@@ -18,12 +18,13 @@ use karpenter_rs::apis::{EC2NodeClass, NodeClaim};
 use karpenter_rs::clock::{Clock, FakeClock};
 use karpenter_rs::cloudprovider::CloudProvider;
 use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings};
+use karpenter_rs::controllers::events::EventRecorder;
 use karpenter_rs::controllers::{Context, interruption, nodeclass};
 use karpenter_rs::scheduling::instance_type::CapacityType;
 use karpenter_rs::state::ClusterState;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Client, Config};
 use serde_json::json;
 
@@ -276,7 +277,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
         // on the queue (in flight until its visibility timeout) and will come back.
         let unreachable = Client::try_from(Config::new("http://127.0.0.1:9".parse().expect("url")))
             .expect("client");
-        let recorder = Recorder::new(
+        let recorder = EventRecorder::new(
             unreachable.clone(),
             Reporter {
                 controller: "karpenter".into(),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Client, ResourceExt};
 
 use crate::apis::NodeClaim;
@@ -22,6 +22,7 @@ use crate::cloudprovider::aws::interruption::{
 };
 use crate::cloudprovider::provider_id_instance;
 use crate::controllers::Context;
+use crate::controllers::events::EventRecorder;
 use crate::metrics::METRICS;
 
 /// Polls the queue until the task is dropped (SQS long polling makes this cheap).
@@ -67,7 +68,7 @@ pub fn affected<'a>(event: &InterruptionEvent, claims: &'a [Arc<NodeClaim>]) -> 
 /// queue when everything succeeded. An error leaves the message for redelivery.
 pub async fn handle(
     client: &Client,
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     aws: &AwsProvider,
     claims: &[Arc<NodeClaim>],
     message: &QueueMessage,
@@ -88,7 +89,7 @@ pub async fn handle(
 
 async fn act(
     client: &Client,
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     aws: &AwsProvider,
     claims: &[Arc<NodeClaim>],
     event: &InterruptionEvent,

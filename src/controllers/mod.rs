@@ -5,6 +5,7 @@
 //! time, chosen by a Lease.
 
 pub mod disruption;
+pub mod events;
 pub mod interruption;
 pub mod kubelet;
 pub mod leader;
@@ -16,7 +17,7 @@ pub mod nodepool;
 use std::sync::Arc;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 
 use crate::clock::Clock;
 use crate::cloudprovider::simulated::SimulatedProvider;
@@ -39,7 +40,7 @@ pub struct Context {
     /// The simulated cloud again, when that is the cloud, for the stand-in kubelet.
     pub simulated: Option<Arc<SimulatedProvider>>,
     /// Publishes Kubernetes events.
-    pub recorder: Recorder,
+    pub recorder: events::EventRecorder,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Scheduler and disruption options.
@@ -64,7 +65,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: events::EventRecorder::new(client.clone(), reporter),
             client,
             eviction_client,
             state,
@@ -107,9 +108,13 @@ pub struct RunConfig {
     pub observe_cluster_state: bool,
 }
 
-/// Runs the controllers until SIGTERM / Ctrl-C (`Ok`) or until leadership is lost (`Err`, so
-/// the process exits and restarts as a follower, as upstream's does). `readiness` is set while
-/// the process runs, leader or standby.
+/// Runs the controllers until SIGTERM / Ctrl-C (`Ok`), or until leadership is lost or a
+/// controller fails (`Err`, so the process exits non-zero and restarts as a follower, as
+/// upstream's does).
+///
+/// `readiness` (`/readyz`) follows the caches this replica works from: a standby holds none, so
+/// it is ready (a rollout's new pod turns ready while the old one leads); a leader is not ready
+/// from the moment it wins until every cache has synced.
 pub async fn run(
     client: Client,
     provider: Arc<dyn CloudProvider>,
@@ -125,16 +130,57 @@ pub async fn run(
         .map(|(ns, name)| leader::LeaderElector::new(client.clone(), ns, name, &config.identity));
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
-    // A standby replica is healthy and ready: it takes over without a restart.
-    readiness.set(true);
     if let Some(e) = &elector {
+        readiness.set(true);
         tokio::select! {
             _ = e.acquire() => {}
             _ = &mut shutdown => return Ok(()),
         }
+        readiness.set(false);
     }
+    // Leading from here on. The lease is renewed concurrently with everything below, the cache
+    // sync included (a sync longer than the lease must not let another replica take over while
+    // this one is about to act), and losing it stops everything at once.
+    let lost = async {
+        match &elector {
+            Some(e) => e.keep().await,
+            None => std::future::pending().await,
+        }
+    };
+    let work = lead(client, provider, simulated, aws, clock, config, &readiness);
+    let result = tokio::select! {
+        _ = &mut shutdown => {
+            tracing::info!("shutting down");
+            Ok(())
+        }
+        _ = lost => Err(anyhow::anyhow!("leader election lost")),
+        failed = work => Err(failed),
+    };
+    // Leaving the select dropped `work` and with it the controllers' JoinSet, which aborts them.
+    readiness.set(false);
+    if let (Some(e), Ok(())) = (&elector, &result) {
+        e.release().await;
+    }
+    result
+}
+
+/// What the leader does: sync the caches, then run every controller; returns only if one of
+/// them stops (a panic), which is an error.
+async fn lead(
+    client: Client,
+    provider: Arc<dyn CloudProvider>,
+    simulated: Option<Arc<SimulatedProvider>>,
+    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
+    clock: Arc<dyn Clock>,
+    config: RunConfig,
+    readiness: &crate::operator::http::Readiness,
+) -> anyhow::Error {
+    let started = tokio::time::Instant::now();
     let (state, mut tasks) = ClusterState::start(&client).await;
     state.wait_synced().await;
+    tracing::info!(after = ?started.elapsed(), "caches synced");
+    crate::metrics::METRICS.cluster_state_synced.set(1.0);
+    readiness.set(true);
     if let Some(cloud) = &simulated {
         kubelet::adopt_instances(cloud, &state.nodeclaims.state());
     }
@@ -185,25 +231,19 @@ pub async fn run(
             interruption::run(ctx.clone(), aws),
         ));
     }
-    let keep = async {
-        match &elector {
-            Some(e) => e.keep().await,
-            None => std::future::pending().await,
+    // Controllers and watches run until aborted; one that returns has nothing more to do (the
+    // interruption consumer without a queue), one that panicked leaves the controller without
+    // part of its job, which a restart fixes.
+    loop {
+        match tasks.join_next().await {
+            Some(Err(e)) if e.is_panic() => {
+                tracing::error!(error = %e, "a controller panicked; exiting so the pod restarts");
+                return anyhow::anyhow!("a controller panicked: {e}");
+            }
+            Some(_) => {}
+            None => std::future::pending::<()>().await,
         }
-    };
-    let result = tokio::select! {
-        _ = &mut shutdown => {
-            tracing::info!("shutting down");
-            Ok(())
-        }
-        _ = keep => Err(anyhow::anyhow!("leader election lost")),
-    };
-    readiness.set(false);
-    tasks.abort_all();
-    if let (Some(e), Ok(())) = (&elector, &result) {
-        e.release().await;
     }
-    result
 }
 
 /// Resolves on SIGTERM (what Kubernetes sends) or Ctrl-C.
