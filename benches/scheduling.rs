@@ -194,10 +194,12 @@ impl PodFactory {
             namespace: Arc::from("default"),
             name: Arc::from(format!("pod-{n}")),
             uid: Arc::from(format!("00000000-0000-0000-0000-{n:012}")),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            labels: Arc::new(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             created: 0,
             requests: Resources {
                 pods: 1,

@@ -1,5 +1,6 @@
 //! The `karpenter-rs` command line.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -454,12 +455,19 @@ fn run_simulate(
     } else {
         simulate::simulate(&cluster, &catalog, options)
     };
+    // The input is no longer needed; free it before rendering (a large cluster's pods would
+    // otherwise stay resident next to the report).
+    drop(cluster);
     match output {
         Output::Table => print!("{}", result.to_table()),
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&result).context("rendering the report as JSON")?
-        ),
+        Output::Json => {
+            // Streamed: a report of thousands of NodeClaims is tens of MB of JSON.
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            serde_json::to_writer_pretty(&mut out, &result)
+                .context("rendering the report as JSON")?;
+            writeln!(out)?;
+            out.flush()?;
+        }
     }
     Ok(())
 }

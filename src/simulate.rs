@@ -5,7 +5,7 @@
 //! instance types and DaemonSet overhead, existing nodes with their bound pods, pending pods),
 //! runs it, and reports every new NodeClaim, every pod's placement and the cost.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
@@ -19,7 +19,7 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
-use crate::cloudprovider::launch_candidates;
+use crate::cloudprovider::first_launch_choice;
 use crate::cluster::{Cluster, ClusterPod};
 use crate::disruption::state::State;
 use crate::disruption::{self, Blocked, Command};
@@ -565,13 +565,24 @@ pub fn prepare(
         });
     }
 
-    let mut pods = Vec::new();
-    for p in cluster.pending_pods() {
+    let pending = cluster.pending_pods();
+    let mut pods = Vec::with_capacity(pending.len());
+    // Replicas carry identical labels: keep one copy per distinct label set.
+    let mut label_sets: HashSet<Arc<BTreeMap<String, String>>> = HashSet::new();
+    for p in pending {
         match Pod::from_parts(&p.metadata, &p.spec)
             .and_then(|pod| with_volume_topology(cluster, p, pod))
         {
             Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
-            Ok(pod) => pods.push(pod),
+            Ok(mut pod) => {
+                match label_sets.get(&pod.labels) {
+                    Some(shared) => pod.labels = shared.clone(),
+                    None => {
+                        label_sets.insert(pod.labels.clone());
+                    }
+                }
+                pods.push(pod);
+            }
             Err(reason) => invalid_pods.push(Unschedulable {
                 pod: p.key(),
                 reason,
@@ -795,13 +806,8 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
             .iter()
             .map(|&t| &pool.instance_types[t as usize])
             .collect();
-        let chosen = launch_candidates(
-            options.iter().copied(),
-            &planned.requirements,
-            &Resources::default(),
-        )
-        .into_iter()
-        .next();
+        // The solver kept only options that satisfy the claim's final requirements.
+        let chosen = first_launch_choice(options.iter().copied(), &planned.requirements);
         let pods: Vec<String> = planned
             .pods
             .iter()

@@ -787,3 +787,51 @@ spec:
     assert!(report.nodeclaims.is_empty(), "{:#?}", report.nodeclaims);
     assert!(report.placements.values().all(|n| n == "default-abcde"));
 }
+
+#[test]
+fn node_taints_policy_honor_leaves_out_zones_only_tainted_pools_provide() {
+    let general = nodepool(
+        "general",
+        "",
+        "        - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1a, us-east-1b]}",
+    );
+    let dedicated = nodepool(
+        "dedicated",
+        "",
+        "        - {key: topology.kubernetes.io/zone, operator: In, values: [us-east-1c]}\n      taints: [{key: dedicated, value: gpu, effect: NoSchedule}]",
+    );
+    let spread = |policy: &str| {
+        deployment(
+            "web",
+            4,
+            "500m",
+            &format!(
+                "      topologySpreadConstraints:\n        - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: {policy}, labelSelector: {{matchLabels: {{app: web}}}}}}"
+            ),
+        )
+    };
+    // Ignore (the default): zone c counts with zero pods, so each of a and b takes one pod.
+    let ignored = run(&[
+        NODECLASS.into(),
+        general.clone(),
+        dedicated.clone(),
+        spread("Ignore"),
+    ]);
+    assert_eq!(
+        ignored.unschedulable.len(),
+        2,
+        "{:#?}",
+        ignored.unschedulable
+    );
+    // Honor: zone c is only reachable through a taint the pods do not tolerate.
+    let honored = run(&[NODECLASS.into(), general, dedicated, spread("Honor")]);
+    assert!(
+        honored.unschedulable.is_empty(),
+        "{:#?}",
+        honored.unschedulable
+    );
+    assert_eq!(
+        pods_per_zone(&honored),
+        BTreeMap::from([("us-east-1a".to_string(), 2), ("us-east-1b".to_string(), 2)])
+    );
+}

@@ -435,7 +435,7 @@ fn bare_pod(namespace: &str, name: &str, app: &str, cpu_m: i64, mem: i64) -> Pod
         namespace: Arc::from(namespace),
         name: Arc::from(name),
         uid: Arc::from(format!("{namespace}/{name}")),
-        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
         created: 0,
         requests: Resources {
             cpu: cpu_m,

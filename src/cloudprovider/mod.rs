@@ -260,30 +260,70 @@ pub fn launch_candidates<'a>(
     requirements: &Requirements,
     requests: &Resources,
 ) -> Vec<(&'a InstanceType, &'a Offering)> {
+    launch_order(
+        types
+            .into_iter()
+            .filter(|it| requests.fits(&it.allocatable))
+            .filter(|it| scheduler::type_matches(it, requirements)),
+        requirements,
+    )
+}
+
+/// The first offering [`launch_candidates`] would list for instance types already known to fit
+/// and to satisfy the requirements' labels, such as a planned NodeClaim's options: what
+/// `simulate` reports as the launch. One pass, no sort and no re-derived requirement sets, which
+/// matters when reporting thousands of NodeClaims with hundreds of options each.
+pub fn first_launch_choice<'a>(
+    types: impl IntoIterator<Item = &'a InstanceType>,
+    requirements: &Requirements,
+) -> Option<(&'a InstanceType, &'a Offering)> {
+    let allowed = offering_filter(requirements);
+    types
+        .into_iter()
+        .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
+        .filter(|(_, o)| allowed(o))
+        .min_by(launch_cmp)
+}
+
+fn launch_order<'a>(
+    types: impl IntoIterator<Item = &'a InstanceType>,
+    requirements: &Requirements,
+) -> Vec<(&'a InstanceType, &'a Offering)> {
+    let allowed = offering_filter(requirements);
+    let mut out: Vec<(&InstanceType, &Offering)> = types
+        .into_iter()
+        .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
+        .filter(|(_, o)| allowed(o))
+        .collect();
+    out.sort_by(launch_cmp);
+    out.truncate(MAX_LAUNCH_OVERRIDES);
+    out
+}
+
+/// Whether an offering is available in a zone and capacity type the requirements allow.
+fn offering_filter(requirements: &Requirements) -> impl Fn(&Offering) -> bool + '_ {
     let zone = requirements.get(labels::ZONE);
     let zone_id = requirements.get(labels::ZONE_ID);
     let capacity = requirements.get(labels::CAPACITY_TYPE);
-    let mut out: Vec<(&InstanceType, &Offering)> = types
-        .into_iter()
-        .filter(|it| requests.fits(&it.allocatable))
-        .filter(|it| scheduler::type_matches(it, requirements))
-        .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
-        .filter(|(_, o)| {
-            o.available
-                && zone.is_none_or(|z| z.has(&o.zone))
-                && capacity.is_none_or(|c| c.has(o.capacity_type.label()))
-                && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
-        })
-        .collect();
-    out.sort_by(|(a_it, a), (b_it, b)| {
-        capacity_rank(a.capacity_type)
-            .cmp(&capacity_rank(b.capacity_type))
-            .then(a.price.total_cmp(&b.price))
-            .then(a_it.name.cmp(&b_it.name))
-            .then(a.zone.cmp(&b.zone))
-    });
-    out.truncate(MAX_LAUNCH_OVERRIDES);
-    out
+    move |o: &Offering| {
+        o.available
+            && zone.is_none_or(|z| z.has(&o.zone))
+            && capacity.is_none_or(|c| c.has(o.capacity_type.label()))
+            && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+    }
+}
+
+/// The launch order: capacity type by preference, then price, then name and zone for a
+/// deterministic tie-break.
+fn launch_cmp(
+    (a_it, a): &(&InstanceType, &Offering),
+    (b_it, b): &(&InstanceType, &Offering),
+) -> std::cmp::Ordering {
+    capacity_rank(a.capacity_type)
+        .cmp(&capacity_rank(b.capacity_type))
+        .then(a.price.total_cmp(&b.price))
+        .then(a_it.name.cmp(&b_it.name))
+        .then(a.zone.cmp(&b.zone))
 }
 
 /// Upstream's capacity-type preference: reserved capacity is already paid for, spot is cheaper
@@ -363,6 +403,14 @@ mod tests {
         assert!(c.iter().all(|(_, o)| o.capacity_type == CapacityType::Spot));
         assert!(c.windows(2).all(|w| w[0].1.price <= w[1].1.price));
         assert!(c.iter().all(|(it, _)| requests.fits(&it.allocatable)));
+        // simulate's one-pass choice over types known to fit is the head of the same order.
+        let fitting: Vec<&InstanceType> = types
+            .iter()
+            .filter(|it| requests.fits(&it.allocatable))
+            .collect();
+        let (it, o) = first_launch_choice(fitting.iter().copied(), &reqs).expect("a choice");
+        assert_eq!((&it.name, &o.zone), (&c[0].0.name, &c[0].1.zone));
+        assert_eq!(o.capacity_type, c[0].1.capacity_type);
     }
 
     #[test]

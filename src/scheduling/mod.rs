@@ -12,3 +12,4 @@ pub mod resources;
 pub mod scheduler;
 pub mod taints;
 pub mod topology;
+pub mod type_set;

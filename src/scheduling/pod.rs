@@ -199,8 +199,9 @@ pub struct Pod {
     pub name: Arc<str>,
     /// UID, the last tie-breaker of the queue order.
     pub uid: Arc<str>,
-    /// Labels (for selectors of other pods).
-    pub labels: BTreeMap<String, String>,
+    /// Labels (for selectors of other pods); shared, since replicas of a workload carry the
+    /// same labels and a large batch would otherwise hold one copy per pod.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// Creation time in seconds since the epoch (queue order).
     pub created: i64,
     /// Resources requested, including init containers and overhead.
@@ -257,7 +258,7 @@ impl Pod {
     pub fn from_parts(meta: &ObjectMeta, spec: &core::PodSpec) -> Result<Self, String> {
         let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
         let name = meta.name.clone().unwrap_or_default();
-        let labels = meta.labels.clone().unwrap_or_default();
+        let labels = Arc::new(meta.labels.clone().unwrap_or_default());
         let requests = requests(spec)?;
         let mut required_terms = Vec::new();
         let mut preferred_terms = Vec::new();

@@ -29,6 +29,7 @@ use super::requirements::{AllowUndefined, Requirement, Requirements};
 use super::resources::Resources;
 use super::taints::{self, Toleration};
 use super::topology::{Constraint, PodTopology, Strength, Topology};
+use super::type_set::TypeSet;
 
 /// Upstream's cap on instance-type options per NodeClaim.
 pub const MAX_INSTANCE_TYPES: usize = 600;
@@ -66,7 +67,7 @@ pub struct NodePoolTemplate {
 pub struct PoolCache {
     type_requirements: OnceLock<Arc<Vec<Requirements>>>,
     by_price: OnceLock<Arc<Vec<u32>>>,
-    compatible: Mutex<HashMap<String, Arc<Vec<u32>>>>,
+    compatible: Mutex<HashMap<String, Arc<TypeSet>>>,
     price_order: Mutex<HashMap<String, Arc<Vec<f64>>>>,
 }
 
@@ -233,7 +234,7 @@ struct Claim {
     nodepool: usize,
     hostname: Arc<str>,
     requirements: Requirements,
-    options: Vec<u32>,
+    options: TypeSet,
     requests: Resources,
     pods: Vec<u32>,
     host_ports: Vec<HostPort>,
@@ -402,7 +403,7 @@ pub fn launch_offering<'a>(
 
 /// Per-resource maximum of `allocatable - requests` over the options: an upper bound on what
 /// one more pod may request. Computed without allocating for the common resources.
-fn headroom(pool: &Pool, options: &[u32], requests: &Resources) -> Resources {
+fn headroom(pool: &Pool, options: &TypeSet, requests: &Resources) -> Resources {
     if options.is_empty() {
         return Resources::default();
     }
@@ -415,7 +416,7 @@ fn headroom(pool: &Pool, options: &[u32], requests: &Resources) -> Resources {
         ephemeral_storage: i64::MIN,
         extended: Vec::new(),
     };
-    for &i in options {
+    for i in options.types(&pool.by_price) {
         let a = &types[i as usize].allocatable;
         out.cpu = out.cpu.max(a.cpu);
         out.memory = out.memory.max(a.memory);
@@ -496,6 +497,7 @@ impl<'a> Solver<'a> {
                         .filter(|o| o.available)
                         .map(|o| &o.zone)
                         .filter(|z| allowed.is_none_or(|r| r.has(z))),
+                    &pool.template.taints,
                 );
             }
         }
@@ -518,7 +520,7 @@ impl<'a> Solver<'a> {
         existing.sort_by_key(|e| !e.node.initialized);
         for e in &existing {
             for (key, value) in &e.node.labels {
-                topology.add_domains(key, [&Arc::from(value.as_str())]);
+                topology.add_domains(key, [&Arc::from(value.as_str())], &e.node.taints);
             }
         }
         // Register every pod (bound and pending) so all groups exist before linking.
@@ -533,7 +535,7 @@ impl<'a> Solver<'a> {
         for (n, k, mut t) in bound {
             let node = &existing[n].node;
             topology.link(&node.pods[k], &mut t);
-            topology.record(&t, |key| domain_of_node(node, key));
+            topology.record(&t, |key| domain_of_node(node, key), &node.taints);
         }
         for (p, t) in input.pods.iter().zip(pod_topology.iter_mut()) {
             topology.link(p, t);
@@ -635,7 +637,10 @@ impl<'a> Solver<'a> {
 
     fn finish(&self, claim: Claim) -> PlannedNodeClaim {
         let prices = self.prices(claim.nodepool, &claim.requirements);
-        let mut options = claim.options;
+        let mut options: Vec<u32> = claim
+            .options
+            .types(&self.pools[claim.nodepool].by_price)
+            .collect();
         // Options are kept in the pool's overall price order; re-sort only when the claim's zone
         // or capacity type makes that order wrong.
         let price_order = |a: &u32, b: &u32| {
@@ -647,6 +652,9 @@ impl<'a> Solver<'a> {
             options.sort_by(price_order);
         }
         options.truncate(MAX_INSTANCE_TYPES);
+        // Thousands of planned NodeClaims outlive the solve: keep 60 options, not the capacity
+        // of every option the claim had.
+        options.shrink_to_fit();
         PlannedNodeClaim {
             nodepool: claim.nodepool,
             hostname: claim.hostname,
@@ -750,8 +758,17 @@ impl<'a> Solver<'a> {
                 .filter(|c| c.topology_key == key)
                 .all(|c| !c.honor_node_affinity)
                 && pod.spread.iter().any(|c| c.topology_key == key);
+            // `nodeTaintsPolicy: Honor` on every spread constraint of this key: leave out
+            // domains only NodePools or nodes with taints the pod does not tolerate provide.
+            let honor_taints = pod
+                .spread
+                .iter()
+                .filter(|c| c.topology_key == key)
+                .all(|c| c.honor_node_taints)
+                && pod.spread.iter().any(|c| c.topology_key == key);
             let allowed_by_pod = |d: &str| {
-                ignore_affinity || universe.iter().any(|u| u.get(key).is_none_or(|r| r.has(d)))
+                (ignore_affinity || universe.iter().any(|u| u.get(key).is_none_or(|r| r.has(d))))
+                    && (!honor_taints || self.topology.domain_tolerated(key, d, &pod.tolerations))
             };
             let allowed =
                 self.topology
@@ -858,8 +875,11 @@ impl<'a> Solver<'a> {
             }
         }
         let node = &e.node;
-        self.topology
-            .record(&self.pod_topology[i], |key| domain_of_node(node, key));
+        self.topology.record(
+            &self.pod_topology[i],
+            |key| domain_of_node(node, key),
+            &node.taints,
+        );
     }
 
     fn try_claims(
@@ -896,7 +916,7 @@ impl<'a> Solver<'a> {
         nodepool: usize,
         hostname: &Arc<str>,
         requirements: &Requirements,
-        options: &[u32],
+        options: &TypeSet,
         key: &str,
     ) -> Vec<Arc<str>> {
         if key == labels::HOSTNAME {
@@ -915,7 +935,7 @@ impl<'a> Solver<'a> {
                 out.push(Arc::from(v));
             }
         };
-        for &t in options {
+        for t in options.types(&pool.by_price) {
             let it = &pool.template.instance_types[t as usize];
             match key {
                 labels::ZONE => it
@@ -1018,27 +1038,17 @@ impl<'a> Solver<'a> {
         let mut total = claim.requests.clone();
         total.add(&pod.requests);
         let reqs_now = new_reqs.as_ref().unwrap_or(&claim.requirements);
-        let options: Vec<u32> = claim
-            .options
-            .iter()
-            .copied()
-            .filter(|&t| {
-                let it = &pool.template.instance_types[t as usize];
-                total.fits(&it.allocatable)
-                    && (new_reqs.is_none()
-                        || type_fits_requirements(
-                            it,
-                            &pool.type_requirements[t as usize],
-                            reqs_now,
-                        ))
-            })
-            .collect();
+        let options = claim.options.filter(&pool.by_price, |t| {
+            let it = &pool.template.instance_types[t as usize];
+            total.fits(&it.allocatable)
+                && (new_reqs.is_none()
+                    || type_fits_requirements(it, &pool.type_requirements[t as usize], reqs_now))
+        });
         if options.is_empty() {
             return Verdict::NotNow;
         }
-        let (options, relaxed) = match self.check_min_values(pool, &options, reqs_now) {
-            Some(r) => r,
-            None => return Verdict::NotNow,
+        let Some(relaxed) = self.check_min_values(pool, &options, reqs_now) else {
+            return Verdict::NotNow;
         };
         Verdict::Fits(ClaimUpdate {
             requirements: new_reqs,
@@ -1065,19 +1075,22 @@ impl<'a> Solver<'a> {
             .is_empty()
     }
 
-    /// Applies `minValues`: returns the options (possibly unchanged) and whether they were
-    /// relaxed, or None when Strict and not met.
+    /// Applies `minValues` to the options: whether it had to be relaxed (BestEffort), or None
+    /// when Strict and not met.
     fn check_min_values(
         &self,
         pool: &Pool,
-        options: &[u32],
+        options: &TypeSet,
         reqs: &Requirements,
-    ) -> Option<(Vec<u32>, bool)> {
+    ) -> Option<bool> {
         let mut relaxed = false;
         for r in reqs.iter() {
             let Some(min) = r.min_values() else { continue };
             let mut values: Vec<&str> = Vec::new();
-            for &t in options {
+            for t in options.types(&pool.by_price) {
+                if values.len() as u32 >= min {
+                    break;
+                }
                 let it = &pool.template.instance_types[t as usize];
                 let v = match r.key() {
                     labels::INSTANCE_TYPE => Some(it.name.as_ref()),
@@ -1098,7 +1111,7 @@ impl<'a> Solver<'a> {
                 }
             }
         }
-        Some((options.to_vec(), relaxed))
+        Some(relaxed)
     }
 
     fn commit_claim(&mut self, i: usize, c: usize, relax: Relaxation, update: ClaimUpdate) {
@@ -1122,18 +1135,28 @@ impl<'a> Solver<'a> {
             &self.claims[c].requests,
         );
         self.claims[c].headroom = headroom;
+        self.record_on_claim(i, c);
+    }
+
+    /// Counts pod `i`, just placed on planned NodeClaim `c`, in its topology groups.
+    fn record_on_claim(&mut self, i: usize, c: usize) {
         let claim = &self.claims[c];
         let hostname = claim.hostname.clone();
         let reqs = &claim.requirements;
-        self.topology.record(&self.pod_topology[i], |key| {
-            if key == labels::HOSTNAME {
-                Some(hostname.clone())
-            } else {
-                reqs.get(key)
-                    .filter(|r| r.len() == Some(1))
-                    .and_then(|r| r.values().next().map(Arc::from))
-            }
-        });
+        let taints = &self.pools[claim.nodepool].template.taints;
+        self.topology.record(
+            &self.pod_topology[i],
+            |key| {
+                if key == labels::HOSTNAME {
+                    Some(hostname.clone())
+                } else {
+                    reqs.get(key)
+                        .filter(|r| r.len() == Some(1))
+                        .and_then(|r| r.values().next().map(Arc::from))
+                }
+            },
+            taints,
+        );
     }
 
     fn try_new(
@@ -1153,18 +1176,7 @@ impl<'a> Solver<'a> {
                 Ok(claim) => {
                     self.claims.push(claim);
                     let c = self.claims.len() - 1;
-                    let claim = &self.claims[c];
-                    let hostname = claim.hostname.clone();
-                    let reqs = &claim.requirements;
-                    self.topology.record(&self.pod_topology[i], |key| {
-                        if key == labels::HOSTNAME {
-                            Some(hostname.clone())
-                        } else {
-                            reqs.get(key)
-                                .filter(|r| r.len() == Some(1))
-                                .and_then(|r| r.values().next().map(Arc::from))
-                        }
-                    });
+                    self.record_on_claim(i, c);
                     self.consume_limits(p, c);
                     return Ok(Placement::NodeClaim(c));
                 }
@@ -1197,8 +1209,8 @@ impl<'a> Solver<'a> {
             .map(|(name, _)| {
                 claim
                     .options
-                    .iter()
-                    .map(|&t| pool.template.instance_types[t as usize].capacity.get(name))
+                    .types(&pool.by_price)
+                    .map(|t| pool.template.instance_types[t as usize].capacity.get(name))
                     .max()
                     .unwrap_or(0)
             })
@@ -1257,18 +1269,14 @@ impl<'a> Solver<'a> {
                 .iter()
                 .all(|(name, remaining)| it.capacity.get(name) <= *remaining)
         };
-        let mut options: Vec<u32> = compatible
-            .iter()
-            .copied()
-            .filter(|&t| {
-                let it = &template.instance_types[t as usize];
-                total.fits(&it.allocatable) && within_limits(it)
-            })
-            .collect();
+        let mut options = compatible.filter(&pool.by_price, |t| {
+            let it = &template.instance_types[t as usize];
+            total.fits(&it.allocatable) && within_limits(it)
+        });
         if options.is_empty() {
             let any_fit = compatible
-                .iter()
-                .any(|&t| total.fits(&template.instance_types[t as usize].allocatable));
+                .types(&pool.by_price)
+                .any(|t| total.fits(&template.instance_types[t as usize].allocatable));
             if any_fit {
                 return Err(format!(
                     "node limits: every instance type that fits exceeds the NodePool's remaining limits ({}); within one provisioning round each planned NodeClaim reserves the capacity of its largest instance type option",
@@ -1281,8 +1289,8 @@ impl<'a> Solver<'a> {
                 ));
             }
             let exceeding = compatible
-                .iter()
-                .filter_map(|&t| {
+                .types(&pool.by_price)
+                .filter_map(|t| {
                     total.first_exceeding(&template.instance_types[t as usize].allocatable)
                 })
                 .next()
@@ -1328,7 +1336,7 @@ impl<'a> Solver<'a> {
                     None,
                 ));
             }
-            options.retain(|&t| {
+            options = options.filter(&pool.by_price, |t| {
                 type_fits_requirements(
                     &template.instance_types[t as usize],
                     &pool.type_requirements[t as usize],
@@ -1341,7 +1349,7 @@ impl<'a> Solver<'a> {
                 );
             }
         }
-        let (options, relaxed) = self
+        let relaxed = self
             .check_min_values(pool, &options, &requirements)
             .ok_or_else(|| {
                 "minValues requirements are not met by the instance types that fit".to_string()
@@ -1365,7 +1373,7 @@ impl<'a> Solver<'a> {
 
     /// Instance types of a pool compatible with a requirement set, price-ordered, memoized
     /// across solves.
-    fn compatible_types(&self, p: usize, reqs: &Requirements) -> Arc<Vec<u32>> {
+    fn compatible_types(&self, p: usize, reqs: &Requirements) -> Arc<TypeSet> {
         let pool = &self.pools[p];
         let key = reqs.to_string();
         if let Ok(cache) = pool.template.cache.compatible.lock()
@@ -1373,19 +1381,13 @@ impl<'a> Solver<'a> {
         {
             return hit.clone();
         }
-        let list: Arc<Vec<u32>> = Arc::new(
-            pool.by_price
-                .iter()
-                .copied()
-                .filter(|&t| {
-                    type_fits_requirements(
-                        &pool.template.instance_types[t as usize],
-                        &pool.type_requirements[t as usize],
-                        reqs,
-                    )
-                })
-                .collect(),
-        );
+        let list = Arc::new(TypeSet::from_order(&pool.by_price, |t| {
+            type_fits_requirements(
+                &pool.template.instance_types[t as usize],
+                &pool.type_requirements[t as usize],
+                reqs,
+            )
+        }));
         if let Ok(mut cache) = pool.template.cache.compatible.lock() {
             cache.insert(key, list.clone());
         }
@@ -1429,29 +1431,40 @@ struct SkipList {
 }
 
 impl SkipList {
+    /// The link of index `i`: itself when live. Indices past the stored links were never
+    /// killed, so a pod class that kills few candidates keeps a short list (thousands of pod
+    /// classes times thousands of NodeClaims would otherwise dominate a large solve's memory).
+    fn link(&self, i: usize) -> usize {
+        self.next.get(i).map_or(i, |&n| n as usize)
+    }
+
     /// The first live index at or after `i`; `len` when none.
     fn find(&mut self, mut i: usize, len: usize) -> usize {
-        while self.next.len() <= len {
+        while i < len {
+            let parent = self.link(i);
+            if parent == i {
+                return i;
+            }
+            let grandparent = self.link(parent);
+            self.next[i] = grandparent as u32;
+            i = parent;
+        }
+        len
+    }
+
+    /// Marks index `i` as never usable again.
+    fn kill(&mut self, i: usize) {
+        while self.next.len() <= i {
             let k = self.next.len() as u32;
             self.next.push(k);
         }
-        while self.next[i] as usize != i {
-            let parent = self.next[i] as usize;
-            self.next[i] = self.next[parent];
-            i = parent;
-        }
-        i
-    }
-
-    /// Marks index `i` (already reached by `find`) as never usable again.
-    fn kill(&mut self, i: usize) {
         self.next[i] = (i + 1) as u32;
     }
 }
 
 struct ClaimUpdate {
     requirements: Option<Requirements>,
-    options: Vec<u32>,
+    options: TypeSet,
     total: Resources,
     min_values_relaxed: bool,
 }

@@ -6,12 +6,14 @@
 //! selector reads and updates one set of counters, so 20,000 replicas of a Deployment cost one
 //! group, not 20,000.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::apis::labels;
+use crate::apis::nodeclaim::Taint;
 
 use super::pod::{AffinityTerm, Pod, Selector, SpreadConstraint, WhenUnsatisfiable};
+use super::taints::{Toleration, first_untolerated};
 
 /// Which pods a group counts: the selector, evaluated in a namespace scope.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -19,6 +21,9 @@ struct GroupKey {
     key: String,
     namespaces: Scope,
     selector: Selector,
+    /// For `nodeTaintsPolicy: Honor` spread constraints, the owner's tolerations: pods on nodes
+    /// with taints these do not tolerate are not counted.
+    tolerations: Option<Vec<Toleration>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -108,15 +113,65 @@ pub struct Topology {
     groups: Vec<Group>,
     index: HashMap<GroupKey, usize>,
     /// Known domains per topology key (zones from the NodePools' offerings, existing nodes'
-    /// label values), the universe spread minimums are taken over.
-    domains: HashMap<String, BTreeSet<Arc<str>>>,
+    /// label values), the universe spread minimums are taken over, with the taints of what
+    /// provides each.
+    domains: HashMap<String, BTreeMap<Arc<str>, Providers>>,
+}
+
+/// The taints of the NodePools and nodes that provide a domain, so a `nodeTaintsPolicy: Honor`
+/// spread constraint leaves out domains only reachable through taints its pod does not tolerate.
+#[derive(Clone, Debug, Default)]
+struct Providers {
+    /// Some provider has no taint that keeps pods off (NoSchedule or NoExecute).
+    untainted: bool,
+    /// The distinct taint sets of the other providers.
+    tainted: Vec<Vec<Taint>>,
+}
+
+impl Providers {
+    fn add(&mut self, taints: &[Taint]) {
+        if self.untainted {
+            return;
+        }
+        if first_untolerated(taints, &[]).is_none() {
+            self.untainted = true;
+            self.tainted = Vec::new();
+        } else if !self.tainted.iter().any(|t| t == taints) {
+            self.tainted.push(taints.to_vec());
+        }
+    }
+
+    fn tolerated_by(&self, tolerations: &[Toleration]) -> bool {
+        self.untainted
+            || self
+                .tainted
+                .iter()
+                .any(|taints| first_untolerated(taints, tolerations).is_none())
+    }
 }
 
 impl Topology {
-    /// Registers the domains a key can take (e.g. every zone some NodePool can launch in).
-    pub fn add_domains<'a>(&mut self, key: &str, values: impl IntoIterator<Item = &'a Arc<str>>) {
-        let set = self.domains.entry(key.to_string()).or_default();
-        set.extend(values.into_iter().cloned());
+    /// Registers the domains a key can take (e.g. every zone some NodePool can launch in) and
+    /// the taints of the NodePool or node that provides them.
+    pub fn add_domains<'a>(
+        &mut self,
+        key: &str,
+        values: impl IntoIterator<Item = &'a Arc<str>>,
+        taints: &[Taint],
+    ) {
+        let map = self.domains.entry(key.to_string()).or_default();
+        for value in values {
+            map.entry(value.clone()).or_default().add(taints);
+        }
+    }
+
+    /// Whether a NodePool or node whose taints the tolerations allow provides the domain
+    /// (`nodeTaintsPolicy: Honor`); unknown domains count as allowed.
+    pub fn domain_tolerated(&self, key: &str, domain: &str, tolerations: &[Toleration]) -> bool {
+        self.domains
+            .get(key)
+            .and_then(|m| m.get(domain))
+            .is_none_or(|p| p.tolerated_by(tolerations))
     }
 
     fn group(&mut self, key: GroupKey) -> usize {
@@ -154,6 +209,7 @@ impl Topology {
             key: c.topology_key.clone(),
             namespaces: Scope::Some(vec![ns.to_string()]),
             selector: c.selector.clone(),
+            tolerations: c.honor_node_taints.then(|| pod.tolerations.clone()),
         };
         let mut schedule_anyway = 0;
         for c in &pod.spread {
@@ -210,6 +266,7 @@ impl Topology {
                 key: term.topology_key.clone(),
                 namespaces: Self::scope(term, ns),
                 selector: term.selector.clone(),
+                tolerations: None,
             });
             if kind == ConstraintKind::AntiAffinity && strength == Strength::Required {
                 out.owns_anti.push(group);
@@ -238,9 +295,20 @@ impl Topology {
             .collect();
     }
 
-    /// Records a pod placed in `domain_of(key)` for each group that counts it.
-    pub fn record(&mut self, topo: &PodTopology, domain_of: impl Fn(&str) -> Option<Arc<str>>) {
+    /// Records a pod placed in `domain_of(key)`, on a node or NodeClaim with `taints`, for each
+    /// group that counts it.
+    pub fn record(
+        &mut self,
+        topo: &PodTopology,
+        domain_of: impl Fn(&str) -> Option<Arc<str>>,
+        taints: &[Taint],
+    ) {
         for &g in &topo.counted_in {
+            if let Some(tolerations) = &self.groups[g].key.tolerations
+                && first_untolerated(taints, tolerations).is_some()
+            {
+                continue;
+            }
             if let Some(d) = domain_of(&self.groups[g].key.key) {
                 *self.groups[g].counts.entry(d).or_default() += 1;
             }
@@ -312,7 +380,7 @@ impl Topology {
                             .domains
                             .get(key)
                             .into_iter()
-                            .flatten()
+                            .flat_map(BTreeMap::keys)
                             .filter(|d| allowed_by_pod(d))
                             .collect();
                         let below_min_domains =
@@ -372,7 +440,7 @@ mod tests {
             namespace: Arc::from("default"),
             name: Arc::from(name),
             uid: Arc::from(name),
-            labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+            labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
             created: 0,
             requests: Default::default(),
             node_selector: BTreeMap::new(),
@@ -405,7 +473,7 @@ mod tests {
     #[test]
     fn zonal_spread_keeps_skew() {
         let mut t = Topology::default();
-        t.add_domains(labels::ZONE, &zones());
+        t.add_domains(labels::ZONE, &zones(), &[]);
         let mut p = pod("p", "web");
         p.spread.push(SpreadConstraint {
             topology_key: labels::ZONE.into(),
@@ -425,13 +493,76 @@ mod tests {
                 .len(),
             3
         );
-        t.record(&topo, |_| Some(Arc::from("a")));
+        t.record(&topo, |_| Some(Arc::from("a")), &[]);
         let allowed = t.allowed_domains(labels::ZONE, &topo, &all, &zones(), &any);
         assert_eq!(allowed, vec![Arc::from("b"), Arc::from("c")]);
         assert_eq!(
             t.best_domain(labels::ZONE, &topo, &all, &allowed)
                 .as_deref(),
             Some("b")
+        );
+    }
+
+    #[test]
+    fn honoring_taints_skips_pods_on_untolerated_nodes_and_their_domains() {
+        use crate::apis::nodeclaim::TaintEffect;
+        let gpu = [Taint {
+            key: "gpu".into(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+            time_added: None,
+        }];
+        let mut t = Topology::default();
+        t.add_domains(labels::ZONE, &zones()[..2], &[]);
+        t.add_domains(labels::ZONE, &zones()[2..], &gpu);
+        // A PreferNoSchedule taint never keeps a domain out.
+        let soft = [Taint {
+            effect: TaintEffect::PreferNoSchedule,
+            ..gpu[0].clone()
+        }];
+        t.add_domains("other", &zones()[..1], &soft);
+        assert!(t.domain_tolerated("other", "a", &[]));
+        assert!(t.domain_tolerated(labels::ZONE, "a", &[]));
+        assert!(!t.domain_tolerated(labels::ZONE, "c", &[]));
+        let toleration = Toleration {
+            key: "gpu".into(),
+            operator: crate::scheduling::taints::TolerationOperator::Exists,
+            ..Toleration::default()
+        };
+        assert!(t.domain_tolerated(labels::ZONE, "c", std::slice::from_ref(&toleration)));
+
+        let constraint = |honor: bool| SpreadConstraint {
+            topology_key: labels::ZONE.into(),
+            max_skew: 1,
+            min_domains: None,
+            when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+            selector: app("web"),
+            honor_node_affinity: true,
+            honor_node_taints: honor,
+        };
+        let mut honoring = pod("h", "web");
+        honoring.spread.push(constraint(true));
+        let mut ignoring = pod("i", "web");
+        ignoring.spread.push(constraint(false));
+        let mut h = t.register(&honoring);
+        let mut i = t.register(&ignoring);
+        t.link(&honoring, &mut h);
+        t.link(&ignoring, &mut i);
+        // A selected pod on a tainted node in zone a counts only for the Ignore constraint.
+        let placed = pod("placed", "web");
+        let mut p = t.register(&placed);
+        t.link(&placed, &mut p);
+        t.record(&p, |_| Some(Arc::from("a")), &gpu);
+        let all = |_: &Constraint| true;
+        let any = |_: &str| true;
+        assert_eq!(
+            t.allowed_domains(labels::ZONE, &h, &all, &zones(), &any)
+                .len(),
+            3
+        );
+        assert_eq!(
+            t.allowed_domains(labels::ZONE, &i, &all, &zones(), &any),
+            vec![Arc::from("b"), Arc::from("c")]
         );
     }
 
@@ -467,7 +598,7 @@ mod tests {
             t.allowed_domains(labels::HOSTNAME, &follower_t, &all, &nodes, &any)
                 .is_empty()
         );
-        t.record(&owner_t, |_| Some(Arc::from("n1")));
+        t.record(&owner_t, |_| Some(Arc::from("n1")), &[]);
         assert_eq!(
             t.allowed_domains(labels::HOSTNAME, &follower_t, &all, &nodes, &any),
             vec![Arc::from("n1")]
