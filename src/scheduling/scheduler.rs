@@ -612,6 +612,10 @@ impl<'a> Solver<'a> {
                 .cpu
                 .cmp(&a.requests.cpu)
                 .then(b.requests.memory.cmp(&a.requests.memory))
+                // Among equal sizes, pods with required anti-affinity first: each needs a node
+                // of its own, and placed late they find every existing NodeClaim filled to the
+                // brim by their peers, so one more node is launched than needed.
+                .then(a.anti_affinity.is_empty().cmp(&b.anti_affinity.is_empty()))
                 .then(a.created.cmp(&b.created))
                 .then_with(|| a.uid.cmp(&b.uid))
         });
