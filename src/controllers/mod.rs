@@ -45,6 +45,38 @@ pub struct Context {
     pub options: SimulateOptions,
     /// Retry delays for evictions refused by PodDisruptionBudgets.
     pub evictions: crate::lifecycle::termination::EvictionBackoff,
+    /// Poll periods and waits of the disruption and garbage-collection loops.
+    pub intervals: Intervals,
+}
+
+/// How often the polling controllers run and how long a disruption command waits. Production
+/// uses upstream's values ([`Intervals::default`]); tests that drive hundreds of rounds against
+/// a real API server shorten them, since every wait is wall-clock time there.
+#[derive(Clone, Copy, Debug)]
+pub struct Intervals {
+    /// Between disruption passes that found nothing to do (upstream: 10 s).
+    pub disruption_poll: std::time::Duration,
+    /// Between tainting a command's candidates and re-validating it (upstream's
+    /// `commandValidationDelay`, 15 s): pods, annotations and PDBs catch up meanwhile.
+    pub validation_delay: std::time::Duration,
+    /// How long a command's replacements may take to initialize before it is rolled back.
+    pub replacement_timeout: std::time::Duration,
+    /// Between updates of the NodeClaims' Drifted / Consolidatable conditions.
+    pub disruption_status: std::time::Duration,
+    /// Between garbage collections of instances and NodeClaims.
+    pub garbage_collection: std::time::Duration,
+}
+
+impl Default for Intervals {
+    fn default() -> Self {
+        Self {
+            disruption_poll: std::time::Duration::from_secs(10),
+            validation_delay: std::time::Duration::from_secs(15),
+            replacement_timeout: std::time::Duration::from_secs(600),
+            disruption_status: std::time::Duration::from_secs(3),
+            garbage_collection: std::time::Duration::from_secs(10),
+        }
+    }
 }
 
 impl Context {
@@ -72,6 +104,7 @@ impl Context {
             clock,
             options,
             evictions: Default::default(),
+            intervals: Intervals::default(),
         }
     }
 }
@@ -144,19 +177,7 @@ pub async fn run(
         config.options,
     ));
     tracing::info!(cloud_provider = provider.name(), "starting controllers");
-    tasks.spawn(crate::provisioning::Provisioner::new(ctx.clone(), config.batch).run());
-    tasks.spawn(crate::lifecycle::run(ctx.clone()));
-    tasks.spawn(disruption::run(ctx.clone()));
-    tasks.spawn(nodeclaim_disruption::run(ctx.clone()));
-    tasks.spawn(crate::lifecycle::garbage::run(ctx.clone()));
-    tasks.spawn(nodepool::run(ctx.clone()));
-    tasks.spawn(nodeclass::run(ctx.clone()));
-    if let Some(cloud) = simulated {
-        tasks.spawn(kubelet::run(ctx.clone(), cloud, config.region.clone()));
-    }
-    if let Some(aws) = aws {
-        tasks.spawn(interruption::run(ctx.clone(), aws));
-    }
+    spawn_controllers(&ctx, &mut tasks, config.batch, &config.region, aws);
     let keep = async {
         match &elector {
             Some(e) => e.keep().await,
@@ -176,6 +197,32 @@ pub async fn run(
         e.release().await;
     }
     result
+}
+
+/// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
+/// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
+/// status controllers, the stand-in kubelet (simulated cloud) and the interruption queue (AWS).
+/// Aborting `tasks` stops them all, as a process kill would; a fresh [`Context`] restarts them.
+pub fn spawn_controllers(
+    ctx: &Arc<Context>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    batch: crate::provisioning::BatchWindow,
+    region: &str,
+    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
+) {
+    tasks.spawn(crate::provisioning::Provisioner::new(ctx.clone(), batch).run());
+    tasks.spawn(crate::lifecycle::run(ctx.clone()));
+    tasks.spawn(disruption::run(ctx.clone()));
+    tasks.spawn(nodeclaim_disruption::run(ctx.clone()));
+    tasks.spawn(crate::lifecycle::garbage::run(ctx.clone()));
+    tasks.spawn(nodepool::run(ctx.clone()));
+    tasks.spawn(nodeclass::run(ctx.clone()));
+    if let Some(cloud) = ctx.simulated.clone() {
+        tasks.spawn(kubelet::run(ctx.clone(), cloud, region.to_string()));
+    }
+    if let Some(aws) = aws {
+        tasks.spawn(interruption::run(ctx.clone(), aws));
+    }
 }
 
 /// Resolves on SIGTERM (what Kubernetes sends) or Ctrl-C.
