@@ -7,7 +7,9 @@
 # - tests/aws_moto.rs runs the AWS provider against moto_server from a venv under the cargo target
 #   dir (moto-venv, pinned by tests/moto/requirements.txt); SKIP_AWS_TESTS=1 skips them.
 # - Then the Helm chart tests (tests/chart/), in another venv there (chart-venv); they need only
-#   python3 >= 3.10 and pip (Helm itself comes as a PyPI wheel). SKIP_CHART_TESTS=1 skips them.
+#   python3 >= 3.10 and pip (Helm itself comes as a PyPI wheel). With the control plane, they also
+#   helm-install the chart into it and run the controller with the chart's RBAC.
+#   SKIP_CHART_TESTS=1 skips them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
@@ -47,6 +49,7 @@ if [ "${SKIP_AWS_TESTS:-}" != 1 ]; then
   export MOTO_PYTHON
 fi
 
+control_plane=
 if [ "${SKIP_CONTROL_PLANE_TESTS:-}" = 1 ]; then
   only=()
   for t in tests/*.rs; do
@@ -60,6 +63,7 @@ else
   trap 'hack/control-plane.sh down' EXIT
   hack/control-plane.sh up
   KARPENTER_RS_TEST_KUBECONFIG="$K8S_RUN/admin.kubeconfig" cargo test --locked "$@"
+  control_plane=1
 fi
 
 if [ "${SKIP_CHART_TESTS:-}" = 1 ]; then
@@ -67,5 +71,13 @@ if [ "${SKIP_CHART_TESTS:-}" = 1 ]; then
 fi
 
 ensure_venv "$target/chart-venv" tests/chart/requirements.txt
+# With the control plane still up, tests/chart/test_install.py installs the chart into it and runs
+# the binary the Rust tests built as the chart's ServiceAccount.
+chart_env=()
+if [ -n "$control_plane" ]; then
+  chart_env=(KARPENTER_RS_TEST_KUBECONFIG="$K8S_RUN/admin.kubeconfig"
+             KARPENTER_RS_BIN="$(cd "$target/debug" && pwd)/karpenter-rs")
+fi
 # No .pytest_cache or __pycache__ in the work tree.
-PYTHONDONTWRITEBYTECODE=1 "$target/chart-venv/bin/python" -m pytest -q -p no:cacheprovider tests/chart
+env "${chart_env[@]}" PYTHONDONTWRITEBYTECODE=1 \
+  "$target/chart-venv/bin/python" -m pytest -q -p no:cacheprovider tests/chart

@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -74,7 +75,7 @@ pub struct Cluster {
     /// Nodes as given.
     pub nodes: Vec<Node>,
     /// Bare Pods in input order, then the pods workloads expand to, in input order.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<ClusterPod>,
     /// DaemonSets; their pods are not expanded, the scheduler adds them to every node instead.
     pub daemonsets: Vec<DaemonSet>,
     /// `policy/v1` PodDisruptionBudgets.
@@ -90,6 +91,88 @@ pub struct Cluster {
     /// Objects that were read but do not affect what the controller does, so users can see
     /// nothing was silently dropped.
     pub ignored: Vec<Ignored>,
+}
+
+/// A pod as the core reads it: metadata of its own, and a spec and status that the replicas of
+/// one workload share. The spec is most of a pod's memory, so 20,000 replicas of a few hundred
+/// Deployments cost their names and labels rather than 20,000 copies of their templates.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterPod {
+    /// Name, namespace, labels, owners, timestamps.
+    pub metadata: ObjectMeta,
+    /// The spec, shared with the pod's siblings where they have the same one.
+    pub spec: Arc<PodSpec>,
+    /// The status (phase, conditions), shared like the spec; `None` when the API gave none.
+    pub status: Option<Arc<PodStatus>>,
+}
+
+impl From<Pod> for ClusterPod {
+    fn from(pod: Pod) -> Self {
+        Self {
+            metadata: pod.metadata,
+            spec: Arc::new(pod.spec.unwrap_or_default()),
+            status: pod.status.map(Arc::new),
+        }
+    }
+}
+
+/// A `ClusterPod` is a Pod to the API: events and object references name it as one.
+impl Resource for ClusterPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl ClusterPod {
+    /// The node the pod is bound to; an empty `nodeName` is no binding.
+    pub fn node_name(&self) -> Option<&str> {
+        self.spec.node_name.as_deref().filter(|n| !n.is_empty())
+    }
+
+    /// Whether the pod ran to completion or failed for good.
+    pub fn is_terminal(&self) -> bool {
+        phase_is_terminal(self.status.as_deref())
+    }
+
+    /// Whether the pod waits for capacity (see [`Cluster::pending_pods`]).
+    pub fn is_pending(&self) -> bool {
+        pod_is_pending(&self.metadata, Some(&self.spec), self.status.as_deref())
+    }
+
+    /// `namespace/name`, as reports name pods.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(DEFAULT_NAMESPACE),
+            self.metadata.name.as_deref().unwrap_or_default()
+        )
+    }
 }
 
 /// An object `load` skipped, and why; reported to the user, never fatal.
@@ -167,17 +250,17 @@ impl Cluster {
     /// either marked unschedulable by the
     /// scheduler (`PodScheduled=False`, reason `Unschedulable`) or not yet looked at (no
     /// `PodScheduled` condition). Scheduling-gated pods are excluded, as Karpenter excludes them.
-    pub fn pending_pods(&self) -> Vec<&Pod> {
-        self.pods.iter().filter(|pod| is_pending(pod)).collect()
+    pub fn pending_pods(&self) -> Vec<&ClusterPod> {
+        self.pods.iter().filter(|pod| pod.is_pending()).collect()
     }
 
     /// Pods occupying each node, by node name: bound and not finished (finished pods free their
     /// resources). Nodes without such pods are absent.
-    pub fn bound_pods(&self) -> BTreeMap<&str, Vec<&Pod>> {
-        let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    pub fn bound_pods(&self) -> BTreeMap<&str, Vec<&ClusterPod>> {
+        let mut by_node: BTreeMap<&str, Vec<&ClusterPod>> = BTreeMap::new();
         for pod in &self.pods {
-            if let Some(node) = node_name(pod)
-                && !is_terminal(pod)
+            if let Some(node) = pod.node_name()
+                && !pod.is_terminal()
             {
                 by_node.entry(node).or_default().push(pod);
             }
@@ -248,47 +331,41 @@ fn region_of_zone(zone: &str) -> Option<String> {
     Some(format!("{}-{digits}", words.join("-")))
 }
 
-/// The node a pod is bound to; an empty `nodeName` is no binding.
-fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()?
-        .node_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
-}
-
-/// Whether the pod ran to completion or failed for good.
-fn is_terminal(pod: &Pod) -> bool {
+/// Whether a pod in this phase ran to completion or failed for good.
+fn phase_is_terminal(status: Option<&PodStatus>) -> bool {
     matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        status.and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
 }
 
 /// Whether a pod waits for capacity (see [`Cluster::pending_pods`]).
 pub fn is_pending(pod: &Pod) -> bool {
-    let daemon = pod
-        .metadata
+    pod_is_pending(&pod.metadata, pod.spec.as_ref(), pod.status.as_ref())
+}
+
+/// [`is_pending`] over a pod's parts, for both pod representations.
+fn pod_is_pending(meta: &ObjectMeta, spec: Option<&PodSpec>, status: Option<&PodStatus>) -> bool {
+    let daemon = meta
         .owner_references
         .iter()
         .flatten()
         .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
-    let scheduled = pod
-        .status
-        .as_ref()
+    let scheduled = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|conditions| conditions.iter().find(|c| c.type_ == "PodScheduled"));
     let unschedulable = scheduled
         .is_none_or(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
-    let preempting = pod
-        .status
-        .as_ref()
+    let preempting = status
         .and_then(|s| s.nominated_node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    node_name(pod).is_none()
+    let bound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    !bound
         && !preempting
-        && !is_terminal(pod)
-        && pod.metadata.deletion_timestamp.is_none()
+        && !phase_is_terminal(status)
+        && meta.deletion_timestamp.is_none()
         && !daemon
         && unschedulable
 }
@@ -678,12 +755,19 @@ impl Loader {
                     Some(spec) => self.check_pod_spec(&at, "spec", spec),
                     None => self.problem(&at, "spec", "Required value: a Pod needs a spec"),
                 }
-                settle_pod(&mut pod);
+                if pod.status.is_none()
+                    && let Some(spec) = &pod.spec
+                {
+                    pod.status = Some(settled_status(
+                        spec,
+                        pod.metadata.creation_timestamp.as_ref(),
+                    ));
+                }
                 self.pod_names.insert((
                     pod.metadata.namespace.clone().unwrap_or_default(),
                     pod.metadata.name.clone().unwrap_or_default(),
                 ));
-                self.cluster.pods.push(pod);
+                self.cluster.pods.push(pod.into());
             }
             Route::Deployment => {
                 if let Some(d) = self.typed::<Deployment>(&at, value, namespaced)
@@ -1045,7 +1129,9 @@ impl Loader {
         for pvc in &mut self.cluster.persistent_volume_claims {
             apply_default_class(pvc, default_class.as_deref());
         }
-        for workload in std::mem::take(&mut self.workloads) {
+        let workloads = std::mem::take(&mut self.workloads);
+        self.reserve_pods(&workloads);
+        for workload in workloads {
             match workload {
                 Workload::Deployment(d) => self.expand_deployment(&d),
                 Workload::ReplicaSet(rs) => self.expand_replicaset(&rs),
@@ -1085,10 +1171,26 @@ impl Loader {
         }
     }
 
-    fn push_pod(&mut self, mut pod: Pod) {
-        settle_meta(&mut pod, true, &self.now);
-        settle_pod(&mut pod);
+    fn push_pod(&mut self, mut pod: ClusterPod) {
+        settle_object_meta(&mut pod.metadata, "Pod", true, &self.now);
         self.cluster.pods.push(pod);
+    }
+
+    /// Room for `n` more pods, so expanding 20,000 replicas allocates once.
+    fn reserve_pods(&mut self, workloads: &[Workload]) {
+        let n: usize = workloads
+            .iter()
+            .map(|w| {
+                let replicas = match w {
+                    Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),
+                    Workload::ReplicaSet(rs) => rs.spec.as_ref().and_then(|s| s.replicas),
+                    Workload::StatefulSet(sts) => sts.spec.as_ref().and_then(|s| s.replicas),
+                    Workload::Job(job) => job.spec.as_ref().and_then(|s| s.parallelism),
+                };
+                usize::try_from(replicas.unwrap_or(1)).unwrap_or(0)
+            })
+            .sum();
+        self.cluster.pods.reserve_exact(n);
     }
 
     /// Deployment → its current ReplicaSet `<deployment>-<pod-template-hash>` → its pods.
@@ -1142,9 +1244,10 @@ impl Loader {
         created: &Time,
     ) {
         let prefix = format!("{}-", owner.name);
+        let shared = SharedTemplate::new(template, created);
         for i in 0..replicas.unwrap_or(1) {
             let name = self.generate_pod_name(namespace, &prefix, &i.to_string());
-            let mut pod = pod_from_template(namespace, name, template, owner, created);
+            let mut pod = shared.pod(namespace, name, owner);
             pod.metadata.generate_name = Some(prefix.clone());
             extend(&mut pod.metadata.labels, labels);
             self.push_pod(pod);
@@ -1171,6 +1274,7 @@ impl Loader {
         );
         let start = spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0);
         let claims = spec.volume_claim_templates.as_deref().unwrap_or_default();
+        let shared = SharedTemplate::new(&spec.template, &created);
         let existing_claims: HashSet<(String, String)> = self
             .cluster
             .persistent_volume_claims
@@ -1215,13 +1319,7 @@ impl Loader {
             {
                 continue;
             }
-            let mut pod = pod_from_template(
-                namespace,
-                pod_name.clone(),
-                &spec.template,
-                &owner,
-                &created,
-            );
+            let mut pod = shared.pod(namespace, pod_name.clone(), &owner);
             extend(
                 &mut pod.metadata.labels,
                 &[
@@ -1236,13 +1334,13 @@ impl Loader {
                     ("controller-revision-hash".to_owned(), revision.clone()),
                 ],
             );
-            if let Some(pod_spec) = pod.spec.as_mut() {
-                pod_spec.hostname = Some(pod_name);
-                pod_spec.subdomain = spec.service_name.clone().filter(|s| !s.is_empty());
-                let pod_volumes = pod_spec.volumes.get_or_insert_default();
-                pod_volumes.retain(|v| !volumes.iter().any(|c| c.name == v.name));
-                pod_volumes.extend(volumes);
-            }
+            // Each ordinal has its own hostname and claims, so its own spec.
+            let pod_spec = Arc::make_mut(&mut pod.spec);
+            pod_spec.hostname = Some(pod_name);
+            pod_spec.subdomain = spec.service_name.clone().filter(|s| !s.is_empty());
+            let pod_volumes = pod_spec.volumes.get_or_insert_default();
+            pod_volumes.retain(|v| !volumes.iter().any(|c| c.name == v.name));
+            pod_volumes.extend(volumes);
             self.push_pod(pod);
         }
     }
@@ -1263,6 +1361,7 @@ impl Loader {
         let owner = own_controller_ref::<Job>(&job.metadata);
         let created = created_of(&job.metadata, &self.now);
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+        let shared = SharedTemplate::new(&spec.template, &created);
         let labels = [
             (
                 "batch.kubernetes.io/controller-uid".to_owned(),
@@ -1279,7 +1378,7 @@ impl Loader {
                 format!("{name}-")
             };
             let pod_name = self.generate_pod_name(namespace, &prefix, &i.to_string());
-            let mut pod = pod_from_template(namespace, pod_name, &spec.template, &owner, &created);
+            let mut pod = shared.pod(namespace, pod_name, &owner);
             pod.metadata.generate_name = Some(prefix);
             extend(&mut pod.metadata.labels, &labels);
             if indexed {
@@ -1289,11 +1388,9 @@ impl Loader {
                 )];
                 extend(&mut pod.metadata.labels, &index);
                 extend(&mut pod.metadata.annotations, &index);
-                if let Some(pod_spec) = pod.spec.as_mut() {
-                    pod_spec
-                        .hostname
-                        .get_or_insert_with(|| format!("{name}-{i}"));
-                }
+                Arc::make_mut(&mut pod.spec)
+                    .hostname
+                    .get_or_insert_with(|| format!("{name}-{i}"));
             }
             self.push_pod(pod);
         }
@@ -1335,15 +1432,18 @@ fn selects(
 /// Fills in what the API server sets on create: the default namespace, a uid (hashed from kind,
 /// namespace and name, so reloading gives the same uid) and the creation time.
 fn settle_meta<T: Resource<DynamicType = ()>>(object: &mut T, namespaced: bool, now: &Time) {
-    let kind = T::kind(&());
-    let meta = object.meta_mut();
+    settle_object_meta(object.meta_mut(), &T::kind(&()), namespaced, now);
+}
+
+/// [`settle_meta`] on the metadata of an object of `kind`.
+fn settle_object_meta(meta: &mut ObjectMeta, kind: &str, namespaced: bool, now: &Time) {
     if namespaced && meta.namespace.as_deref().is_none_or(str::is_empty) {
         meta.namespace = Some(DEFAULT_NAMESPACE.to_owned());
     }
     if meta.uid.as_deref().is_none_or(str::is_empty) {
         let namespace = meta.namespace.as_deref().unwrap_or_default();
         meta.uid = Some(uid_for(
-            &kind,
+            kind,
             namespace,
             meta.name.as_deref().unwrap_or_default(),
         ));
@@ -1351,25 +1451,20 @@ fn settle_meta<T: Resource<DynamicType = ()>>(object: &mut T, namespaced: bool, 
     meta.creation_timestamp.get_or_insert_with(|| now.clone());
 }
 
-/// Gives a pod without a status the one it would have: Running when bound, otherwise Pending and
+/// The status a pod given without one would have: Running when bound, otherwise Pending and
 /// marked unschedulable by the scheduler (or gated, with scheduling gates).
-fn settle_pod(pod: &mut Pod) {
-    if pod.status.is_some() {
-        return;
-    }
-    if node_name(pod).is_some() {
-        pod.status = Some(PodStatus {
+fn settled_status(spec: &PodSpec, created: Option<&Time>) -> PodStatus {
+    if spec.node_name.as_deref().is_some_and(|n| !n.is_empty()) {
+        return PodStatus {
             phase: Some("Running".to_owned()),
             ..PodStatus::default()
-        });
-        return;
+        };
     }
-    let gated = pod
-        .spec
+    let gated = spec
+        .scheduling_gates
         .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
         .is_some_and(|g| !g.is_empty());
-    pod.status = Some(PodStatus {
+    PodStatus {
         phase: Some("Pending".to_owned()),
         conditions: Some(vec![PodCondition {
             type_: "PodScheduled".to_owned(),
@@ -1382,34 +1477,50 @@ fn settle_pod(pod: &mut Pod) {
                 }
                 .to_owned(),
             ),
-            last_transition_time: pod.metadata.creation_timestamp.clone(),
+            last_transition_time: created.cloned(),
             ..PodCondition::default()
         }]),
         ..PodStatus::default()
-    });
+    }
 }
 
-/// A pod as a controller stamps it from its template.
-fn pod_from_template(
-    namespace: &str,
-    name: String,
-    template: &PodTemplateSpec,
-    owner: &OwnerReference,
-    created: &Time,
-) -> Pod {
-    let template_meta = template.metadata.as_ref();
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace.to_owned()),
-            labels: template_meta.and_then(|m| m.labels.clone()),
-            annotations: template_meta.and_then(|m| m.annotations.clone()),
-            owner_references: Some(vec![owner.clone()]),
-            creation_timestamp: Some(created.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: template.spec.clone(),
-        status: None,
+/// What the pods a controller stamps from one template have in common: the spec and the
+/// status they start with, built once and shared.
+struct SharedTemplate<'a> {
+    template: &'a PodTemplateSpec,
+    created: &'a Time,
+    spec: Arc<PodSpec>,
+    status: Arc<PodStatus>,
+}
+
+impl<'a> SharedTemplate<'a> {
+    fn new(template: &'a PodTemplateSpec, created: &'a Time) -> Self {
+        let spec = template.spec.clone().unwrap_or_default();
+        let status = settled_status(&spec, Some(created));
+        Self {
+            template,
+            created,
+            spec: Arc::new(spec),
+            status: Arc::new(status),
+        }
+    }
+
+    /// A pod as a controller stamps it from the template.
+    fn pod(&self, namespace: &str, name: String, owner: &OwnerReference) -> ClusterPod {
+        let template_meta = self.template.metadata.as_ref();
+        ClusterPod {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(namespace.to_owned()),
+                labels: template_meta.and_then(|m| m.labels.clone()),
+                annotations: template_meta.and_then(|m| m.annotations.clone()),
+                owner_references: Some(vec![owner.clone()]),
+                creation_timestamp: Some(self.created.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: self.spec.clone(),
+            status: Some(self.status.clone()),
+        }
     }
 }
 

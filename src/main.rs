@@ -132,7 +132,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
     use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
     use karpenter_rs::controllers::{self, RunConfig};
     use karpenter_rs::operator::http::{self, Readiness, Routes};
-    use karpenter_rs::operator::{logging, settings::CloudProviderKind};
+    use karpenter_rs::operator::{kube_client, logging, settings::CloudProviderKind};
     use karpenter_rs::provisioning::BatchWindow;
 
     if let Err(invalid) = settings.validate() {
@@ -151,14 +151,19 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         let kube_config = kube::Config::infer()
             .await
             .context("reading the Kubernetes client configuration (KUBECONFIG or in-cluster)")?;
-        let client = kube::Client::try_from(kube_config.clone())
+        // KUBE_CLIENT_QPS / KUBE_CLIENT_BURST: one token bucket for every client.
+        let limiter = kube_client::RateLimitLayer::new(
+            settings.kube_client_qps,
+            settings.kube_client_burst,
+        );
+        let client = kube_client::client(kube_config.clone(), &limiter)
             .context("connecting to the Kubernetes API")?;
         // Evictions get a client without kube-rs' own 429 retries: a PodDisruptionBudget's
         // refusal must reach the drain's backoff and terminationGracePeriod deadline at once.
         let mut no_retry = kube_config;
         no_retry.default_retry = false;
-        let eviction_client =
-            kube::Client::try_from(no_retry).context("connecting to the Kubernetes API")?;
+        let eviction_client = kube_client::client(no_retry, &limiter)
+            .context("connecting to the Kubernetes API")?;
         let mut aws_provider = None;
         let (provider, simulated): (Arc<dyn CloudProvider>, _) = match settings.cloud_provider {
             CloudProviderKind::Simulated => {
@@ -173,16 +178,30 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     .context("reading the Kubernetes version (it picks the EKS AMIs)")?;
                 let sdk = aws::config_loader(&region).load().await;
                 let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+                // Nodes need the endpoint, CA bundle and (AL2023) service CIDR in their user
+                // data: what the settings leave out comes from eks:DescribeCluster, or the
+                // controller does not start.
+                let cluster = aws::cluster::discover(
+                    &aws_sdk_eks::Client::new(&sdk),
+                    &settings.cluster_name,
+                    Some(&settings.cluster_endpoint),
+                    Some(&settings.cluster_ca_bundle),
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+                if let Some(warning) = &cluster.warning {
+                    tracing::warn!(cluster = %settings.cluster_name, "{warning}");
+                }
                 let aws_settings = aws::AwsSettings {
                     cluster_name: settings.cluster_name.clone(),
-                    cluster_endpoint: settings.cluster_endpoint.clone(),
-                    cluster_ca_bundle: non_empty(&settings.cluster_ca_bundle),
+                    cluster_endpoint: cluster.info.endpoint,
+                    cluster_ca_bundle: Some(cluster.info.ca_bundle),
                     kubernetes_version: format!(
                         "{}.{}",
                         version.major,
                         version.minor.trim_end_matches('+')
                     ),
-                    service_cidr: None,
+                    service_cidr: cluster.info.service_cidr,
                     isolated_vpc: settings.isolated_vpc,
                     reserved_enis: settings.reserved_enis,
                     vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
@@ -193,6 +212,14 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     aws::AwsProvider::new(aws_settings, &sdk, clock.clone())
                         .map_err(|e| anyhow::anyhow!("starting the AWS provider: {e}"))?,
                 );
+                // Instance types must be known before anything is planned (upstream does not
+                // start without them either); later refreshes run in the background.
+                let report = cloud
+                    .refresh()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("loading EC2 instance types: {e}"))?;
+                aws::log_refresh(&report);
+                tokio::spawn(cloud.clone().run_refresh());
                 aws_provider = Some(cloud.clone());
                 (Arc::new(Instrumented::new(cloud)), None)
             }
@@ -215,8 +242,14 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             }));
         }
 
-        let identity = std::env::var("POD_NAME")
-            .unwrap_or_else(|_| format!("karpenter-rs-{}", std::process::id()));
+        let identity = controllers::leader::identity(
+            std::env::var("POD_NAME").ok().as_deref(),
+            std::env::var("HOSTNAME").ok().as_deref(),
+            &controllers::leader::unique_suffix(),
+        );
+        if !settings.disable_leader_election {
+            tracing::info!(identity = %identity, "leader election identity");
+        }
         let namespace = if settings.leader_election_namespace.is_empty() {
             std::env::var("SYSTEM_NAMESPACE").unwrap_or_else(|_| "kube-system".into())
         } else {
@@ -247,6 +280,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 },
             },
             eviction_client,
+            observe_cluster_state: !settings.disable_cluster_state_observability,
         };
         let result =
             controllers::run(client, provider, simulated, aws_provider, clock, config, readiness)
@@ -386,8 +420,11 @@ fn run_simulate(
     options: &SimulateOptions,
     mode: &Mode,
 ) -> anyhow::Result<()> {
-    let docs = manifest::read_paths(files)?;
-    let cluster = cluster::load(&docs, mode.now)?;
+    let cluster = {
+        // The parsed documents are done with once typed; free them before scheduling.
+        let docs = manifest::read_paths(files)?;
+        cluster::load(&docs, mode.now)?
+    };
     for i in &cluster.ignored {
         eprintln!(
             "karpenter-rs: ignoring {} from {}: {}",

@@ -19,6 +19,69 @@ use prometheus::{
 
 use crate::apis::labels;
 
+pub mod cluster_state;
+pub mod status;
+
+tokio::task_local! {
+    /// The controller the current task works for (see [`in_controller`]).
+    static CONTROLLER: &'static str;
+}
+
+/// Runs `work` as controller `name`: metrics recorded inside it (such as the cloud-provider
+/// call metrics) carry `controller="<name>"`, as upstream's injected controller name does.
+pub async fn in_controller<F: std::future::Future>(name: &'static str, work: F) -> F::Output {
+    CONTROLLER.scope(name, work).await
+}
+
+/// The controller the current task runs as, or `unknown` outside [`in_controller`].
+pub fn current_controller() -> &'static str {
+    CONTROLLER.try_with(|name| *name).unwrap_or("unknown")
+}
+
+/// Counts a NodeClaim the API server just created in `karpenter_nodeclaims_created_total`.
+/// `reason` is upstream's: `provisioned` for the provisioner, the lower-cased disruption reason
+/// (`underutilized`, `empty`, `drifted`, ...) for a disruption replacement.
+pub fn count_nodeclaim_created(reason: &str, claim: &crate::apis::NodeClaim) {
+    let meta = &claim.metadata;
+    let nodepool = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::NODEPOOL))
+        .map(String::as_str)
+        .unwrap_or_default();
+    let relaxed = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(labels::NODECLAIM_MIN_VALUES_RELAXED));
+    METRICS
+        .nodeclaims_created_total
+        .with_label_values(&[reason, nodepool, if relaxed { "true" } else { "false" }])
+        .inc();
+}
+
+/// The label sets last published into a gauge family, so the next publication can remove the
+/// series of objects that are gone (a deleted node must not keep reporting its allocatable).
+#[derive(Debug, Default)]
+pub struct Published(std::collections::HashSet<Vec<String>>);
+
+impl Published {
+    /// Makes `family` hold exactly `series` (among the label sets this publisher owns).
+    pub fn replace(&mut self, family: &GaugeVec, series: &[cluster_state::Series]) {
+        let next: std::collections::HashSet<Vec<String>> =
+            series.iter().map(|s| s.labels.clone()).collect();
+        for gone in self.0.difference(&next) {
+            let values: Vec<&str> = gone.iter().map(String::as_str).collect();
+            // Already absent is fine: another publisher may have reset the family.
+            let _ = family.remove_label_values(&values);
+        }
+        for s in series {
+            let values: Vec<&str> = s.labels.iter().map(String::as_str).collect();
+            family.with_label_values(&values).set(s.value);
+        }
+        self.0 = next;
+    }
+}
+
 /// The registry and every metric family; see [`METRICS`].
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 

@@ -20,7 +20,7 @@ use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
 use crate::cloudprovider::launch_candidates;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ClusterPod};
 use crate::disruption::state::State;
 use crate::disruption::{self, Blocked, Command};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
@@ -75,8 +75,9 @@ pub struct NodeClaimReport {
     pub zone: String,
     /// USD per hour of that offering.
     pub price: f64,
-    /// Every instance type the launch may use, cheapest first (what CreateFleet gets).
-    pub instance_type_options: Vec<String>,
+    /// Every instance type the launch may use, cheapest first (what CreateFleet gets). Up to
+    /// 600 names per NodeClaim: NodeClaims with the same options share one list.
+    pub instance_type_options: OptionList,
     /// Pods it will hold (`namespace/name`).
     pub pods: Vec<String>,
     /// Requests of those pods plus DaemonSet overhead.
@@ -84,6 +85,9 @@ pub struct NodeClaimReport {
     /// Whether `minValues` were relaxed (BestEffort policy).
     pub min_values_relaxed: bool,
 }
+
+/// Instance-type names, cheapest first, shared by the NodeClaims that have the same options.
+pub type OptionList = Arc<[Arc<str>]>;
 
 /// A pod that stays pending.
 #[derive(Clone, Debug, Serialize)]
@@ -242,6 +246,55 @@ fn is_in_flight(cluster: &Cluster, claim: &crate::apis::NodeClaim) -> bool {
                 })
             });
     !registered && claim.metadata.deletion_timestamp.is_none()
+}
+
+/// Taints a node is not kept from pods by, as upstream's known ephemeral taints: set while the
+/// kubelet or the cloud controller starts up, and Karpenter's own `karpenter.sh/unregistered`,
+/// which registration removes. A node carrying one is about to take pods; planning around it
+/// would launch a second node for the same pods.
+const EPHEMERAL_TAINTS: &[(&str, &str)] = &[
+    ("node.kubernetes.io/not-ready", "NoSchedule"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"),
+    (
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "NoSchedule",
+    ),
+    (labels::UNREGISTERED_TAINT_KEY, "NoExecute"),
+];
+
+/// The taints the scheduler holds against an existing node: its own, less the ephemeral ones
+/// and, until Karpenter marks it initialized, its NodeClaim's startup taints (which something in
+/// the cluster removes once the node is ready).
+fn scheduling_taints(cluster: &Cluster, node: &core::Node) -> Vec<crate::apis::nodeclaim::Taint> {
+    let initialized = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::INITIALIZED))
+        .is_some_and(|v| v == "true");
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    let startup: &[crate::apis::nodeclaim::Taint] = match provider_id {
+        Some(id) if !initialized => cluster
+            .nodeclaims
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+            .map(|c| c.spec.startup_taints.as_slice())
+            .unwrap_or_default(),
+        _ => &[],
+    };
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            !EPHEMERAL_TAINTS.contains(&(t.key.as_str(), t.effect.as_str()))
+                && !startup
+                    .iter()
+                    .any(|s| s.key == t.key && s.effect.as_str() == t.effect)
+        })
+        .filter_map(|t| taint_from_k8s(t).ok())
+        .collect()
 }
 
 /// Builds the scheduler input from a cluster and the instance types its node classes offer.
@@ -418,7 +471,7 @@ pub fn prepare(
             .into_iter()
             .flatten()
             .filter_map(|p| {
-                Pod::from_k8s(p).ok().map(|mut pod| {
+                Pod::from_parts(&p.metadata, &p.spec).ok().map(|mut pod| {
                     pod.volumes = volumes_of(cluster, p);
                     pod
                 })
@@ -450,12 +503,7 @@ pub fn prepare(
         existing.push(ExistingNode {
             name: Arc::from(name.as_str()),
             labels: node.metadata.labels.clone().unwrap_or_default(),
-            taints: spec
-                .and_then(|s| s.taints.as_ref())
-                .into_iter()
-                .flatten()
-                .filter_map(|t| taint_from_k8s(t).ok())
-                .collect(),
+            taints: scheduling_taints(cluster, node),
             allocatable,
             requested,
             pods,
@@ -519,15 +567,13 @@ pub fn prepare(
 
     let mut pods = Vec::new();
     for p in cluster.pending_pods() {
-        match Pod::from_k8s(p).and_then(|pod| with_volume_topology(cluster, p, pod)) {
+        match Pod::from_parts(&p.metadata, &p.spec)
+            .and_then(|pod| with_volume_topology(cluster, p, pod))
+        {
             Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
             Ok(pod) => pods.push(pod),
             Err(reason) => invalid_pods.push(Unschedulable {
-                pod: format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or("default"),
-                    p.metadata.name.as_deref().unwrap_or_default()
-                ),
+                pod: p.key(),
                 reason,
             }),
         }
@@ -548,10 +594,10 @@ pub fn prepare(
 /// Adds the zone (or other topology) constraints of a pod's persistent volumes to its node
 /// requirements: a bound volume's PV node affinity, or an unbound claim's StorageClass
 /// `allowedTopologies`, so the node is launched where the volume can attach.
-fn with_volume_topology(cluster: &Cluster, k8s: &core::Pod, mut pod: Pod) -> Result<Pod, String> {
+fn with_volume_topology(cluster: &Cluster, k8s: &ClusterPod, mut pod: Pod) -> Result<Pod, String> {
     pod.volumes = volumes_of(cluster, k8s);
     let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
-    let volumes = k8s.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    let volumes = k8s.spec.volumes.as_ref();
     for (i, volume) in volumes.into_iter().flatten().enumerate() {
         let Some(claim_ref) = &volume.persistent_volume_claim else {
             continue;
@@ -658,9 +704,9 @@ fn with_volume_topology(cluster: &Cluster, k8s: &core::Pod, mut pod: Pod) -> Res
 /// The CSI volumes a pod mounts: the bound PV's driver, or the claim's StorageClass provisioner
 /// while unbound. Claims or volumes missing from the input are skipped here (the topology step
 /// reports them).
-fn volumes_of(cluster: &Cluster, k8s: &core::Pod) -> Vec<VolumeRef> {
+fn volumes_of(cluster: &Cluster, k8s: &ClusterPod) -> Vec<VolumeRef> {
     let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
-    let volumes = k8s.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    let volumes = k8s.spec.volumes.as_ref();
     volumes
         .into_iter()
         .flatten()
@@ -740,6 +786,7 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
     let mut placements = BTreeMap::new();
     let mut nodeclaims = Vec::new();
     let mut cost = Cost::default();
+    let mut option_lists: HashMap<(usize, &[u32]), OptionList> = HashMap::new();
     for (i, planned) in outcome.nodeclaims.iter().enumerate() {
         let pool = &input.nodepools[planned.nodepool];
         let name = format!("{}-{}", pool.name, suffix(&format!("{}/{i}", pool.name)));
@@ -780,7 +827,10 @@ pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions)
             capacity_type,
             zone,
             price,
-            instance_type_options: options.iter().map(|it| it.name.to_string()).collect(),
+            instance_type_options: option_lists
+                .entry((planned.nodepool, &planned.instance_types))
+                .or_insert_with(|| options.iter().map(|it| it.name.clone()).collect())
+                .clone(),
             pods,
             requests: planned
                 .requests
@@ -1044,7 +1094,7 @@ impl Report {
                     .instance_type_options
                     .iter()
                     .take(4)
-                    .map(String::as_str)
+                    .map(AsRef::as_ref)
                     .collect();
                 let more = c.instance_type_options.len().saturating_sub(shown.len());
                 let _ = writeln!(
@@ -1101,4 +1151,83 @@ pub fn explain(
 ) -> Option<disruption::Explanation> {
     let (_, state) = provisioned(cluster, catalog, options, now);
     disruption::explain(&state, now, options.disruption, node)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn ephemeral_and_pending_startup_taints_do_not_keep_pods_off_a_node() {
+        let claim: crate::apis::NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+                "startupTaints": [{"key": "example.com/cni-not-ready", "effect": "NoSchedule"}],
+            },
+            "status": {"providerID": "aws:///us-east-1a/i-0123"},
+        }))
+        .expect("claim");
+        let node = |initialized: bool| -> core::Node {
+            let labels = if initialized {
+                json!({"karpenter.sh/initialized": "true"})
+            } else {
+                json!({})
+            };
+            serde_json::from_value(json!({
+                "metadata": {"name": "n", "labels": labels},
+                "spec": {
+                    "providerID": "aws:///us-east-1a/i-0123",
+                    "taints": [
+                        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+                        {"key": "example.com/cni-not-ready", "effect": "NoSchedule"},
+                        {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
+                    ],
+                },
+            }))
+            .expect("node")
+        };
+        let cluster = Cluster {
+            nodepools: Vec::new(),
+            nodeclasses: Vec::new(),
+            nodeclaims: vec![claim],
+            nodes: Vec::new(),
+            pods: Vec::new(),
+            daemonsets: Vec::new(),
+            pdbs: Vec::new(),
+            persistent_volumes: Vec::new(),
+            persistent_volume_claims: Vec::new(),
+            storage_classes: Vec::new(),
+            csi_nodes: Vec::new(),
+            ignored: Vec::new(),
+        };
+        let keys = |taints: Vec<crate::apis::nodeclaim::Taint>| -> Vec<String> {
+            taints
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect.as_str()))
+                .collect()
+        };
+        assert_eq!(
+            keys(scheduling_taints(&cluster, &node(false))),
+            [
+                "node.kubernetes.io/not-ready:NoExecute",
+                "dedicated:NoSchedule"
+            ]
+        );
+        assert_eq!(
+            keys(scheduling_taints(&cluster, &node(true))),
+            [
+                "node.kubernetes.io/not-ready:NoExecute",
+                "example.com/cni-not-ready:NoSchedule",
+                "dedicated:NoSchedule"
+            ],
+            "once initialized, a startup taint still there is a real one"
+        );
+    }
 }

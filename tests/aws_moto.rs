@@ -6,13 +6,11 @@
 //! The server runs from the venv `hack/test.sh` creates (`$CARGO_TARGET_DIR/moto-venv`) or from
 //! `MOTO_PYTHON`. Without it the tests fail with instructions, unless `SKIP_AWS_TESTS=1`.
 
+#[path = "moto/harness.rs"]
+mod harness;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::{Filter, InstanceAttributeName, ResourceType, Tag, TagSpecification};
 use base64::Engine as _;
@@ -24,125 +22,22 @@ use karpenter_rs::cloudprovider::aws::interruption::{
     InterruptionAction, InterruptionKind, parse_message,
 };
 use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
-use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, config_loader};
+use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, cluster};
 use karpenter_rs::cloudprovider::{
-    CloudError, CloudProvider, InstanceState, claim_requests, claim_requirements, launch_candidates,
+    CloudError, CloudProvider, InstanceState, NodeClassCondition, claim_requests,
+    claim_requirements, launch_candidates,
 };
 use karpenter_rs::scheduling::instance_type::CapacityType;
 
-/// A moto_server child process, killed (by PID) when dropped.
-struct Moto {
-    child: Child,
-    url: String,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn moto_python() -> PathBuf {
-    if let Ok(p) = std::env::var("MOTO_PYTHON") {
-        return PathBuf::from(p);
-    }
-    // CARGO_TARGET_TMPDIR is <target>/tmp, so this follows CARGO_TARGET_DIR.
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../moto-venv/bin/python")
-}
-
-impl Moto {
-    /// Starts moto, or `None` when `SKIP_AWS_TESTS=1`.
-    fn start() -> Option<Self> {
-        if std::env::var("SKIP_AWS_TESTS").as_deref() == Ok("1") {
-            eprintln!("SKIP_AWS_TESTS=1: not running the moto tests");
-            return None;
-        }
-        let python = moto_python();
-        assert!(
-            python.exists(),
-            "moto_server is needed for the AWS provider tests and {} does not exist.\n\
-             Run hack/test.sh (it creates the venv), or: python3 -m venv {venv} && {venv}/bin/pip install -r tests/moto/requirements.txt\n\
-             (or point MOTO_PYTHON at a python with moto[server] installed; SKIP_AWS_TESTS=1 skips these tests)",
-            python.display(),
-            venv = python
-                .parent()
-                .and_then(|p| p.parent())
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("moto-{port}.log"));
-        let log = std::fs::File::create(&log_path).expect("moto log file");
-        let child = Command::new(&python)
-            .arg("tests/moto/launcher.py")
-            .arg(port.to_string())
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start moto_server");
-        let mut moto = Moto {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            port,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = moto.child.try_wait() {
-                panic!(
-                    "moto_server exited ({status}): {}",
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                );
-            }
-            if moto.http("GET", "/_karpenter/fleets", "").is_some() {
-                return Some(moto);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not answer within 60s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// A plain HTTP/1.0 request to the control endpoints; the body of a 200 answer.
-    fn http(&mut self, method: &str, path: &str, body: &str) -> Option<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        write!(
-            s,
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        let (head, body) = out.split_once("\r\n\r\n")?;
-        (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_string())
-    }
-
-    fn set_ice(&mut self, pools: &[(&str, &str, &str)]) {
-        let body = serde_json::json!({"pools": pools}).to_string();
-        self.http("POST", "/_karpenter/ice", &body)
-            .expect("set ICE pools");
-    }
-
-    fn fleets(&mut self) -> Vec<serde_json::Value> {
-        serde_json::from_str(&self.http("GET", "/_karpenter/fleets", "").expect("fleets"))
-            .expect("fleet JSON")
-    }
-}
+use harness::{Moto, sdk_config};
 
 /// The AWS side of a test: a VPC with two tagged subnets and one untagged, a tagged and an
 /// untagged security group, the node role, and the provider.
 struct Env {
+    config: aws_config::SdkConfig,
+    settings: AwsSettings,
     ec2: aws_sdk_ec2::Client,
+    ssm: aws_sdk_ssm::Client,
     sqs: aws_sdk_sqs::Client,
     iam: aws_sdk_iam::Client,
     provider: AwsProvider,
@@ -162,17 +57,12 @@ fn tagged(rt: ResourceType, tags: &[(&str, &str)]) -> TagSpecification {
         .build()
 }
 
-async fn sdk_config(moto: &Moto) -> aws_config::SdkConfig {
-    config_loader("us-east-1")
-        .endpoint_url(&moto.url)
-        .credentials_provider(aws_sdk_ec2::config::Credentials::new(
-            "testing", "testing", None, None, "moto",
-        ))
-        .load()
-        .await
+async fn env(moto: &Moto, queue: Option<&str>) -> Env {
+    env_with(moto, queue, |_| {}).await
 }
 
-async fn env(moto: &Moto, queue: Option<&str>) -> Env {
+/// [`env`] with the provider's settings adjusted by `adjust` before it is built.
+async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut AwsSettings)) -> Env {
     let config = sdk_config(moto).await;
     let ec2 = aws_sdk_ec2::Client::new(&config);
     let vpc = ec2
@@ -245,7 +135,7 @@ async fn env(moto: &Moto, queue: Option<&str>) -> Env {
         .await
         .expect("role");
     let clock = Arc::new(FakeClock::new(Utc::now()));
-    let settings = AwsSettings {
+    let mut settings = AwsSettings {
         cluster_name: "demo".into(),
         cluster_endpoint: "https://demo.gr7.us-east-1.eks.amazonaws.com".into(),
         cluster_ca_bundle: Some("Q0EgYnVuZGxl".into()),
@@ -257,9 +147,15 @@ async fn env(moto: &Moto, queue: Option<&str>) -> Env {
         interruption_queue: queue.map(str::to_string),
         region: "us-east-1".into(),
     };
-    let provider = AwsProvider::new(settings, &config, clock.clone()).expect("provider");
+    adjust(&mut settings);
+    let provider = AwsProvider::new(settings.clone(), &config, clock.clone()).expect("provider");
+    // What `run` does before it starts the controllers.
+    provider.refresh().await.expect("first refresh");
     Env {
         sqs: aws_sdk_sqs::Client::new(&config),
+        ssm: aws_sdk_ssm::Client::new(&config),
+        config,
+        settings,
         ec2,
         iam,
         provider,
@@ -589,8 +485,10 @@ async fn a_launch_makes_one_tagged_instance_and_a_retry_finds_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bottlerocket_nodes_get_merged_toml_user_data_and_a_data_volume() {
-    let Some(_moto) = Moto::start() else { return };
-    let env = env(&_moto, None).await;
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
     let class = nodeclass(
         "default",
         "  amiSelectorTerms: [{alias: bottlerocket@latest}]\n  userData: |\n    [settings.host-containers.admin]\n    enabled = true\n",
@@ -616,6 +514,37 @@ async fn bottlerocket_nodes_get_merged_toml_user_data_and_a_data_volume() {
     assert_eq!(
         doc["settings"]["host-containers"]["admin"]["enabled"].as_bool(),
         Some(true)
+    );
+    // Bottlerocket's default volumes: a small OS volume and the 20Gi data volume that holds
+    // images and pod storage.
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    // Device, size in GiB, encrypted, volume type.
+    let volumes: Vec<String> = data
+        .block_device_mappings()
+        .iter()
+        .map(|b| {
+            let ebs = b.ebs();
+            format!(
+                "{} {:?} {:?} {:?}",
+                b.device_name().unwrap_or_default(),
+                ebs.and_then(|e| e.volume_size()),
+                ebs.and_then(|e| e.encrypted()),
+                ebs.and_then(|e| e.volume_type()).map(|t| t.as_str()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        volumes,
+        [
+            "/dev/xvda Some(4) Some(true) Some(\"gp3\")",
+            "/dev/xvdb Some(20) Some(true) Some(\"gp3\")",
+        ]
     );
 }
 
@@ -859,28 +788,73 @@ async fn unknown_amis_and_malformed_user_data_are_explained() {
         .resolve(&unknown)
         .await
         .expect_err("unknown AMI");
-    assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
+    assert_eq!(
+        (err.condition, err.reason),
+        (NodeClassCondition::AMIsReady, "AMINotFound")
+    );
+    assert!(
+        matches!(err.error, CloudError::NodeClassNotReady(_)),
+        "{err}"
+    );
     assert!(
         err.to_string().contains("spec.amiSelectorTerms")
             && err.to_string().contains("ami-0000000000doesnotexist"),
         "{err}"
     );
+    // Malformed user data fails the node class' resolution, before any NodeClaim tries it.
     let broken = nodeclass(
         "default",
         "  amiSelectorTerms: [{alias: bottlerocket@latest}]\n  userData: '[settings'\n",
     );
-    let broken = ready(&env, broken).await;
+    let err = env
+        .provider
+        .resolve(&broken)
+        .await
+        .expect_err("bad user data");
+    assert_eq!(
+        (err.condition, err.reason),
+        (NodeClassCondition::ValidationSucceeded, "InvalidUserData")
+    );
+    assert!(err.to_string().contains("spec.userData"), "{err}");
+    // A launch on a status resolved before the user data broke refuses as well.
+    let mut stale = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: bottlerocket@latest}]\n",
+        ),
+    )
+    .await;
+    stale.spec.user_data = broken.spec.user_data.clone();
     let err = env
         .provider
         .create(
             &claim("default-bad01", &["m5.large"], &["on-demand"]),
-            &broken,
+            &stale,
         )
         .await
         .expect_err("bad user data");
     assert!(matches!(err, CloudError::Invalid(_)), "{err}");
     assert!(err.to_string().contains("spec.userData"), "{err}");
     assert!(instances_of(&env, "default-bad01").await.is_empty());
+    // An AL2023 node class on a controller that could not learn the service CIDR says so.
+    let blind = AwsProvider::new(
+        AwsSettings {
+            service_cidr: None,
+            ..env.settings.clone()
+        },
+        &env.config,
+        env.clock.clone(),
+    )
+    .expect("provider");
+    let err = blind.resolve(&al2023()).await.expect_err("no service CIDR");
+    assert_eq!(
+        (err.condition, err.reason),
+        (
+            NodeClassCondition::ValidationSucceeded,
+            "ClusterNotDiscovered"
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -912,4 +886,598 @@ async fn refresh_reads_prices_from_the_pricing_api_and_spot_history() {
     );
     assert_eq!(m5.labels["karpenter.k8s.aws/instance-family"], "m5");
     assert_eq!(m5.capacity.pods, 29);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023() {
+    use aws_sdk_eks::types::{KubernetesNetworkConfigRequest, VpcConfigRequest};
+    let Some(moto) = Moto::start() else { return };
+    let config = sdk_config(&moto).await;
+    let eks = aws_sdk_eks::Client::new(&config);
+    // No such cluster and nothing set: the controller cannot start, and says why in one line.
+    let err = cluster::discover(&eks, "demo", Some(""), Some(""))
+        .await
+        .expect_err("nothing to go on");
+    assert!(!err.contains('\n'), "{err}");
+    assert!(
+        err.contains("CLUSTER_ENDPOINT") && err.contains("eks:DescribeCluster"),
+        "{err}"
+    );
+    // Both set: DescribeCluster's failure only costs the service CIDR, with a warning.
+    let partial = cluster::discover(&eks, "demo", Some("https://x.example"), Some("Q0E="))
+        .await
+        .expect("settings suffice");
+    assert_eq!(partial.info.service_cidr, None);
+    assert!(partial.warning.is_some());
+
+    eks.create_cluster()
+        .name("demo")
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(VpcConfigRequest::builder().subnet_ids("subnet-1").build())
+        .kubernetes_network_config(
+            KubernetesNetworkConfigRequest::builder()
+                .service_ipv4_cidr("10.100.0.0/16")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("cluster");
+    let described = eks
+        .describe_cluster()
+        .name("demo")
+        .send()
+        .await
+        .expect("describe");
+    let want = described.cluster().expect("cluster");
+    let found = cluster::discover(&eks, "demo", Some(""), None)
+        .await
+        .expect("discovered");
+    assert_eq!(found.warning, None);
+    assert_eq!(
+        found.info.endpoint,
+        want.endpoint().expect("endpoint").trim_end_matches('/')
+    );
+    assert_eq!(
+        Some(found.info.ca_bundle.as_str()),
+        want.certificate_authority().and_then(|c| c.data())
+    );
+    assert_eq!(found.info.service_cidr.as_deref(), Some("10.100.0.0/16"));
+    // A setting wins over what EKS reports.
+    let proxied = cluster::discover(&eks, "demo", Some("https://proxy.example"), None)
+        .await
+        .expect("discovered");
+    assert_eq!(proxied.info.endpoint, "https://proxy.example");
+
+    // The discovered facts reach an AL2023 node's NodeConfig.
+    let info = found.info.clone();
+    let env = env_with(&moto, None, |s| {
+        s.cluster_endpoint = info.endpoint.clone();
+        s.cluster_ca_bundle = Some(info.ca_bundle.clone());
+        s.service_cidr = info.service_cidr.clone();
+    })
+    .await;
+    let class = ready(&env, al2023()).await;
+    env.provider
+        .create(
+            &claim("default-eks01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let instance = &instances_of(&env, "default-eks01").await[0];
+    let text = user_data(&env, instance.instance_id().expect("id")).await;
+    let parts = parse_mime(&text).expect("MIME").expect("parts");
+    let node_config: serde_json::Value =
+        serde_yaml_ng::from_str(&parts.last().expect("part").body).expect("NodeConfig");
+    let c = &node_config["spec"]["cluster"];
+    assert_eq!(c["apiServerEndpoint"], info.endpoint.as_str());
+    assert_eq!(c["certificateAuthority"], info.ca_bundle.as_str());
+    assert_eq!(c["cidr"], "10.100.0.0/16");
+}
+
+/// Instances of the cluster that are not terminated (or terminating).
+async fn live_instances(env: &Env) -> Vec<karpenter_rs::cloudprovider::Instance> {
+    env.provider.list().await.expect("list")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_cannot_be_tagged_is_taken_back_and_never_doubled() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+
+    // Two failed attempts: the third tags the instance, and the launch succeeds.
+    moto.fail("CreateTags", 2, "UnauthorizedOperation");
+    let first = claim("default-tag01", &["m5.large"], &["on-demand"]);
+    let launched = env.provider.create(&first, &class).await.expect("launch");
+    assert_eq!(moto.calls("CreateTags"), 3);
+    assert_eq!(instances_of(&env, "default-tag01").await.len(), 1);
+
+    // Tagging keeps failing: the instance is terminated and the launch fails; the retry
+    // launches exactly one.
+    moto.fail("CreateTags", 3, "UnauthorizedOperation");
+    let second = claim("default-tag02", &["m5.large"], &["on-demand"]);
+    let err = env
+        .provider
+        .create(&second, &class)
+        .await
+        .expect_err("untaggable");
+    assert!(matches!(err, CloudError::Transient(_)), "{err}");
+    assert!(err.to_string().contains("terminated it"), "{err}");
+    let live = live_instances(&env).await;
+    assert_eq!(
+        live.len(),
+        1,
+        "only the first claim's instance lives: {live:?}"
+    );
+    env.provider.create(&second, &class).await.expect("retry");
+    assert_eq!(instances_of(&env, "default-tag02").await.len(), 1);
+    assert_eq!(live_instances(&env).await.len(), 2);
+    assert_eq!(moto.fleets().len(), 3);
+
+    // Neither tagging nor terminating works: the instance is remembered, every attempt tries
+    // again and launches nothing, and once tagging works the instance is adopted.
+    moto.fail("CreateTags", 6, "UnauthorizedOperation");
+    moto.fail("TerminateInstances", 2, "UnauthorizedOperation");
+    let third = claim("default-tag03", &["m5.large"], &["on-demand"]);
+    let err = env
+        .provider
+        .create(&third, &class)
+        .await
+        .expect_err("untaggable");
+    assert!(err.to_string().contains("nor terminate"), "{err}");
+    let live = live_instances(&env).await;
+    let orphan = live
+        .iter()
+        .find(|i| i.nodeclaim.is_none())
+        .expect("the untagged instance is listed for garbage collection")
+        .clone();
+    assert_eq!(orphan.nodepool.as_deref(), Some("default"));
+    let err = env
+        .provider
+        .create(&third, &class)
+        .await
+        .expect_err("still untaggable");
+    assert!(err.to_string().contains("not launching another"), "{err}");
+    assert_eq!(
+        moto.fleets().len(),
+        4,
+        "no launch while the first is unsettled"
+    );
+    let adopted = env.provider.create(&third, &class).await.expect("adopted");
+    assert_eq!(adopted.provider_id, orphan.provider_id);
+    assert_eq!(moto.fleets().len(), 4);
+    assert_eq!(live_instances(&env).await.len(), 3);
+    assert_ne!(adopted.provider_id, launched.provider_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_template_deleted_behind_the_cache_is_made_again_once() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    env.provider
+        .create(
+            &claim("default-lt001", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let template = moto.fleets()[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
+        ["LaunchTemplateName"]
+        .as_str()
+        .expect("template name")
+        .to_string();
+    env.ec2
+        .delete_launch_template()
+        .launch_template_name(&template)
+        .send()
+        .await
+        .expect("delete template");
+    env.provider
+        .create(
+            &claim("default-lt002", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch after the template vanished");
+    let fleets = moto.fleets();
+    assert_eq!(fleets.len(), 3, "launch, failed launch, retried launch");
+    let found = env
+        .ec2
+        .describe_launch_templates()
+        .launch_template_names(&template)
+        .send()
+        .await
+        .expect("templates");
+    assert_eq!(
+        found.launch_templates().len(),
+        1,
+        "the template exists again"
+    );
+    assert_eq!(instances_of(&env, "default-lt002").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launches_never_refresh_and_the_background_refresh_runs_when_due() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    // A provider that has not loaded instance types says so instead of loading them inline.
+    let cold =
+        AwsProvider::new(env.settings.clone(), &env.config, env.clock.clone()).expect("provider");
+    assert!(cold.refresh_due());
+    assert!(matches!(
+        cold.instance_types(&al2023()).await,
+        Err(CloudError::Transient(_))
+    ));
+
+    let class = ready(&env, al2023()).await;
+    let described = moto.calls("DescribeInstanceTypes");
+    assert!(described > 0);
+    assert!(!env.provider.refresh_due());
+    assert!(
+        env.provider
+            .refresh_if_due()
+            .await
+            .expect("refresh")
+            .is_none()
+    );
+    env.clock
+        .advance(chrono::Duration::hours(12) + chrono::Duration::seconds(1));
+    assert!(env.provider.refresh_due());
+    // Twelve hours on, a launch and a scheduling read still use what was loaded.
+    env.provider
+        .create(
+            &claim("default-ref01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(moto.calls("DescribeInstanceTypes"), described);
+    // The background schedule's step refreshes, once.
+    let report = env
+        .provider
+        .refresh_if_due()
+        .await
+        .expect("refresh")
+        .expect("due");
+    assert!(report.instance_types > 100, "{report:?}");
+    assert!(moto.calls("DescribeInstanceTypes") > described);
+    assert!(!env.provider.refresh_due());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_launches_that_arrive_together_share_one_create_fleet() {
+    use karpenter_rs::cloudprovider::aws::fleet::{
+        FleetBatcher, FleetRequest, Override, TemplateConfig,
+    };
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    // A launch through the provider makes the launch template the batch uses.
+    env.provider
+        .create(
+            &claim("default-bat00", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let template = moto.fleets()[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
+        ["LaunchTemplateName"]
+        .as_str()
+        .expect("template name")
+        .to_string();
+    let request = |instance_type: &str| FleetRequest {
+        capacity_type: CapacityType::OnDemand,
+        configs: vec![TemplateConfig {
+            launch_template: template.clone(),
+            overrides: vec![Override {
+                instance_type: instance_type.into(),
+                zone: "us-east-1a".into(),
+                subnet_id: env.subnets["a"].clone(),
+                rank: 0,
+            }],
+        }],
+        tags: BTreeMap::from([
+            (
+                "kubernetes.io/cluster/demo".to_string(),
+                "owned".to_string(),
+            ),
+            ("karpenter.sh/nodepool".to_string(), "default".to_string()),
+        ]),
+        context: None,
+    };
+    let batcher = FleetBatcher::new(env.ec2.clone());
+    let same = futures::future::join_all((0..5).map(|_| batcher.launch(request("m5.large"))));
+    let other = batcher.launch(request("c5.large"));
+    let (same, other) = futures::join!(same, other);
+    let fleets = moto.fleets();
+    assert_eq!(fleets.len(), 3, "one call per distinct request");
+    let mut capacities: Vec<i64> = fleets[1..]
+        .iter()
+        .map(|f| {
+            f["TargetCapacitySpecification"]["TotalTargetCapacity"]
+                .as_i64()
+                .expect("capacity")
+        })
+        .collect();
+    capacities.sort_unstable();
+    assert_eq!(capacities, [1, 5]);
+    let ids: BTreeSet<String> = same
+        .into_iter()
+        .map(|r| {
+            r.expect("launch")
+                .0
+                .expect("an instance for every caller")
+                .id
+        })
+        .collect();
+    assert_eq!(ids.len(), 5, "each caller its own instance: {ids:?}");
+    let other = other.expect("launch").0.expect("instance");
+    assert_eq!(other.instance_type, "c5.large");
+    assert!(!ids.contains(&other.id));
+
+    // Through the provider, concurrent launches (batched or not, as they happen to arrive)
+    // give every NodeClaim exactly one instance of its own.
+    let claims: Vec<NodeClaim> = (1..=4)
+        .map(|i| claim(&format!("default-bat0{i}"), &["m5.large"], &["on-demand"]))
+        .collect();
+    let launched =
+        futures::future::join_all(claims.iter().map(|c| env.provider.create(c, &class))).await;
+    let ids: BTreeSet<String> = launched
+        .into_iter()
+        .map(|r| r.expect("launch").provider_id)
+        .collect();
+    assert_eq!(ids.len(), 4);
+    for c in &claims {
+        let name = c.metadata.name.as_deref().expect("name");
+        assert_eq!(instances_of(&env, name).await.len(), 1, "{name}");
+    }
+}
+
+fn flexible_claim(name: &str, capacity: &[&str]) -> NodeClaim {
+    serde_yaml_ng::from_str(&format!(
+        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {{name: {name}, labels: {{karpenter.sh/nodepool: default}}}}\nspec:\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n  resources: {{requests: {{cpu: 500m}}}}\n  requirements:\n  - {{key: karpenter.sh/capacity-type, operator: In, values: [{}]}}\n",
+        capacity.join(", ")
+    ))
+    .expect("nodeclaim")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flexible_launch_asks_for_at_most_60_pools_in_karpenters_order() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let c = flexible_claim("default-flex1", &["on-demand"]);
+    let types = env.provider.instance_types(&class).await.expect("types");
+    let candidates = launch_candidates(types.iter(), &claim_requirements(&c), &claim_requests(&c));
+    assert_eq!(candidates.len(), 60, "more than 60 pools fit");
+    let amis = &class.status.as_ref().expect("status").amis;
+    let expected: Vec<(String, String)> = candidates
+        .iter()
+        .filter(|(it, _)| {
+            let labels = it
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect();
+            karpenter_rs::cloudprovider::aws::amis::ami_for(amis, &labels).is_some()
+        })
+        .map(|(it, o)| (it.name.to_string(), o.zone.to_string()))
+        .collect();
+    env.provider.create(&c, &class).await.expect("launch");
+    let fleet = &moto.fleets()[0];
+    let mut asked: Vec<(f64, String, String)> = fleet["LaunchTemplateConfigs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .flat_map(|c| c["Overrides"].as_array().cloned().unwrap_or_default())
+        .map(|o| {
+            (
+                o["Priority"].as_f64().expect("priority"),
+                o["InstanceType"].as_str().unwrap_or_default().to_string(),
+                o["AvailabilityZone"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert!(asked.len() <= 60, "{} overrides", asked.len());
+    asked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let asked: Vec<(String, String)> = asked.into_iter().map(|(_, t, z)| (t, z)).collect();
+    assert_eq!(
+        asked, expected,
+        "the pools, by priority, are Karpenter's first 60"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_reported_for_the_ami_subnet_and_security_groups() {
+    let Some(moto) = Moto::start() else { return };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let mut c = claim("default-dft01", &["m5.large"], &["on-demand"]);
+    let launched = env.provider.create(&c, &class).await.expect("launch");
+    c.status = Some(
+        serde_json::from_value(serde_json::json!({"providerID": launched.provider_id}))
+            .expect("status"),
+    );
+    assert_eq!(
+        env.provider.is_drifted(&c, &class).await.expect("drift"),
+        None
+    );
+    let status = |class: &EC2NodeClass| class.status.clone().expect("status");
+
+    let mut new_ami = class.clone();
+    let mut s = status(&class);
+    s.amis.retain(|a| a.id != "ami-0a20230000000a001");
+    new_ami.status = Some(s);
+    assert_eq!(
+        env.provider.is_drifted(&c, &new_ami).await.expect("drift"),
+        Some("AMIDrift")
+    );
+
+    let instance = &instances_of(&env, "default-dft01").await[0];
+    let subnet = instance.subnet_id().expect("subnet").to_string();
+    let mut moved = class.clone();
+    let mut s = status(&class);
+    s.subnets.retain(|x| x.id != subnet);
+    assert!(!s.subnets.is_empty());
+    moved.status = Some(s);
+    assert_eq!(
+        env.provider.is_drifted(&c, &moved).await.expect("drift"),
+        Some("SubnetDrift")
+    );
+
+    // moto does not apply a launch template's security groups to fleet instances (EC2 does):
+    // give the instance the node class' group the way EC2 would have, then change the class.
+    env.ec2
+        .modify_instance_attribute()
+        .instance_id(instance.instance_id().expect("id"))
+        .groups(&env.groups["nodes"])
+        .send()
+        .await
+        .expect("security groups");
+    assert_eq!(
+        env.provider.is_drifted(&c, &class).await.expect("drift"),
+        None
+    );
+    let mut regrouped = class.clone();
+    let mut s = status(&class);
+    s.security_groups =
+        serde_json::from_value(serde_json::json!([{"id": env.groups["other"], "name": "other"}]))
+            .expect("groups");
+    regrouped.status = Some(s);
+    assert_eq!(
+        env.provider
+            .is_drifted(&c, &regrouped)
+            .await
+            .expect("drift"),
+        Some("SecurityGroupDrift")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_aliases_resolve_through_ssm_and_boot_with_the_eks_script() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    for (alias, image) in [
+        ("windows2019@latest", "ami-0d2019000000d0001"),
+        ("windows2022@latest", "ami-0d2022000000d0002"),
+        ("windows2025@latest", "ami-0d2025000000d0003"),
+    ] {
+        let class = nodeclass(
+            "default",
+            &format!("  amiSelectorTerms: [{{alias: {alias}}}]\n"),
+        );
+        let status = env.provider.resolve(&class).await.expect("resolve");
+        let amis: Vec<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(amis, [image], "{alias}");
+    }
+    let class = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: windows2022@latest}]\n",
+        ),
+    )
+    .await;
+    let launched = env
+        .provider
+        .create(
+            &claim("default-win01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    assert_eq!(launched.image_id.as_deref(), Some("ami-0d2022000000d0002"));
+    assert_eq!(
+        launched.capacity.pods, 110,
+        "Windows nodes are not ENI-limited"
+    );
+    let instance = &instances_of(&env, "default-win01").await[0];
+    let text = user_data(&env, instance.instance_id().expect("id")).await;
+    assert!(text.starts_with("<powershell>"), "{text}");
+    assert!(text.contains("Start-EKSBootstrap.ps1"), "{text}");
+    assert!(text.contains("-EKSClusterName 'demo'"), "{text}");
+    assert!(
+        text.contains("karpenter.sh/unregistered:NoExecute"),
+        "{text}"
+    );
+    let template = moto.fleets()[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
+        ["LaunchTemplateName"]
+        .as_str()
+        .expect("template name")
+        .to_string();
+    let data = launch_template_of(&env, &template).await;
+    let root = &data.block_device_mappings()[0];
+    assert_eq!(root.device_name(), Some("/dev/sda1"));
+    assert_eq!(root.ebs().and_then(|e| e.volume_size()), Some(50));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ami_terms_select_by_name_and_owner_and_by_ssm_parameter() {
+    let Some(moto) = Moto::start() else { return };
+    let env = env(&moto, None).await;
+    let named = nodeclass(
+        "named",
+        "  amiFamily: AL2023\n  amiSelectorTerms: [{name: 'amazon-eks-node-al2023-*-standard-1.33-*', owner: '602401143452'}]\n",
+    );
+    let status = env.provider.resolve(&named).await.expect("resolve");
+    let amis: BTreeSet<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(
+        amis,
+        BTreeSet::from(["ami-0a20230000000a001", "ami-0a20230000000a002"])
+    );
+    let stranger = nodeclass(
+        "stranger",
+        "  amiFamily: AL2023\n  amiSelectorTerms: [{name: 'amazon-eks-node-al2023-*', owner: '123456789012'}]\n",
+    );
+    let err = env
+        .provider
+        .resolve(&stranger)
+        .await
+        .expect_err("another owner's images are not ours");
+    assert_eq!(err.condition, NodeClassCondition::AMIsReady);
+    assert!(err.to_string().contains("owner 123456789012"), "{err}");
+
+    env.ssm
+        .put_parameter()
+        .name("/platform/node-ami")
+        .value("ami-0c0570000000c0001")
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .expect("parameter");
+    let by_parameter = nodeclass(
+        "param",
+        "  amiFamily: AL2023\n  amiSelectorTerms: [{ssmParameter: /platform/node-ami}]\n",
+    );
+    let status = env.provider.resolve(&by_parameter).await.expect("resolve");
+    let amis: Vec<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(amis, ["ami-0c0570000000c0001"]);
+    let missing = nodeclass(
+        "missing",
+        "  amiFamily: AL2023\n  amiSelectorTerms: [{ssmParameter: /platform/none}]\n",
+    );
+    let err = env
+        .provider
+        .resolve(&missing)
+        .await
+        .expect_err("no such parameter");
+    assert!(err.to_string().contains("/platform/none"), "{err}");
 }

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, TimeZone, Utc};
-use k8s_openapi::api::core::v1::Pod;
-use karpenter_rs::cluster::{self, Cluster, LoadError, LoadProblem};
+use karpenter_rs::cluster::{self, Cluster, ClusterPod as Pod, LoadError, LoadProblem};
 use karpenter_rs::manifest::{self, Document};
 use pretty_assertions::assert_eq;
 
@@ -152,7 +151,7 @@ fn deployment_pods_belong_to_a_replicaset_named_by_template_hash() {
 fn requests_default_to_limits_like_the_api_server() {
     let c = load("mix.yaml");
     let pod = pods_owned_by(&c, "ReplicaSet")[0];
-    let spec = pod.spec.as_ref().expect("spec");
+    let spec = &*pod.spec;
     let requests = spec.containers[0]
         .resources
         .as_ref()
@@ -182,7 +181,7 @@ fn statefulset_pods_are_ordinals_with_their_claims() {
             label(pod, "apps.kubernetes.io/pod-index"),
             Some(&*i.to_string())
         );
-        let spec = pod.spec.as_ref().expect("spec");
+        let spec = &*pod.spec;
         assert_eq!(spec.hostname.as_deref(), Some(name(pod)));
         assert_eq!(spec.subdomain.as_deref(), Some("db"));
         let volume = &spec.volumes.as_ref().expect("claim volume")[0];

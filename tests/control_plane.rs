@@ -6,9 +6,10 @@
 //!
 //! Tests share the cluster, so they run one at a time and start from a clean slate.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -55,6 +56,7 @@ async fn client() -> Client {
 /// A `karpenter-rs run` child process, killed (SIGKILL, by PID) when dropped.
 struct Controller {
     child: Child,
+    name: String,
     metrics_port: u16,
     health_port: u16,
 }
@@ -84,9 +86,13 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 impl Controller {
     fn start(name: &str, leader_election: bool) -> Self {
-        let log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let log = std::fs::File::create(log_dir.join(format!("controller-{name}.log")))
-            .expect("log file");
+        Self::start_with(name, leader_election, |_| {})
+    }
+
+    /// Starts `karpenter-rs run` with the simulated cloud, its log in
+    /// `$CARGO_TARGET_TMPDIR/controller-NAME.log`; `customize` may change the environment.
+    fn start_with(name: &str, leader_election: bool, customize: impl FnOnce(&mut Command)) -> Self {
+        let log = std::fs::File::create(Self::log_path(name)).expect("log file");
         let (metrics_port, health_port) = (free_port(), free_port());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
         cmd.args(["run", "--cloud-provider", "simulated"])
@@ -99,11 +105,32 @@ impl Controller {
         if !leader_election {
             cmd.arg("--disable-leader-election=true");
         }
+        customize(&mut cmd);
         Self {
             child: cmd.spawn().expect("start karpenter-rs run"),
+            name: name.to_string(),
             metrics_port,
             health_port,
         }
+    }
+
+    fn log_path(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("controller-{name}.log"))
+    }
+
+    /// What the controller logged so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(Self::log_path(&self.name)).unwrap_or_default()
+    }
+
+    /// The exit status, if the process has exited.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("wait")
+    }
+
+    /// `/readyz`'s status code, if the health server answers.
+    async fn readyz(&self) -> Option<u16> {
+        http_get(self.health_port, "/readyz").await.map(|(c, _)| c)
     }
 
     fn kill(&mut self) {
@@ -282,6 +309,20 @@ async fn nodeclass(client: &Client) {
 
 /// A NodePool of one instance type (m5.xlarge: three 1-CPU pods per node), on-demand.
 async fn nodepool(client: &Client, name: &str, limits: Option<serde_json::Value>) {
+    nodepool_with(client, name, |spec| {
+        if let Some(l) = limits {
+            spec["limits"] = l;
+        }
+    })
+    .await;
+}
+
+/// [`nodepool`]'s pool, with its spec changed by `customize` first.
+async fn nodepool_with(
+    client: &Client,
+    name: &str,
+    customize: impl FnOnce(&mut serde_json::Value),
+) {
     let api: Api<NodePool> = Api::all(client.clone());
     let mut spec = json!({
         "template": {"spec": {
@@ -292,9 +333,7 @@ async fn nodepool(client: &Client, name: &str, limits: Option<serde_json::Value>
             ],
         }},
     });
-    if let Some(l) = limits {
-        spec["limits"] = l;
-    }
+    customize(&mut spec);
     let pool: NodePool = serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
         "metadata": {"name": name}, "spec": spec,
@@ -306,16 +345,23 @@ async fn nodepool(client: &Client, name: &str, limits: Option<serde_json::Value>
 }
 
 async fn inflate(client: &Client, ns: &str, replicas: i32) {
+    deployment(client, ns, "inflate", replicas, None).await;
+}
+
+/// A Deployment of 1-CPU pause pods, optionally pinned to one NodePool.
+async fn deployment(client: &Client, ns: &str, name: &str, replicas: i32, pool: Option<&str>) {
     let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let selector = pool.map(|p| json!({"karpenter.sh/nodepool": p}));
     let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "inflate"},
+        "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": {"app": "inflate"}},
+            "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": "inflate"}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {
                     "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": selector,
                     "containers": [{
                         "name": "inflate",
                         "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
@@ -514,24 +560,84 @@ fn pending_pods_become_nodeclaims_nodes_and_bound_pods() {
             .await
             .expect("readyz");
         assert_eq!(code, 200);
-        let (code, text) = http_get(controller.metrics_port, "/metrics")
-            .await
-            .expect("metrics");
-        assert_eq!(code, 200);
-        for expected in [
+        // Every family a provisioning run fills, with its labels; the gauges refresh every 5 s.
+        let expected: &[&str] = &[
             "karpenter_build_info{",
-            "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"default\",reason=\"provisioning\"} 4",
+            "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"default\",reason=\"provisioned\"} 4",
             "karpenter_nodes_created_total{nodepool=\"default\",zone=",
             "karpenter_nodepools_usage{nodepool=\"default\",resource_type=\"cpu\"} 16",
             "karpenter_scheduler_scheduling_duration_seconds_bucket{controller=\"provisioner\",",
-            "karpenter_cloudprovider_duration_seconds_bucket{controller=\"cloudprovider\",method=\"Create\",provider=\"simulated\",",
+            "karpenter_scheduler_unschedulable_pods_count{controller=\"provisioner\"}",
+            "karpenter_cloudprovider_duration_seconds_bucket{controller=\"nodeclaim.lifecycle\",method=\"Create\",provider=\"simulated\",",
+            "karpenter_cloudprovider_duration_seconds_bucket{controller=\"provisioner\",method=\"GetInstanceTypes\",provider=\"simulated\",",
             "karpenter_cluster_state_synced 1",
-        ] {
+            "karpenter_cluster_state_node_count 4",
+            "karpenter_cluster_state_unsynced_time_seconds 0",
+            // Node families: well-known labels, then node_name, phase, managed, resource_type.
+            "karpenter_nodes_allocatable{",
+            "instance_type=\"m5.xlarge\"",
+            "managed=\"true\"",
+            "resource_type=\"cpu\"",
+            "karpenter_nodes_total_pod_requests{",
+            // (No pod here has limits and no DaemonSet runs, so the pod-limit and daemon
+            // families have no series, as upstream's report only resources present.)
+            "karpenter_nodes_system_overhead{",
+            "karpenter_nodes_current_lifetime_seconds{",
+            "karpenter_cluster_utilization_percent{resource_type=\"cpu\"}",
+            // Pod families.
+            "karpenter_pods_state{arch=",
+            // Pods never start here (no real kubelet runs them), so they stay unstarted.
+            "karpenter_pods_unstarted_time_seconds{name=",
+            // Status conditions of every kind, per kind and in the deprecated aggregate form.
+            // (Transitions depend on a 5 s refresh catching the earlier status; unit-tested.)
+            "operator_nodeclaim_status_condition_count{group=\"karpenter.sh\",karpenter_k8s_aws_ec2nodeclass=",
+            "karpenter_sh_nodepool=\"default\",name=\"default-",
+            "operator_nodeclaim_status_condition_current_status_seconds{",
+            "operator_nodepool_status_condition_count{group=\"karpenter.sh\",name=\"default\",namespace=\"\"",
+            "operator_ec2nodeclass_status_condition_count{group=\"karpenter.k8s.aws\",name=\"default\",namespace=\"\"",
+            "operator_node_status_condition_count{group=\"\",karpenter_k8s_aws_ec2nodeclass=",
+            "operator_status_condition_count{group=\"karpenter.sh\",kind=\"NodeClaim\"",
+            // The simulated cloud's catalog.
+            "karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"m5.xlarge\"} 4",
+            "karpenter_cloudprovider_instance_type_memory_bytes{instance_type=\"m5.xlarge\"}",
+            "karpenter_cloudprovider_instance_type_offering_available{capacity_type=\"on-demand\",instance_type=\"m5.xlarge\",zone=",
+            "karpenter_cloudprovider_instance_type_offering_price_estimate{capacity_type=\"on-demand\",instance_type=\"m5.xlarge\",zone=",
+        ];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let text = loop {
+            let (code, text) = http_get(controller.metrics_port, "/metrics")
+                .await
+                .expect("metrics");
+            assert_eq!(code, 200);
+            let missing: Vec<&&str> = expected.iter().filter(|e| !text.contains(**e)).collect();
+            if missing.is_empty() {
+                break text;
+            }
             assert!(
-                text.contains(expected),
-                "{expected:?} missing from /metrics:\n{text}"
+                Instant::now() < deadline,
+                "missing from /metrics: {missing:#?}\n{text}"
             );
-        }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        assert!(
+            !text.contains("reason=\"provisioning\""),
+            "upstream's reason value is provisioned"
+        );
+        // The JSON log lines carry upstream's keys.
+        let log = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("controller-provision.log"),
+        )
+        .expect("controller log");
+        let launched = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["message"] == "launched nodeclaim")
+            .unwrap_or_else(|| panic!("no launch logged:\n{log}"));
+        assert!(launched["NodeClaim"]["name"].is_string(), "{launched}");
+        assert_eq!(launched["instance-type"], "m5.xlarge", "{launched}");
+        assert!(launched["provider-id"].is_string(), "{launched}");
+        assert_eq!(launched["capacity-type"], "on-demand", "{launched}");
+        assert!(launched["zone"].is_string(), "{launched}");
         reset(&client).await;
     });
 }
@@ -669,18 +775,23 @@ fn a_follower_takes_over_when_the_leader_dies() {
                 .and_then(|l| holder(&l))
         })
         .await;
-        assert_eq!(first, "replica-a");
-        let _b = Controller::start("replica-b", true);
+        assert!(
+            first.starts_with("replica-a_"),
+            "POD_NAME and a suffix: {first}"
+        );
+        let b = Controller::start("replica-b", true);
         tokio::time::sleep(Duration::from_secs(5)).await;
         let lease = leases
             .get("karpenter-leader-election")
             .await
             .expect("lease");
-        assert_eq!(
-            holder(&lease).as_deref(),
-            Some("replica-a"),
-            "one leader at a time"
+        assert_eq!(holder(&lease), Some(first.clone()), "one leader at a time");
+        assert!(
+            !b.log().contains("starting controllers"),
+            "the standby does not act:\n{}",
+            b.log()
         );
+        assert_eq!(b.readyz().await, Some(200), "a standby is ready");
         let killed = Instant::now();
         a.kill();
         wait_for("replica-b to lead", Duration::from_secs(20), || async {
@@ -689,7 +800,9 @@ fn a_follower_takes_over_when_the_leader_dies() {
                 .await
                 .ok()
                 .flatten()?;
-            (holder(&l).as_deref() == Some("replica-b")).then_some(())
+            holder(&l)
+                .is_some_and(|h| h.starts_with("replica-b_"))
+                .then_some(())
         })
         .await;
         let took_over = killed.elapsed();
@@ -711,37 +824,701 @@ fn a_follower_takes_over_when_the_leader_dies() {
     });
 }
 
+/// Every NodeClaim name a watch has seen created, and those it has seen deleted.
+#[derive(Default)]
+struct ClaimLog {
+    seen: BTreeSet<String>,
+    deleted: BTreeSet<String>,
+}
+
+/// Records NodeClaim creations and deletions as they happen, until the task is aborted.
+fn watch_claims(client: &Client) -> (Arc<Mutex<ClaimLog>>, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let log = Arc::new(Mutex::new(ClaimLog::default()));
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    let writer = log.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+        while let Some(event) = stream.next().await {
+            let mut log = writer.lock().unwrap_or_else(|e| e.into_inner());
+            match event {
+                Ok(Event::Apply(c) | Event::InitApply(c)) => {
+                    log.seen.insert(c.name_any());
+                }
+                Ok(Event::Delete(c)) => {
+                    log.deleted.insert(c.name_any());
+                }
+                _ => {}
+            }
+        }
+    });
+    (log, task)
+}
+
+fn provider_id(claim: &NodeClaim) -> Option<&str> {
+    claim.status.as_ref()?.provider_id.as_deref()
+}
+
 #[test]
-fn a_restart_mid_provisioning_creates_no_duplicates() {
+fn restarts_mid_provisioning_create_no_duplicates() {
     serial(async {
         let client = client().await;
         reset(&client).await;
         let ns = namespace(&client, "restart").await;
         nodeclass(&client).await;
-        nodepool(&client, "default", None).await;
-        let mut first = Controller::start("restart-1", false);
-        inflate(&client, &ns, 10).await;
-        wait_for("the first NodeClaim", Duration::from_secs(30), || async {
+        let pools = ["restart-a", "restart-b", "restart-c"];
+        for pool in pools {
+            // Nothing may remove a spare NodeClaim behind the test's back: every NodeClaim made
+            // stays, so a duplicate shows in the count.
+            nodepool_with(&client, pool, |spec| {
+                spec["disruption"] = json!({"consolidateAfter": "Never"});
+            })
+            .await;
+        }
+        let (claims_log, watch) = watch_claims(&client);
+        let seen = || {
+            claims_log
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .seen
+                .len()
+        };
+        // Each round starts a controller, adds pods to every pool and kills the controller
+        // (SIGKILL) this long after the round's first NodeClaim appears: during the creates,
+        // between create and launch, between launch and registration, while pods bind.
+        let rounds: [(u64, [i32; 3]); 5] = [
+            (0, [7, 5, 4]),
+            (60, [5, 7, 6]),
+            (200, [6, 4, 8]),
+            (500, [4, 6, 5]),
+            (1200, [8, 5, 7]),
+        ];
+        let mut per_pool = [0; 3];
+        for (round, (delay, counts)) in rounds.iter().enumerate() {
+            let before = seen();
+            let mut controller = Controller::start(&format!("restart-{round}"), false);
+            for (i, pool) in pools.iter().enumerate() {
+                deployment(
+                    &client,
+                    &ns,
+                    &format!("r{round}-{pool}"),
+                    counts[i],
+                    Some(pool),
+                )
+                .await;
+                per_pool[i] += counts[i];
+            }
+            let started = Instant::now();
+            while seen() <= before {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "round {round}: no NodeClaim within 60 s:\n{}",
+                    controller.log()
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(*delay)).await;
+            controller.kill();
             let claims: Vec<NodeClaim> = list(&client).await;
-            (!claims.is_empty()).then_some(())
-        })
+            let nodes: Vec<Node> = list(&client).await;
+            println!(
+                "round {round}: killed {delay} ms after its first NodeClaim: {} NodeClaims ({} this round), {} launched, {} Nodes",
+                claims.len(),
+                claims.len() - before,
+                claims.iter().filter(|c| provider_id(c).is_some()).count(),
+                nodes.len()
+            );
+        }
+        let last = Controller::start("restart-final", false);
+        let total: i32 = per_pool.iter().sum();
+        wait_for(
+            &format!("{total} bound pods"),
+            Duration::from_secs(180),
+            || async { (bound(&pods(&client, &ns).await) as i32 == total).then_some(()) },
+        )
         .await;
-        first.kill();
-        let _second = Controller::start("restart-2", false);
-        wait_for("10 bound pods", Duration::from_secs(40), || async {
-            (bound(&pods(&client, &ns).await) == 10).then_some(())
-        })
-        .await;
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Garbage collection deletes a NodeClaim whose instance the cloud does not know, a
+        // minute after its launch. The simulated cloud of a restarted controller knows the
+        // instances earlier ones launched only by adopting them from the NodeClaims' provider
+        // IDs: give collection time to find any it missed.
+        tokio::time::sleep(Duration::from_secs(75)).await;
+        watch.abort();
+
+        let expected: Vec<usize> = per_pool.iter().map(|&n| (n as usize).div_ceil(3)).collect();
         let claims: Vec<NodeClaim> = list(&client).await;
         let nodes: Vec<Node> = list(&client).await;
+        let (ever_seen, deleted) = {
+            let log = claims_log.lock().unwrap_or_else(|e| e.into_inner());
+            (log.seen.len(), log.deleted.clone())
+        };
+        assert!(
+            deleted.is_empty(),
+            "no NodeClaim was deleted (garbage collection, liveness or insufficient capacity): {deleted:?}"
+        );
+        for (pool, want) in pools.iter().zip(&expected) {
+            let got = claims
+                .iter()
+                .filter(|c| {
+                    c.labels().get("karpenter.sh/nodepool").map(String::as_str) == Some(*pool)
+                })
+                .count();
+            assert_eq!(
+                got, *want,
+                "{pool}: ceil(pods / 3) m5.xlarge NodeClaims, no duplicates"
+            );
+        }
         assert_eq!(
             claims.len(),
-            4,
-            "ceil(10 / 3) m5.xlarge nodes, no duplicates: {:?}",
-            claims.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+            ever_seen,
+            "every NodeClaim ever made is still there"
         );
-        assert_eq!(nodes.len(), 4, "one Node per NodeClaim");
+        let ids: BTreeSet<&str> = claims.iter().filter_map(provider_id).collect();
+        assert_eq!(
+            ids.len(),
+            claims.len(),
+            "one instance per NodeClaim, none shared"
+        );
+        assert_eq!(nodes.len(), claims.len(), "one Node per NodeClaim");
+        for node in &nodes {
+            let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            let owners: Vec<&NodeClaim> = claims.iter().filter(|c| provider_id(c) == id).collect();
+            assert_eq!(
+                owners.len(),
+                1,
+                "Node {} belongs to exactly one NodeClaim",
+                node.name_any()
+            );
+            assert_eq!(
+                owners[0]
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref()),
+                Some(node.name_any().as_str())
+            );
+        }
+        assert!(
+            !last.log().contains("instance is gone"),
+            "the final controller knew every instance:\n{}",
+            last.log()
+        );
+        println!(
+            "{} pods, {} NodeClaims and Nodes after {} kills",
+            total,
+            claims.len(),
+            rounds.len()
+        );
+        reset(&client).await;
+    });
+}
+
+/// Applies a cluster-scoped RBAC object (ClusterRole or ClusterRoleBinding) by server-side apply.
+async fn apply_rbac<K>(client: &Client, object: serde_json::Value)
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(object).expect("rbac object");
+    Api::<K>::all(client.clone())
+        .patch(
+            &object.name_any(),
+            &PatchParams::apply("cp-test").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .expect("apply rbac");
+}
+
+/// A kubeconfig for the ServiceAccount `sa` of `ns` (by its token), against the test cluster.
+async fn service_account_kubeconfig(client: &Client, ns: &str, sa: &str) -> PathBuf {
+    use k8s_openapi::api::core::v1::Secret;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": sa}})).expect("sa"),
+    )
+    .await
+    .expect("create ServiceAccount");
+    let secret = wait_for(
+        "the ServiceAccount's token",
+        Duration::from_secs(30),
+        || async {
+            sas.get_opt(sa)
+                .await
+                .ok()
+                .flatten()?
+                .secrets?
+                .first()?
+                .name
+                .clone()
+        },
+    )
+    .await;
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&secret)
+        .await
+        .expect("token secret");
+    let token = String::from_utf8(secret.data.expect("data")["token"].0.clone()).expect("token");
+    let admin = Kubeconfig::read_from(kubeconfig_path()).expect("admin kubeconfig");
+    let cluster = admin.clusters[0].cluster.clone().expect("cluster");
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+        }}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": sa}}],
+        "current-context": "test",
+    });
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, config.to_string()).expect("write kubeconfig");
+    path
+}
+
+fn renewed(lease: &Lease) -> Option<i64> {
+    Some(lease.spec.as_ref()?.renew_time.as_ref()?.0.as_second())
+}
+
+#[test]
+fn a_leader_renews_its_lease_while_its_caches_cannot_sync() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+        let _ = bindings
+            .delete("cp-test-karpenter-csinodes", &DeleteParams::default())
+            .await;
+        let ns = namespace(&client, "rbac").await;
+        // Everything the controller reads and writes, except CSINodes: that cache never syncs.
+        let read = json!(["get", "list", "watch"]);
+        apply_rbac::<ClusterRole>(&client, json!({
+            "metadata": {"name": "cp-test-karpenter"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["nodes", "pods", "pods/eviction", "persistentvolumes", "persistentvolumeclaims", "events", "namespaces"], "verbs": ["*"]},
+                {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": read},
+                {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": read},
+                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": read},
+                {"apiGroups": ["karpenter.sh", "karpenter.k8s.aws"], "resources": ["*"], "verbs": ["*"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["*"]},
+            ],
+        }))
+        .await;
+        let subject = json!([{"kind": "ServiceAccount", "name": "karpenter", "namespace": ns}]);
+        apply_rbac::<ClusterRoleBinding>(&client, json!({
+            "metadata": {"name": "cp-test-karpenter"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cp-test-karpenter"},
+            "subjects": subject,
+        }))
+        .await;
+        let kubeconfig = service_account_kubeconfig(&client, &ns, "karpenter").await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+        let mut leader = Controller::start_with("unsynced", true, |cmd| {
+            cmd.env("KUBECONFIG", &kubeconfig);
+        });
+        let first = wait_for("a leader", Duration::from_secs(20), || async {
+            leases
+                .get_opt("karpenter-leader-election")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| holder(&l))
+        })
+        .await;
+        assert!(first.starts_with("unsynced_"), "{first}");
+        let standby = Controller::start("standby", true);
+        // Longer than the 15 s lease: a leader that renewed only after its sync would lose the
+        // lease to the standby here.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let lease = leases
+            .get("karpenter-leader-election")
+            .await
+            .expect("lease");
+        assert_eq!(
+            holder(&lease),
+            Some(first.clone()),
+            "the leader kept its lease"
+        );
+        let age =
+            k8s_openapi::jiff::Timestamp::now().as_second() - renewed(&lease).expect("renewTime");
+        assert!(age <= 5, "renewed every 2 s, last {age} s ago");
+        assert_eq!(
+            leader.readyz().await,
+            Some(503),
+            "not ready before the caches sync"
+        );
+        let log = leader.log();
+        assert!(
+            log.contains("caches not synced yet") && log.contains("CSINode"),
+            "the log names the cache it waits for:\n{log}"
+        );
+        assert!(!log.contains("starting controllers"), "{log}");
+        assert!(
+            !standby.log().contains("successfully acquired lease"),
+            "{}",
+            standby.log()
+        );
+        assert_eq!(standby.readyz().await, Some(200), "a standby is ready");
+
+        apply_rbac::<ClusterRole>(&client, json!({
+            "metadata": {"name": "cp-test-karpenter-csinodes"},
+            "rules": [{"apiGroups": ["storage.k8s.io"], "resources": ["csinodes"], "verbs": read}],
+        }))
+        .await;
+        apply_rbac::<ClusterRoleBinding>(&client, json!({
+            "metadata": {"name": "cp-test-karpenter-csinodes"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cp-test-karpenter-csinodes"},
+            "subjects": subject,
+        }))
+        .await;
+        // The watch retries with a backoff of up to 30 s.
+        let waited = Instant::now();
+        wait_for(
+            "ready once the caches sync",
+            Duration::from_secs(60),
+            || async { (leader.readyz().await == Some(200)).then_some(()) },
+        )
+        .await;
+        println!(
+            "ready {:?} after the permission was granted",
+            waited.elapsed()
+        );
+        assert!(leader.log().contains("starting controllers"));
+        assert!(leader.exited().is_none(), "still running");
+        for name in ["cp-test-karpenter", "cp-test-karpenter-csinodes"] {
+            let _ = bindings.delete(name, &DeleteParams::default()).await;
+            let _ = Api::<ClusterRole>::all(client.clone())
+                .delete(name, &DeleteParams::default())
+                .await;
+        }
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn a_leader_that_loses_its_lease_exits_non_zero() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+        let mut leader = Controller::start("deposed", true);
+        wait_for("leading and ready", Duration::from_secs(30), || async {
+            let ours = leases
+                .get_opt("karpenter-leader-election")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| holder(&l))
+                .is_some_and(|h| h.starts_with("deposed_"));
+            (ours && leader.readyz().await == Some(200)).then_some(())
+        })
+        .await;
+        // Another replica takes the lease (as one would after a long network partition).
+        let mut lease = leases
+            .get("karpenter-leader-election")
+            .await
+            .expect("lease");
+        let spec = lease.spec.as_mut().expect("spec");
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        spec.holder_identity = Some("intruder".into());
+        spec.acquire_time = Some(now.clone());
+        spec.renew_time = Some(now);
+        leases
+            .replace("karpenter-leader-election", &PostParams::default(), &lease)
+            .await
+            .expect("take the lease");
+        let taken = Instant::now();
+        let status = loop {
+            if let Some(status) = leader.exited() {
+                break status;
+            }
+            assert!(
+                taken.elapsed() < Duration::from_secs(10),
+                "still running 10 s after losing the lease:\n{}",
+                leader.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        println!(
+            "exited {:?} after the lease was taken: {status}",
+            taken.elapsed()
+        );
+        assert!(
+            !status.success(),
+            "a non-zero exit makes the pod restart: {status}"
+        );
+        assert!(leader.log().contains("leadership lost"), "{}", leader.log());
+        let lease = leases
+            .get("karpenter-leader-election")
+            .await
+            .expect("lease");
+        assert_eq!(
+            holder(&lease).as_deref(),
+            Some("intruder"),
+            "left to the new leader"
+        );
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn replicas_sharing_a_host_name_elect_one_leader() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+        // No POD_NAME and one HOSTNAME for both, as two containers might have.
+        let same = |cmd: &mut Command| {
+            cmd.env_remove("POD_NAME").env("HOSTNAME", "karpenter");
+        };
+        let a = Controller::start_with("same-host-a", true, same);
+        let b = Controller::start_with("same-host-b", true, same);
+        let first = wait_for("a leader", Duration::from_secs(20), || async {
+            leases
+                .get_opt("karpenter-leader-election")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| holder(&l))
+        })
+        .await;
+        assert!(first.starts_with("karpenter_"), "{first}");
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let leaders = [&a, &b]
+            .iter()
+            .filter(|c| c.log().contains("successfully acquired lease"))
+            .count();
+        assert_eq!(leaders, 1, "one leader:\n{}\n{}", a.log(), b.log());
+        let lease = leases
+            .get("karpenter-leader-election")
+            .await
+            .expect("lease");
+        assert_eq!(holder(&lease), Some(first));
+        reset(&client).await;
+    });
+}
+
+/// Events about a cluster-scoped object, in whichever namespace (`default`, or `kube-system` on
+/// this 1.20 API server).
+async fn events_about(client: &Client, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::<k8s_openapi::api::events::v1::Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}
+
+fn condition(pool: &NodePool, type_: &str) -> Option<(String, String, String)> {
+    pool.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[test]
+fn an_ec2nodeclass_is_kept_while_nodeclaims_use_it() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let _controller = Controller::start("nodeclass-finalizer", false);
+        let ns = namespace(&client, "finalizer").await;
+        nodeclass(&client).await;
+        nodepool(&client, "default", None).await;
+        inflate(&client, &ns, 3).await;
+        wait_for("3 bound pods", Duration::from_secs(30), || async {
+            (bound(&pods(&client, &ns).await) == 3).then_some(())
+        })
+        .await;
+        let classes: Api<EC2NodeClass> = Api::all(client.clone());
+        wait_for("the finalizer", Duration::from_secs(20), || async {
+            let class = classes.get("default").await.ok()?;
+            class
+                .finalizers()
+                .iter()
+                .any(|f| f == "karpenter.k8s.aws/termination")
+                .then_some(())
+        })
+        .await;
+        classes
+            .delete("default", &DeleteParams::default())
+            .await
+            .expect("delete EC2NodeClass");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let class = classes.get("default").await.expect("kept while in use");
+        assert!(class.metadata.deletion_timestamp.is_some());
+        let claims: Vec<NodeClaim> = list(&client).await;
+        assert_eq!(claims.len(), 1);
+        let pool = wait_for("NodeClassReady=False", Duration::from_secs(20), || async {
+            let pool = Api::<NodePool>::all(client.clone())
+                .get("default")
+                .await
+                .ok()?;
+            (condition(&pool, "NodeClassReady")?.0 == "False").then_some(pool)
+        })
+        .await;
+        assert_eq!(
+            condition(&pool, "NodeClassReady").map(|c| c.1).as_deref(),
+            Some("NodeClassTerminating")
+        );
+        // The pods come back pending once their node goes; the pool's class is leaving, so no
+        // NodeClaim may be made for them (it would hold the class forever).
+        Api::<NodeClaim>::all(client.clone())
+            .delete(&claims[0].name_any(), &DeleteParams::default())
+            .await
+            .expect("delete NodeClaim");
+        wait_for(
+            "the EC2NodeClass to go",
+            Duration::from_secs(60),
+            || async {
+                classes
+                    .get_opt("default")
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let claims: Vec<NodeClaim> = list(&client).await;
+        assert!(
+            claims.is_empty(),
+            "nothing launched on a deleted class: {claims:?}"
+        );
+        assert!(
+            pods(&client, &ns).await.iter().all(|p| p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none()),
+            "the pods wait, pending"
+        );
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn invalid_nodepools_are_reported_and_change_nothing() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let mut controller = Controller::start("invalid", false);
+        let ns = namespace(&client, "invalid").await;
+        nodeclass(&client).await;
+        nodepool(&client, "default", None).await;
+        deployment(&client, &ns, "inflate", 3, None).await;
+        wait_for("3 bound pods", Duration::from_secs(30), || async {
+            (bound(&pods(&client, &ns).await) == 3).then_some(())
+        })
+        .await;
+        let before: Vec<NodeClaim> = list(&client).await;
+        assert_eq!(before.len(), 1);
+        // Both pass the CRD. The first is preferred by weight and its taints would not keep the
+        // pods off: were it used, the new NodeClaims would be its.
+        nodepool_with(&client, "repeated-taints", |spec| {
+            spec["weight"] = json!(100);
+            spec["template"]["spec"]["taints"] = json!([
+                {"key": "example.com/tier", "value": "a", "effect": "PreferNoSchedule"},
+                {"key": "example.com/tier", "value": "b", "effect": "PreferNoSchedule"},
+            ]);
+        })
+        .await;
+        nodepool_with(&client, "no-such-class", |spec| {
+            spec["weight"] = json!(90);
+            spec["template"]["spec"]["nodeClassRef"]["name"] = json!("missing");
+        })
+        .await;
+        let pools: Api<NodePool> = Api::all(client.clone());
+        let invalid = wait_for(
+            "ValidationSucceeded=False",
+            Duration::from_secs(20),
+            || async {
+                let pool = pools.get("repeated-taints").await.ok()?;
+                (condition(&pool, "ValidationSucceeded")?.0 == "False").then_some(pool)
+            },
+        )
+        .await;
+        let (_, reason, message) = condition(&invalid, "ValidationSucceeded").expect("condition");
+        assert_eq!(reason, "NodePoolValidationFailed");
+        assert!(
+            message.contains("example.com/tier:PreferNoSchedule appears more than once"),
+            "{message}"
+        );
+        assert_eq!(
+            condition(&invalid, "Ready").map(|c| c.0).as_deref(),
+            Some("False")
+        );
+        let classless = wait_for("NodeClassReady=False", Duration::from_secs(20), || async {
+            let pool = pools.get("no-such-class").await.ok()?;
+            (condition(&pool, "NodeClassReady")?.0 == "False").then_some(pool)
+        })
+        .await;
+        let (_, reason, message) = condition(&classless, "NodeClassReady").expect("condition");
+        assert_eq!(reason, "NodeClassNotFound");
+        assert!(message.contains("\"missing\""), "{message}");
+        for (pool, reason) in [
+            ("repeated-taints", "FailedValidation"),
+            ("no-such-class", "NodeClassNotFound"),
+        ] {
+            wait_for(
+                &format!("a {reason} event on {pool}"),
+                Duration::from_secs(20),
+                || async {
+                    events_about(&client, pool)
+                        .await
+                        .iter()
+                        .any(|e| e.reason.as_deref() == Some(reason))
+                        .then_some(())
+                },
+            )
+            .await;
+        }
+
+        // The controller keeps working: more pods get capacity, from the valid pool only.
+        Api::<Deployment>::namespaced(client.clone(), &ns)
+            .patch(
+                "inflate",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 6}})),
+            )
+            .await
+            .expect("scale up");
+        wait_for("6 bound pods", Duration::from_secs(40), || async {
+            (bound(&pods(&client, &ns).await) == 6).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let after: Vec<NodeClaim> = list(&client).await;
+        assert_eq!(after.len(), 2, "{after:?}");
+        assert!(
+            after.iter().all(
+                |c| c.labels().get("karpenter.sh/nodepool").map(String::as_str) == Some("default")
+            ),
+            "nothing from an invalid pool: {after:?}"
+        );
+        assert!(
+            after.iter().any(|c| c.name_any() == before[0].name_any()),
+            "the existing capacity is still there"
+        );
+        assert!(controller.exited().is_none(), "still running");
+        let (code, _) = http_get(controller.health_port, "/healthz")
+            .await
+            .expect("healthz");
+        assert_eq!(code, 200);
         reset(&client).await;
     });
 }

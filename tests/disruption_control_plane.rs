@@ -713,9 +713,8 @@ fn drift_rolls_nodes_replacement_first_within_the_budget() {
             "every old NodeClaim showed Drifted=True (NodePoolDrifted) before it went: {seen_drifted:?}"
         );
         // The disruption events, on the old Nodes and NodeClaims (cluster-scoped objects' events
-        // go to the default namespace).
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(client.clone(), "default");
+        // go to `default`, or to `kube-system` on this 1.20 API server).
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
         let events = events
             .list(&ListParams::default())
             .await

@@ -367,7 +367,7 @@ fn check_removal(obs: &Observer, evict: bool, ns: &str, name: &str, before: &Pod
 #[derive(Clone)]
 struct FaultLayer(Arc<Observer>);
 
-impl<S> tower::Layer<S> for FaultLayer {
+impl<S> tower_layer::Layer<S> for FaultLayer {
     type Service = FaultService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -436,9 +436,9 @@ enum Fault {
     LostResponse,
 }
 
-impl<S> tower::Service<hyper::Request<kube::client::Body>> for FaultService<S>
+impl<S> tower_service::Service<hyper::Request<kube::client::Body>> for FaultService<S>
 where
-    S: tower::Service<hyper::Request<kube::client::Body>, Response = Resp, Error = BoxError>,
+    S: tower_service::Service<hyper::Request<kube::client::Body>, Response = Resp, Error = BoxError>,
     S::Future: Send + 'static,
 {
     type Response = Resp;
@@ -722,6 +722,7 @@ impl Process {
             },
             "us-east-1",
             None,
+            false,
         );
         Self { tasks }
     }

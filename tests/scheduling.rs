@@ -502,7 +502,7 @@ fn the_cheapest_fitting_type_is_chosen_for_a_small_pod() {
         claim.instance_type,
         claim.price
     );
-    assert_eq!(claim.instance_type_options[0], claim.instance_type);
+    assert_eq!(&*claim.instance_type_options[0], claim.instance_type);
 }
 
 #[test]

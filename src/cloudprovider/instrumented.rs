@@ -39,14 +39,15 @@ fn error_label(e: &CloudError) -> &'static str {
     }
 }
 
-async fn observe<T>(
+async fn observe<T, E: AsRef<CloudError>>(
     provider: &'static str,
     method: &'static str,
-    call: impl Future<Output = Result<T, CloudError>>,
-) -> Result<T, CloudError> {
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     let start = Instant::now();
     let result = call.await;
-    let labels = ["cloudprovider", method, provider];
+    let controller = crate::metrics::current_controller();
+    let labels = [controller, method, provider];
     METRICS
         .cloudprovider_duration_seconds
         .with_label_values(&labels)
@@ -54,7 +55,7 @@ async fn observe<T>(
     if let Err(e) = &result {
         METRICS
             .cloudprovider_errors_total
-            .with_label_values(&["cloudprovider", method, provider, error_label(e)])
+            .with_label_values(&[controller, method, provider, error_label(e.as_ref())])
             .inc();
     }
     result
@@ -80,9 +81,28 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
                 .and_then(|l| l.get(crate::apis::labels::CAPACITY_TYPE))
                 .cloned()
                 .unwrap_or_default();
+            // The zone (and its ID) when the NodeClaim allows only one, as a zonal launch
+            // failure is; a NodeClaim open to several zones failed in all of them.
+            let only = |key: &str| {
+                claim
+                    .spec
+                    .requirements
+                    .iter()
+                    .find(|r| r.key == key && r.operator == crate::apis::nodeclaim::Operator::In)
+                    .and_then(|r| match r.values.as_slice() {
+                        [one] => Some(one.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_default()
+            };
             METRICS
                 .cloudprovider_instance_launch_failures_total
-                .with_label_values(&["", "", &capacity, error_label(e)])
+                .with_label_values(&[
+                    &only(crate::apis::labels::ZONE),
+                    &only(crate::apis::labels::ZONE_ID),
+                    &capacity,
+                    error_label(e),
+                ])
                 .inc();
         }
         result

@@ -119,9 +119,77 @@ pub enum CloudError {
     Invalid(String),
 }
 
+impl AsRef<CloudError> for CloudError {
+    fn as_ref(&self) -> &CloudError {
+        self
+    }
+}
+
+/// The EC2NodeClass status conditions a resolution can turn false: each points at the part of
+/// the node class (or of the controller's setup) to fix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeClassCondition {
+    /// `spec.subnetSelectorTerms`.
+    SubnetsReady,
+    /// `spec.securityGroupSelectorTerms`.
+    SecurityGroupsReady,
+    /// `spec.amiSelectorTerms`.
+    AMIsReady,
+    /// `spec.role` / `spec.instanceProfile`.
+    InstanceProfileReady,
+    /// `spec.capacityReservationSelectorTerms`.
+    CapacityReservationsReady,
+    /// Everything else a launch needs, e.g. user data that renders.
+    ValidationSucceeded,
+}
+
+impl NodeClassCondition {
+    /// The condition's `type` in the status.
+    pub fn type_(self) -> &'static str {
+        match self {
+            Self::SubnetsReady => "SubnetsReady",
+            Self::SecurityGroupsReady => "SecurityGroupsReady",
+            Self::AMIsReady => "AMIsReady",
+            Self::InstanceProfileReady => "InstanceProfileReady",
+            Self::CapacityReservationsReady => "CapacityReservationsReady",
+            Self::ValidationSucceeded => "ValidationSucceeded",
+        }
+    }
+}
+
+/// Why a node class did not resolve: the condition that is false, its reason (a CamelCase word,
+/// as conditions carry) and the error whose message explains it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}={}: {error}", condition.type_(), reason)]
+pub struct ResolveError {
+    /// The failed condition.
+    pub condition: NodeClassCondition,
+    /// The condition's reason, e.g. `AMINotFound`.
+    pub reason: &'static str,
+    /// What went wrong; [`CloudError::Transient`] means "try again", not a verdict.
+    pub error: CloudError,
+}
+
+impl AsRef<CloudError> for ResolveError {
+    fn as_ref(&self) -> &CloudError {
+        &self.error
+    }
+}
+
+impl ResolveError {
+    /// A failure of `condition` for `reason`.
+    pub fn new(condition: NodeClassCondition, reason: &'static str, error: CloudError) -> Self {
+        Self {
+            condition,
+            reason,
+            error,
+        }
+    }
+}
+
 /// What a node class's selectors resolve to in the cloud; the EC2NodeClass controller writes it
 /// to the status with readiness conditions.
-pub type NodeClassResolution = Result<EC2NodeClassStatus, CloudError>;
+pub type NodeClassResolution = Result<EC2NodeClassStatus, ResolveError>;
 
 /// The operations the controllers need from a cloud.
 ///

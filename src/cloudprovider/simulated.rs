@@ -26,8 +26,9 @@ use crate::clock::Clock;
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
 
 use super::{
-    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
-    claim_requests, claim_requirements, launch_candidates, node_labels,
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
+    NodeClassResolution, ResolveError, claim_requests, claim_requirements, launch_candidates,
+    node_labels,
 };
 
 /// How long an offering that ran out of capacity is skipped (upstream's ICE cache TTL).
@@ -476,21 +477,31 @@ impl CloudProvider for SimulatedProvider {
     }
 
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
-        self.check_throttle()?;
+        self.check_throttle().map_err(|e| {
+            ResolveError::new(NodeClassCondition::ValidationSucceeded, "Throttled", e)
+        })?;
         let status = resolve_nodeclass(&self.catalog, nodeclass);
         if status.security_groups.is_empty() {
-            return Err(CloudError::Invalid(
-                "spec.securityGroupSelectorTerms matched no security group".into(),
+            return Err(ResolveError::new(
+                NodeClassCondition::SecurityGroupsReady,
+                "SecurityGroupsNotFound",
+                CloudError::NodeClassNotReady(
+                    "spec.securityGroupSelectorTerms matched no security group".into(),
+                ),
             ));
         }
         if status.amis.is_empty() {
-            return Err(CloudError::Invalid(
-                "spec.amiSelectorTerms matched no AMI".into(),
+            return Err(ResolveError::new(
+                NodeClassCondition::AMIsReady,
+                "AMINotFound",
+                CloudError::NodeClassNotReady("spec.amiSelectorTerms matched no AMI".into()),
             ));
         }
         if status.instance_profile.is_none() {
-            return Err(CloudError::Invalid(
-                "set spec.role or spec.instanceProfile".into(),
+            return Err(ResolveError::new(
+                NodeClassCondition::InstanceProfileReady,
+                "InstanceProfileNotFound",
+                CloudError::Invalid("set spec.role or spec.instanceProfile".into()),
             ));
         }
         Ok(status)

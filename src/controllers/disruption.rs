@@ -422,10 +422,18 @@ async fn publish<K: Resource<DynamicType = ()>>(
     reason: &str,
     note: &str,
 ) {
-    // Events are informational: a slow events API must not hold a command up.
+    let e = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Disrupting".into(),
+        secondary: None,
+    };
+    // Events are informational: a slow events API (its requests are retried on 429/503) must
+    // not hold a command up.
     match tokio::time::timeout(
         EVENT_TIMEOUT,
-        publish_event(ctx, obj, type_, reason, note, "Disrupting"),
+        ctx.recorder.publish(&e, &obj.object_ref(&())),
     )
     .await
     {
@@ -433,69 +441,6 @@ async fn publish<K: Resource<DynamicType = ()>>(
         Ok(Err(err)) => tracing::debug!(error = %err, reason, "could not record event"),
         Err(_) => tracing::warn!(reason, "recording an event timed out"),
     }
-}
-
-/// Publishes an event about `obj`. Events about cluster-scoped objects (Nodes, NodeClaims,
-/// NodePools) are written the way client-go's recorder, and so upstream Karpenter, writes them:
-/// a core/v1 Event in `default` without an event time. Older API servers (1.20, which the
-/// control-plane tests run) refuse events.k8s.io/v1 Events about cluster-scoped objects in any
-/// namespace but `kube-system`, where `kubectl describe` does not look.
-pub(crate) async fn publish_event<K: Resource<DynamicType = ()>>(
-    ctx: &Context,
-    obj: &K,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-    action: &str,
-) -> Result<(), kube::Error> {
-    let reference = obj.object_ref(&());
-    if reference.namespace.is_some() {
-        let e = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: action.into(),
-            secondary: None,
-        };
-        return ctx.recorder.publish(&e, &reference).await;
-    }
-    let now =
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-    let instance = std::env::var("POD_NAME").unwrap_or_else(|_| "karpenter".into());
-    let event = k8s_openapi::api::core::v1::Event {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            generate_name: Some(format!(
-                "{}.",
-                reference.name.clone().unwrap_or_else(|| "karpenter".into())
-            )),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        involved_object: reference,
-        reason: Some(reason.into()),
-        message: Some(note.chars().take(1000).collect()),
-        type_: Some(
-            match type_ {
-                EventType::Normal => "Normal",
-                EventType::Warning => "Warning",
-            }
-            .into(),
-        ),
-        action: Some(action.into()),
-        source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some("karpenter".into()),
-            host: None,
-        }),
-        reporting_component: Some("karpenter".into()),
-        reporting_instance: Some(instance),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        ..Default::default()
-    };
-    let api: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(ctx.client.clone(), "default");
-    api.create(&PostParams::default(), &event).await.map(|_| ())
 }
 
 /// An event on a candidate's Node and NodeClaim.
@@ -777,10 +722,7 @@ async fn execute(
         match api.create(&PostParams::default(), &claim).await {
             Ok(made) => {
                 tracing::info!(controller = "disruption", nodeclaim = %made.name_any(), nodepool = %r.node_pool, instance_types = ?r.instance_type_options, "launched replacement");
-                METRICS
-                    .nodeclaims_created_total
-                    .with_label_values(&[cmd.method.reason_label(), &r.node_pool, "false"])
-                    .inc();
+                crate::metrics::count_nodeclaim_created(cmd.method.reason_label(), &made);
                 launched.push(made.name_any());
             }
             Err(e) => {

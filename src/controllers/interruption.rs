@@ -3,19 +3,26 @@
 //! `INTERRUPTION_QUEUE` (fed by EventBridge rules); each is turned into an action on the NodeClaim
 //! of the affected instance — deletion, which drains the node while the provisioner replaces it —
 //! and spot interruptions mark their offering unavailable so the replacement goes elsewhere.
+//!
+//! A message leaves the queue only once everything it asked for is done: when marking the pool
+//! or deleting a NodeClaim fails, it stays, and SQS delivers it again after its visibility
+//! timeout (20 s), so a passing API server outage does not lose an interruption.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
+use kube::{Client, ResourceExt};
 
 use crate::apis::NodeClaim;
 use crate::cloudprovider::aws::AwsProvider;
-use crate::cloudprovider::aws::interruption::{InterruptionAction, parse_message};
+use crate::cloudprovider::aws::interruption::{
+    InterruptionAction, InterruptionEvent, QueueMessage, parse_message,
+};
 use crate::cloudprovider::provider_id_instance;
 use crate::controllers::Context;
+use crate::controllers::events::EventRecorder;
 use crate::metrics::METRICS;
 
 /// Polls the queue until the task is dropped (SQS long polling makes this cheap).
@@ -23,7 +30,6 @@ pub async fn run(ctx: Arc<Context>, aws: Arc<AwsProvider>) {
     let Some(queue) = aws.interruption_queue() else {
         return;
     };
-    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
     loop {
         let messages = match queue.receive().await {
             Ok(m) => m,
@@ -33,57 +39,144 @@ pub async fn run(ctx: Arc<Context>, aws: Arc<AwsProvider>) {
                 continue;
             }
         };
+        let claims = ctx.state.nodeclaims.state();
         for message in messages {
-            if let Some(event) = parse_message(&message.body) {
-                let kind = event.kind.as_str();
-                METRICS
-                    .interruption_received_messages_total
-                    .with_label_values(&[kind])
-                    .inc();
-                if let Err(e) = aws.record_interruption(&event).await {
-                    tracing::warn!(controller = "interruption", error = %e, "could not mark the interrupted offering unavailable");
-                }
-                for claim in ctx.state.nodeclaims.state() {
-                    let Some(instance) = claim
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .and_then(provider_id_instance)
-                    else {
-                        continue;
-                    };
-                    if !event.instance_ids.iter().any(|i| i == instance) {
-                        continue;
-                    }
-                    let note = format!("{kind} for instance {instance}");
-                    let e = Event {
-                        type_: EventType::Warning,
-                        reason: "Interruption".into(),
-                        note: Some(note.clone()),
-                        action: kind.into(),
-                        secondary: None,
-                    };
-                    let _ = ctx
-                        .recorder
-                        .publish(&e, &kube::Resource::object_ref(&*claim, &()))
-                        .await;
-                    if event.action == InterruptionAction::DeleteNodeClaim
-                        && claim.metadata.deletion_timestamp.is_none()
-                    {
-                        tracing::info!(controller = "interruption", nodeclaim = %claim.name_any(), message = %note, "deleting nodeclaim");
-                        if let Err(e) = claims
-                            .delete(&claim.name_any(), &DeleteParams::default())
-                            .await
-                        {
-                            tracing::warn!(controller = "interruption", error = %e, "could not delete the interrupted nodeclaim");
-                            continue;
-                        }
-                    }
-                }
-            }
-            if queue.delete_message(&message.receipt_handle).await.is_ok() {
-                METRICS.interruption_deleted_messages_total.inc();
+            if let Err(e) = handle(&ctx.client, &ctx.recorder, &aws, &claims, &message).await {
+                tracing::warn!(controller = "interruption", error = %e, "interruption not handled; the message stays on the queue and comes back");
             }
         }
+    }
+}
+
+/// The NodeClaims whose instances an event names.
+pub fn affected<'a>(event: &InterruptionEvent, claims: &'a [Arc<NodeClaim>]) -> Vec<&'a NodeClaim> {
+    claims
+        .iter()
+        .filter(|claim| {
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(provider_id_instance)
+                .is_some_and(|id| event.instance_ids.iter().any(|i| i == id))
+        })
+        .map(|claim| &**claim)
+        .collect()
+}
+
+/// Acts on one message against `claims` (the NodeClaims known now) and deletes it from the
+/// queue when everything succeeded. An error leaves the message for redelivery.
+pub async fn handle(
+    client: &Client,
+    recorder: &EventRecorder,
+    aws: &AwsProvider,
+    claims: &[Arc<NodeClaim>],
+    message: &QueueMessage,
+) -> Result<(), String> {
+    if let Some(event) = parse_message(&message.body) {
+        act(client, recorder, aws, claims, &event).await?;
+    }
+    let queue = aws
+        .interruption_queue()
+        .ok_or("no interruption queue is configured")?;
+    queue
+        .delete_message(&message.receipt_handle)
+        .await
+        .map_err(|e| format!("could not delete the handled message: {e}"))?;
+    METRICS.interruption_deleted_messages_total.inc();
+    Ok(())
+}
+
+async fn act(
+    client: &Client,
+    recorder: &EventRecorder,
+    aws: &AwsProvider,
+    claims: &[Arc<NodeClaim>],
+    event: &InterruptionEvent,
+) -> Result<(), String> {
+    let kind = event.kind.as_str();
+    METRICS
+        .interruption_received_messages_total
+        .with_label_values(&[kind])
+        .inc();
+    aws.record_interruption(event)
+        .await
+        .map_err(|e| format!("could not mark the interrupted offering unavailable: {e}"))?;
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    let mut failed = Vec::new();
+    for claim in affected(event, claims) {
+        let name = claim.name_any();
+        let note = format!("{kind} for instances {}", event.instance_ids.join(", "));
+        let e = Event {
+            type_: EventType::Warning,
+            reason: "Interruption".into(),
+            note: Some(note.clone()),
+            action: kind.into(),
+            secondary: None,
+        };
+        if let Err(err) = recorder
+            .publish(&e, &kube::Resource::object_ref(claim, &()))
+            .await
+        {
+            tracing::debug!(controller = "interruption", error = %err, "could not record event");
+        }
+        if event.action != InterruptionAction::DeleteNodeClaim
+            || claim.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        tracing::info!(controller = "interruption", nodeclaim = %name, message = %note, "deleting nodeclaim");
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => failed.push(format!("deleting NodeClaim {name}: {err}")),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloudprovider::aws::interruption::InterruptionKind;
+
+    fn claim(name: &str, provider_id: Option<&str>) -> Arc<NodeClaim> {
+        let mut c: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                     "requirements": []}
+        }))
+        .expect("nodeclaim");
+        if let Some(id) = provider_id {
+            c.status = Some(
+                serde_json::from_value(serde_json::json!({"providerID": id})).expect("status"),
+            );
+        }
+        Arc::new(c)
+    }
+
+    #[test]
+    fn only_the_claims_of_the_named_instances_are_affected() {
+        let claims = [
+            claim("a", Some("aws:///us-east-1a/i-1")),
+            claim("b", Some("aws:///us-east-1b/i-2")),
+            claim("c", None),
+        ];
+        let event = InterruptionEvent {
+            kind: InterruptionKind::ScheduledChange,
+            instance_ids: vec!["i-2".into(), "i-9".into()],
+            action: InterruptionAction::DeleteNodeClaim,
+            time: None,
+        };
+        let names: Vec<String> = affected(&event, &claims)
+            .iter()
+            .map(|c| c.name_any())
+            .collect();
+        assert_eq!(names, ["b"]);
     }
 }

@@ -18,6 +18,50 @@ pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// How often candidates try to acquire and leaders renew.
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
 
+/// This replica's name in the Lease: the pod's name (`POD_NAME`, else `HOSTNAME`, else
+/// `karpenter-rs`) joined by `_` to a suffix unique to this process, as upstream's
+/// `<hostname>_<uuid>`. The suffix matters: two replicas must never share an identity (each would
+/// take the other's lease as its own and both would lead), and a name alone is not enough — in the
+/// distroless image the binary is PID 1 in every pod, and a restarted container keeps its pod's name.
+pub fn identity(pod_name: Option<&str>, hostname: Option<&str>, unique: &str) -> String {
+    let base = [pod_name, hostname]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|s| !s.is_empty())
+        .unwrap_or("karpenter-rs");
+    format!("{base}_{unique}")
+}
+
+/// 128 bits no other process draws, written like a UUID. The randomness comes from the standard
+/// library's per-process randomly seeded hasher keys (no extra dependency), mixed with the time
+/// and the process ID.
+pub fn unique_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let mut words = [0u64; 2];
+    for (i, word) in words.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        *word = h.finish();
+    }
+    let bits = (u128::from(words[0]) << 64) | u128::from(words[1]);
+    let hex = format!("{bits:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
 /// One candidate for leadership.
 pub struct LeaderElector {
     api: Api<Lease>,
@@ -152,25 +196,29 @@ impl LeaderElector {
         }
     }
 
-    /// Renews the lease until renewal fails for [`RENEW_DEADLINE`] or someone else holds it;
-    /// returns then, and the caller must stop acting.
+    /// Renews the lease from the moment it is acquired until renewal fails for
+    /// [`RENEW_DEADLINE`] (a hung request counts as failing) or someone else holds it; returns
+    /// then, and the caller must stop acting. The deadline is shorter than the lease, so this
+    /// replica stops before another one can take over.
     pub async fn keep(&self) {
         let mut last_ok = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(RETRY_PERIOD).await;
-            match self.try_acquire_or_renew().await {
-                Ok(Verdict::Leading) => last_ok = tokio::time::Instant::now(),
-                Ok(Verdict::Following(holder)) => {
+            let left = RENEW_DEADLINE.saturating_sub(last_ok.elapsed());
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(Verdict::Leading)) => last_ok = tokio::time::Instant::now(),
+                Ok(Ok(Verdict::Following(holder))) => {
                     tracing::error!(lease = %self.name, holder = %holder, "leadership lost");
                     return;
                 }
-                Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "lease renewal failed");
-                    if last_ok.elapsed() > RENEW_DEADLINE {
-                        tracing::error!(lease = %self.name, "could not renew lease within the deadline");
-                        return;
-                    }
+                Ok(Err(e)) => {
+                    tracing::warn!(lease = %self.name, error = %e, "lease renewal failed")
                 }
+                Err(_) => tracing::warn!(lease = %self.name, "lease renewal timed out"),
+            }
+            if last_ok.elapsed() > RENEW_DEADLINE {
+                tracing::error!(lease = %self.name, "could not renew lease within the deadline");
+                return;
             }
         }
     }
@@ -205,5 +253,23 @@ mod tests {
         assert!(may_take("a", Some("a"), Some(t), 15, later(1)));
         assert!(!may_take("a", Some("b"), Some(t), 15, later(15)));
         assert!(may_take("a", Some("b"), Some(t), 15, later(16)));
+    }
+
+    #[test]
+    fn identities_name_the_pod_and_never_repeat() {
+        assert_eq!(
+            identity(Some("karpenter-7d9f-abc"), Some("host"), "u"),
+            "karpenter-7d9f-abc_u"
+        );
+        assert_eq!(identity(None, Some("host"), "u"), "host_u");
+        assert_eq!(identity(Some(" "), Some("host"), "u"), "host_u");
+        assert_eq!(identity(None, None, "u"), "karpenter-rs_u");
+        // Two replicas with the same pod name (or both PID 1) still differ.
+        let (a, b) = (unique_suffix(), unique_suffix());
+        assert_ne!(a, b);
+        assert_ne!(identity(Some("p"), None, &a), identity(Some("p"), None, &b));
+        assert_eq!(a.len(), 36);
+        assert_eq!(a.matches('-').count(), 4);
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
     }
 }

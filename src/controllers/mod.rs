@@ -5,9 +5,11 @@
 //! time, chosen by a Lease.
 
 pub mod disruption;
+pub mod events;
 pub mod interruption;
 pub mod kubelet;
 pub mod leader;
+pub mod metrics;
 pub mod nodeclaim_disruption;
 pub mod nodeclass;
 pub mod nodepool;
@@ -15,7 +17,7 @@ pub mod nodepool;
 use std::sync::Arc;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 
 use crate::clock::Clock;
 use crate::cloudprovider::simulated::SimulatedProvider;
@@ -38,7 +40,7 @@ pub struct Context {
     /// The simulated cloud again, when that is the cloud, for the stand-in kubelet.
     pub simulated: Option<Arc<SimulatedProvider>>,
     /// Publishes Kubernetes events.
-    pub recorder: Recorder,
+    pub recorder: events::EventRecorder,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Scheduler and disruption options.
@@ -95,7 +97,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: events::EventRecorder::new(client.clone(), reporter),
             client,
             eviction_client,
             state,
@@ -134,11 +136,18 @@ pub struct RunConfig {
     pub options: SimulateOptions,
     /// The client evictions go through (see [`Context::eviction_client`]).
     pub eviction_client: Client,
+    /// Publish the per-node and per-pod metrics (off with
+    /// `DISABLE_CLUSTER_STATE_OBSERVABILITY`).
+    pub observe_cluster_state: bool,
 }
 
-/// Runs the controllers until SIGTERM / Ctrl-C (`Ok`) or until leadership is lost (`Err`, so
-/// the process exits and restarts as a follower, as upstream's does). `readiness` is set while
-/// the process runs, leader or standby.
+/// Runs the controllers until SIGTERM / Ctrl-C (`Ok`), or until leadership is lost or a
+/// controller fails (`Err`, so the process exits non-zero and restarts as a follower, as
+/// upstream's does).
+///
+/// `readiness` (`/readyz`) follows the caches this replica works from: a standby holds none, so
+/// it is ready (a rollout's new pod turns ready while the old one leads); a leader is not ready
+/// from the moment it wins until every cache has synced.
 pub async fn run(
     client: Client,
     provider: Arc<dyn CloudProvider>,
@@ -154,16 +163,57 @@ pub async fn run(
         .map(|(ns, name)| leader::LeaderElector::new(client.clone(), ns, name, &config.identity));
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
-    // A standby replica is healthy and ready: it takes over without a restart.
-    readiness.set(true);
     if let Some(e) = &elector {
+        readiness.set(true);
         tokio::select! {
             _ = e.acquire() => {}
             _ = &mut shutdown => return Ok(()),
         }
+        readiness.set(false);
     }
+    // Leading from here on. The lease is renewed concurrently with everything below, the cache
+    // sync included (a sync longer than the lease must not let another replica take over while
+    // this one is about to act), and losing it stops everything at once.
+    let lost = async {
+        match &elector {
+            Some(e) => e.keep().await,
+            None => std::future::pending().await,
+        }
+    };
+    let work = lead(client, provider, simulated, aws, clock, config, &readiness);
+    let result = tokio::select! {
+        _ = &mut shutdown => {
+            tracing::info!("shutting down");
+            Ok(())
+        }
+        _ = lost => Err(anyhow::anyhow!("leader election lost")),
+        failed = work => Err(failed),
+    };
+    // Leaving the select dropped `work` and with it the controllers' JoinSet, which aborts them.
+    readiness.set(false);
+    if let (Some(e), Ok(())) = (&elector, &result) {
+        e.release().await;
+    }
+    result
+}
+
+/// What the leader does: sync the caches, then run every controller; returns only if one of
+/// them stops (a panic), which is an error.
+async fn lead(
+    client: Client,
+    provider: Arc<dyn CloudProvider>,
+    simulated: Option<Arc<SimulatedProvider>>,
+    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
+    clock: Arc<dyn Clock>,
+    config: RunConfig,
+    readiness: &crate::operator::http::Readiness,
+) -> anyhow::Error {
+    let started = tokio::time::Instant::now();
     let (state, mut tasks) = ClusterState::start(&client).await;
     state.wait_synced().await;
+    tracing::info!(after = ?started.elapsed(), "caches synced");
+    crate::metrics::METRICS.cluster_state_synced.set(1.0);
+    readiness.set(true);
     if let Some(cloud) = &simulated {
         kubelet::adopt_instances(cloud, &state.nodeclaims.state());
     }
@@ -177,51 +227,78 @@ pub async fn run(
         config.options,
     ));
     tracing::info!(cloud_provider = provider.name(), "starting controllers");
-    spawn_controllers(&ctx, &mut tasks, config.batch, &config.region, aws);
-    let keep = async {
-        match &elector {
-            Some(e) => e.keep().await,
-            None => std::future::pending().await,
+    spawn_controllers(
+        &ctx,
+        &mut tasks,
+        config.batch,
+        &config.region,
+        aws,
+        config.observe_cluster_state,
+    );
+    // Controllers and watches run until aborted; one that returns has nothing more to do (the
+    // interruption consumer without a queue), one that panicked leaves the controller without
+    // part of its job, which a restart fixes.
+    loop {
+        match tasks.join_next().await {
+            Some(Err(e)) if e.is_panic() => {
+                tracing::error!(error = %e, "a controller panicked; exiting so the pod restarts");
+                return anyhow::anyhow!("a controller panicked: {e}");
+            }
+            Some(_) => {}
+            None => std::future::pending::<()>().await,
         }
-    };
-    let result = tokio::select! {
-        _ = &mut shutdown => {
-            tracing::info!("shutting down");
-            Ok(())
-        }
-        _ = keep => Err(anyhow::anyhow!("leader election lost")),
-    };
-    readiness.set(false);
-    tasks.abort_all();
-    if let (Some(e), Ok(())) = (&elector, &result) {
-        e.release().await;
     }
-    result
 }
 
 /// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
 /// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
-/// status controllers, the stand-in kubelet (simulated cloud) and the interruption queue (AWS).
-/// Aborting `tasks` stops them all, as a process kill would; a fresh [`Context`] restarts them.
+/// status controllers, the metrics controller, the stand-in kubelet (simulated cloud) and the
+/// interruption queue (AWS). Each task runs under its controller's name, which the
+/// cloud-provider metrics carry. Aborting `tasks` stops them all, as a process kill would; a
+/// fresh [`Context`] restarts them.
 pub fn spawn_controllers(
     ctx: &Arc<Context>,
     tasks: &mut tokio::task::JoinSet<()>,
     batch: crate::provisioning::BatchWindow,
     region: &str,
     aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
+    observe_cluster_state: bool,
 ) {
-    tasks.spawn(crate::provisioning::Provisioner::new(ctx.clone(), batch).run());
-    tasks.spawn(crate::lifecycle::run(ctx.clone()));
-    tasks.spawn(disruption::run(ctx.clone()));
-    tasks.spawn(nodeclaim_disruption::run(ctx.clone()));
-    tasks.spawn(crate::lifecycle::garbage::run(ctx.clone()));
-    tasks.spawn(nodepool::run(ctx.clone()));
-    tasks.spawn(nodeclass::run(ctx.clone()));
+    use crate::metrics::in_controller;
+    tasks.spawn(in_controller(
+        "provisioner",
+        crate::provisioning::Provisioner::new(ctx.clone(), batch).run(),
+    ));
+    tasks.spawn(in_controller(
+        "nodeclaim.lifecycle",
+        crate::lifecycle::run(ctx.clone()),
+    ));
+    tasks.spawn(in_controller("disruption", disruption::run(ctx.clone())));
+    tasks.spawn(in_controller(
+        "nodeclaim.disruption",
+        nodeclaim_disruption::run(ctx.clone()),
+    ));
+    tasks.spawn(in_controller(
+        "nodeclaim.garbagecollection",
+        crate::lifecycle::garbage::run(ctx.clone()),
+    ));
+    tasks.spawn(in_controller("nodepool", nodepool::run(ctx.clone())));
+    tasks.spawn(in_controller("nodeclass", nodeclass::run(ctx.clone())));
+    tasks.spawn(in_controller(
+        "metrics",
+        metrics::run(ctx.clone(), observe_cluster_state),
+    ));
     if let Some(cloud) = ctx.simulated.clone() {
-        tasks.spawn(kubelet::run(ctx.clone(), cloud, region.to_string()));
+        tasks.spawn(in_controller(
+            "kubelet",
+            kubelet::run(ctx.clone(), cloud, region.to_string()),
+        ));
     }
     if let Some(aws) = aws {
-        tasks.spawn(interruption::run(ctx.clone(), aws));
+        tasks.spawn(in_controller(
+            "interruption",
+            interruption::run(ctx.clone(), aws),
+        ));
     }
 }
 

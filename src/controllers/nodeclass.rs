@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::{EC2NodeClass, NodeClaim, labels};
-use crate::cloudprovider::CloudError;
+use crate::cloudprovider::{CloudError, NodeClassCondition, ResolveError};
 use crate::controllers::{Context, Error};
 use crate::disruption::drift;
 
@@ -29,7 +29,11 @@ pub async fn run(ctx: Arc<Context>) {
             watcher::Config::default(),
             |claim: NodeClaim| Some(ObjectRef::new(&claim.spec.node_class_ref.name)),
         )
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |c, ctx| crate::metrics::in_controller("nodeclass", reconcile(c, ctx)),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -112,11 +116,13 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
     let before = class.status.clone().unwrap_or_default();
     let mut status = before.clone();
     let parts = [
-        "SubnetsReady",
-        "SecurityGroupsReady",
-        "AMIsReady",
-        "InstanceProfileReady",
-    ];
+        NodeClassCondition::SubnetsReady,
+        NodeClassCondition::SecurityGroupsReady,
+        NodeClassCondition::AMIsReady,
+        NodeClassCondition::InstanceProfileReady,
+        NodeClassCondition::ValidationSucceeded,
+    ]
+    .map(NodeClassCondition::type_);
     match ctx.provider.resolve(&class).await {
         Ok(resolved) => {
             status.subnets = resolved.subnets;
@@ -127,38 +133,23 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
             for p in parts {
                 conditions::set(&mut status.conditions, p, TRUE, "", "", now);
             }
-            conditions::set(
-                &mut status.conditions,
-                "ValidationSucceeded",
-                TRUE,
-                "",
-                "",
-                now,
-            );
+            // Reported only for classes that select reservations (or once did and failed).
+            let reservations = NodeClassCondition::CapacityReservationsReady.type_();
+            if !class.spec.capacity_reservation_selector_terms.is_empty()
+                || conditions::find(&status.conditions, reservations).is_some()
+            {
+                conditions::set(&mut status.conditions, reservations, TRUE, "", "", now);
+            }
             conditions::set(&mut status.conditions, "Ready", TRUE, "", "", now);
         }
-        Err(CloudError::Transient(msg)) => return Err(CloudError::Transient(msg).into()),
+        Err(ResolveError {
+            error: CloudError::Transient(msg),
+            ..
+        }) => return Err(CloudError::Transient(msg).into()),
         Err(e) => {
-            let msg = e.to_string();
-            let part = if msg.contains("subnet") {
-                "SubnetsReady"
-            } else if msg.contains("securityGroup") || msg.contains("security group") {
-                "SecurityGroupsReady"
-            } else if msg.contains("ami") || msg.contains("AMI") {
-                "AMIsReady"
-            } else if msg.contains("role") || msg.contains("instanceProfile") {
-                "InstanceProfileReady"
-            } else {
-                "ValidationSucceeded"
-            };
-            conditions::set(
-                &mut status.conditions,
-                part,
-                FALSE,
-                "ResolutionFailed",
-                &msg,
-                now,
-            );
+            let part = e.condition.type_();
+            let msg = e.error.to_string();
+            conditions::set(&mut status.conditions, part, FALSE, e.reason, &msg, now);
             let changed = conditions::set(
                 &mut status.conditions,
                 "Ready",
@@ -168,7 +159,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
                 now,
             );
             if changed {
-                publish(&ctx, &class, EventType::Warning, "ResolutionFailed", &msg).await;
+                publish(&ctx, &class, EventType::Warning, e.reason, &msg).await;
                 tracing::warn!(controller = "nodeclass", ec2nodeclass = %name, error = %msg, "ec2nodeclass not ready");
             }
         }

@@ -19,6 +19,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::apis::conditions::{self, FALSE, TRUE};
+use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePoolStatus;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::controllers::{Context, Error};
@@ -95,6 +96,70 @@ pub fn pool_usage(
     (list, nodes)
 }
 
+/// The capacity types Karpenter can launch, the only values a `karpenter.sh/capacity-type`
+/// requirement can usefully allow.
+const CAPACITY_TYPES: &[&str] = &["on-demand", "spot", "reserved"];
+
+/// Every reason a NodePool cannot be used, or `Ok`: the API server's rules once more (a pool
+/// stored before a rule existed is not checked again on upgrade) and upstream's runtime checks
+/// the CRD cannot express — a taint key and effect repeated across `taints` and `startupTaints`
+/// (a Node cannot carry both, so such nodes could never register), and a
+/// `karpenter.sh/capacity-type` requirement none of whose values can be launched (or fewer than
+/// its `minValues`). An invalid pool gets `ValidationSucceeded=False` and is not used to
+/// provision.
+pub fn runtime_validate(pool: &NodePool) -> Result<(), String> {
+    let mut problems: Vec<String> = Vec::new();
+    if let Err(e) = pool.validate() {
+        problems.extend(e.problems.iter().map(ToString::to_string));
+    }
+    let spec = &pool.spec.template.spec;
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for (field, taints) in [
+        ("taints", &spec.taints),
+        ("startupTaints", &spec.startup_taints),
+    ] {
+        for t in taints {
+            let pair = (t.key.as_str(), t.effect.as_str());
+            if seen.contains(&pair) {
+                problems.push(format!(
+                    "spec.template.spec.{field}: taint {}:{} appears more than once across taints and startupTaints; keep one",
+                    pair.0, pair.1
+                ));
+            } else {
+                seen.push(pair);
+            }
+        }
+    }
+    for r in &spec.requirements {
+        if r.key != labels::CAPACITY_TYPE || r.operator != Operator::In {
+            continue;
+        }
+        let known = r
+            .values
+            .iter()
+            .filter(|v| CAPACITY_TYPES.contains(&v.as_str()))
+            .count();
+        let needed = r.min_values.unwrap_or(1).max(1);
+        if (known as i64) < needed {
+            problems.push(format!(
+                "spec.template.spec.requirements: {} In {:?} allows {known} capacity type(s) Karpenter can launch, {needed} needed; use {}",
+                r.key,
+                r.values,
+                CAPACITY_TYPES.join(", ")
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "NodePool {} is invalid: {}",
+            pool.name_any(),
+            problems.join("; ")
+        ))
+    }
+}
+
 async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Error> {
     if pool.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -146,7 +211,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     status.resources = Some(resources);
     status.nodes = Some(nodes);
 
-    let validation = pool.validate();
+    let validation = runtime_validate(&pool);
     match &validation {
         Ok(()) => {
             conditions::set(
@@ -158,17 +223,16 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
                 now,
             );
         }
-        Err(e) => {
-            let msg = e.to_string();
+        Err(msg) => {
             if conditions::set(
                 &mut status.conditions,
                 "ValidationSucceeded",
                 FALSE,
                 "NodePoolValidationFailed",
-                &msg,
+                msg,
                 now,
             ) {
-                publish(&ctx, &pool, "FailedValidation", &msg).await;
+                publish(&ctx, &pool, "FailedValidation", msg).await;
                 tracing::warn!(controller = "nodepool", nodepool = %name, error = %msg, "invalid nodepool");
             }
         }
@@ -176,43 +240,51 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     let class = ctx.state.nodeclasses.get(&ObjectRef::new(
         &pool.spec.template.spec.node_class_ref.name,
     ));
-    let class_ready = match &class {
-        None => {
-            let msg = format!(
+    let (class_ready, class_reason, class_message) = match &class {
+        None => (
+            false,
+            "NodeClassNotFound",
+            format!(
                 "EC2NodeClass {:?} not found",
                 pool.spec.template.spec.node_class_ref.name
-            );
-            conditions::set(
-                &mut status.conditions,
-                "NodeClassReady",
-                FALSE,
-                "NodeClassNotFound",
-                &msg,
-                now,
-            );
-            false
-        }
+            ),
+        ),
         Some(c) => {
-            let ready = c
+            status.node_class_observed_generation = c.metadata.generation;
+            if c.metadata.deletion_timestamp.is_some() {
+                (
+                    false,
+                    "NodeClassTerminating",
+                    format!("EC2NodeClass {:?} is being deleted", c.name_any()),
+                )
+            } else if c
                 .status
                 .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"));
-            if ready {
-                conditions::set(&mut status.conditions, "NodeClassReady", TRUE, "", "", now);
+                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+            {
+                (true, "", String::new())
             } else {
-                conditions::set(
-                    &mut status.conditions,
-                    "NodeClassReady",
-                    FALSE,
+                (
+                    false,
                     "NodeClassNotReady",
-                    "EC2NodeClass is not ready",
-                    now,
-                );
+                    format!("EC2NodeClass {:?} is not ready", c.name_any()),
+                )
             }
-            status.node_class_observed_generation = c.metadata.generation;
-            ready
         }
     };
+    if class_ready {
+        conditions::set(&mut status.conditions, "NodeClassReady", TRUE, "", "", now);
+    } else if conditions::set(
+        &mut status.conditions,
+        "NodeClassReady",
+        FALSE,
+        class_reason,
+        &class_message,
+        now,
+    ) {
+        publish(&ctx, &pool, class_reason, &class_message).await;
+        tracing::warn!(controller = "nodepool", nodepool = %name, reason = class_reason, message = %class_message, "nodepool cannot launch");
+    }
     if validation.is_ok() && class_ready {
         conditions::set(&mut status.conditions, "Ready", TRUE, "", "", now);
     } else {
@@ -251,5 +323,76 @@ async fn publish(ctx: &Context, pool: &NodePool, reason: &str, note: &str) {
     };
     if let Err(err) = ctx.recorder.publish(&e, &pool.object_ref(&())).await {
         tracing::debug!(error = %err, "could not record event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(extra: serde_json::Value) -> NodePool {
+        let mut spec = json!({
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+        });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "p"},
+            "spec": {"template": {"spec": spec}},
+        }))
+        .expect("pool")
+    }
+
+    #[test]
+    fn a_plain_pool_is_valid() {
+        assert_eq!(runtime_validate(&pool(json!({}))), Ok(()));
+        let pool = pool(json!({
+            "taints": [{"key": "gpu", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "gpu", "effect": "NoExecute"}],
+        }));
+        assert_eq!(runtime_validate(&pool), Ok(()));
+    }
+
+    #[test]
+    fn repeated_taints_pass_the_crd_but_not_runtime_validation() {
+        let pool = pool(json!({
+            "taints": [{"key": "example.com/team", "value": "a", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "example.com/team", "value": "b", "effect": "NoSchedule"}],
+        }));
+        assert!(pool.validate().is_ok(), "the CRD allows it");
+        let err = runtime_validate(&pool).expect_err("invalid");
+        assert!(
+            err.contains("spec.template.spec.startupTaints: taint example.com/team:NoSchedule appears more than once"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_capacity_type_nothing_can_launch_passes_the_crd_but_not_runtime_validation() {
+        let typo = pool(json!({"requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demnad"]},
+        ]}));
+        assert!(typo.validate().is_ok(), "the CRD allows it");
+        let err = runtime_validate(&typo).expect_err("invalid");
+        assert!(
+            err.contains("karpenter.sh/capacity-type In [\"on-demnad\"] allows 0 capacity type(s)"),
+            "{err}"
+        );
+        assert!(err.contains("use on-demand, spot, reserved"), "{err}");
+        let min_values = pool(json!({"requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "spto"], "minValues": 2},
+        ]}));
+        assert!(runtime_validate(&min_values).is_err());
+        let one_typo = pool(json!({"requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "spto"]},
+        ]}));
+        assert_eq!(
+            runtime_validate(&one_typo),
+            Ok(()),
+            "one launchable value is enough"
+        );
     }
 }

@@ -180,13 +180,15 @@ impl State {
             .collect();
         let mut pods = Vec::new();
         for p in &cluster.pods {
-            let Ok(pod) = Pod::from_k8s(p) else { continue };
-            let status = p.status.as_ref();
+            let Ok(pod) = Pod::from_parts(&p.metadata, &p.spec) else {
+                continue;
+            };
+            let status = p.status.as_deref();
             let phase = status.and_then(|s| s.phase.as_deref());
             let node = p
                 .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
+                .node_name
+                .as_deref()
                 .and_then(|n| index.get(n).copied());
             pods.push(StatePod {
                 pod,

@@ -183,6 +183,7 @@ pub fn pods_to_move(state: &State, cmd: &Command) -> BTreeMap<String, usize> {
 mod tests {
     use super::*;
     use crate::cluster::Cluster;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     fn now() -> DateTime<Utc> {
@@ -231,7 +232,7 @@ mod tests {
                 .collect(),
             pods: pods
                 .into_iter()
-                .map(|p| serde_json::from_value(p).expect("pod"))
+                .map(|p| serde_json::from_value::<Pod>(p).expect("pod").into())
                 .collect(),
             ..Cluster::default()
         };

@@ -9,8 +9,10 @@
 //! are idempotent per NodeClaim in the provider.
 
 pub mod garbage;
+pub mod liveness;
 pub mod termination;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +32,6 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
-use crate::cloudprovider::CloudError;
 use crate::controllers::{Context, Error};
 use crate::metrics::METRICS;
 
@@ -43,10 +44,7 @@ pub const INITIALIZED: &str = "Initialized";
 /// Condition: all of the above.
 pub const READY: &str = "Ready";
 
-/// A NodeClaim that has not launched after this long is deleted (the provisioner plans again).
-pub const LAUNCH_TIMEOUT: chrono::Duration = chrono::Duration::minutes(5);
-/// A launched NodeClaim whose Node has not registered after this long is deleted.
-pub const REGISTRATION_TIMEOUT: chrono::Duration = chrono::Duration::minutes(15);
+pub use liveness::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 
 /// Taints a node carries while it is coming up or going away, which say nothing about whether
 /// it is initialized.
@@ -66,7 +64,11 @@ pub async fn run(ctx: Arc<Context>) {
         .watches(nodes, watcher::Config::default(), move |node: Node| {
             claim_of_node(&store, &node).map(|name| ObjectRef::new(&name))
         })
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |c, ctx| crate::metrics::in_controller("nodeclaim.lifecycle", reconcile(c, ctx)),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }
@@ -185,19 +187,23 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
     let launched_at = conditions::find(&status.conditions, LAUNCHED)
         .map(|c| c.last_transition_time)
         .unwrap_or(now);
-    if now - launched_at > REGISTRATION_TIMEOUT {
-        tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, "node did not register in time; deleting");
-        event(
-            &ctx,
-            &claim,
-            EventType::Warning,
-            "RegistrationTimeout",
-            "Node did not register within 15m; deleting the NodeClaim",
-        )
-        .await;
-        api.delete(&name, &DeleteParams::default()).await?;
-        return Ok(Action::await_change());
-    }
+    let recheck = match liveness::registration(launched_at, now) {
+        liveness::Registration::Wait(recheck) => recheck,
+        liveness::Registration::TimedOut => {
+            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, "node did not register in time; deleting");
+            event(
+                &ctx,
+                &claim,
+                EventType::Warning,
+                "RegistrationTimeout",
+                "Node did not register within 15m; deleting the NodeClaim",
+            )
+            .await;
+            api.delete(&name, &DeleteParams::default()).await?;
+            count_disrupted(&claim, "registration_timeout");
+            return Ok(Action::await_change());
+        }
+    };
     let mut changed = conditions::set(
         &mut status.conditions,
         REGISTERED,
@@ -217,7 +223,23 @@ async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, E
     if changed {
         write_status(&api, &claim, &status).await?;
     }
-    Ok(Action::requeue(Duration::from_secs(15)))
+    Ok(Action::requeue(recheck))
+}
+
+/// Counts a NodeClaim the lifecycle gave up on in `karpenter_nodeclaims_disrupted_total`, with
+/// upstream's reasons (`launch_timeout`, `registration_timeout`, `insufficient_capacity`).
+fn count_disrupted(claim: &NodeClaim, reason: &str) {
+    let label = |k: &str| claim.labels().get(k).cloned().unwrap_or_default();
+    METRICS
+        .nodeclaims_disrupted_total
+        .with_label_values(&[
+            reason,
+            &label(labels::NODEPOOL),
+            &label(labels::CAPACITY_TYPE),
+            "",
+            "",
+        ])
+        .inc();
 }
 
 /// Writes the status computed from `seen`, only if the NodeClaim has not changed since: other
@@ -272,118 +294,126 @@ async fn launch(
         .as_ref()
         .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
         .unwrap_or(now);
-    let failed = |status: &mut NodeClaimStatus, reason: &str, message: &str| {
-        let a = conditions::set(
-            &mut status.conditions,
-            LAUNCHED,
-            FALSE,
-            reason,
-            message,
-            now,
-        );
-        let b = conditions::set(&mut status.conditions, READY, FALSE, reason, message, now);
-        a || b
+    let class_name = &claim.spec.node_class_ref.name;
+    let error = match nodeclass_of(ctx, claim) {
+        None => None,
+        Some(nodeclass) => match ctx.provider.create(claim, &nodeclass).await {
+            Ok(launched) => return record_launch(claim, ctx, status, now, launched).await,
+            Err(e) => Some(e),
+        },
     };
-    let Some(nodeclass) = nodeclass_of(ctx, claim) else {
-        let msg = format!(
-            "EC2NodeClass {:?} not found",
-            claim.spec.node_class_ref.name
-        );
-        if failed(&mut status, "NodeClassNotFound", &msg) {
-            write_status(&api, claim, &status).await?;
-        }
-        return give_up_or_wait(claim, ctx, created, now, &msg).await;
+    let failure = match &error {
+        None => liveness::LaunchFailure::NodeClassNotFound(class_name),
+        Some(e) => liveness::LaunchFailure::Cloud(e),
     };
-    match ctx.provider.create(claim, &nodeclass).await {
-        Ok(launched) => {
-            let mut new_labels = claim.labels().clone();
-            new_labels.extend(launched.labels.clone());
-            let labelled = api
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"labels": new_labels}})),
-                )
-                .await?;
-            status.provider_id = Some(launched.provider_id.clone());
-            status.image_id = launched.image_id.clone();
-            status.capacity = Some(launched.capacity.to_list());
-            status.allocatable = Some(launched.allocatable.to_list());
-            conditions::set(&mut status.conditions, LAUNCHED, TRUE, "", "", now);
-            conditions::set(
-                &mut status.conditions,
-                READY,
-                FALSE,
-                "NodeNotFound",
-                "Node not registered with cluster",
-                now,
-            );
-            write_status(&api, &labelled, &status).await?;
-            tracing::info!(
-                controller = "nodeclaim.lifecycle",
-                nodeclaim = %name,
-                provider_id = %launched.provider_id,
-                instance_type = %launched.instance_type,
-                zone = %launched.zone,
-                capacity_type = launched.capacity_type.label(),
-                "launched nodeclaim"
-            );
-            Ok(Action::requeue(Duration::from_secs(5)))
-        }
-        Err(CloudError::InsufficientCapacity(msg)) => {
-            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %msg, "insufficient capacity; deleting nodeclaim so pods are planned again");
+    match liveness::after_launch_failure(failure, created, now) {
+        liveness::LaunchDecision::Replan { message } => {
+            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %message, "insufficient capacity; deleting nodeclaim so pods are planned again");
             event(
                 ctx,
                 claim,
                 EventType::Warning,
                 "InsufficientCapacityError",
-                &format!("NodeClaim {name} event: {msg}"),
+                &format!("NodeClaim {name} event: {message}"),
             )
             .await;
             api.delete(&name, &DeleteParams::default()).await?;
+            count_disrupted(claim, "insufficient_capacity");
             Ok(Action::await_change())
         }
-        Err(CloudError::NodeClassNotReady(msg)) => {
-            if failed(&mut status, "NodeClassNotReady", &msg) {
+        liveness::LaunchDecision::Retry {
+            status: condition,
+            reason,
+            message,
+            event: publish,
+            retry,
+        } => {
+            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, reason, error = %message, retry_in = ?retry, "launch failed; will retry until the launch timeout");
+            let a = conditions::set(
+                &mut status.conditions,
+                LAUNCHED,
+                condition,
+                reason,
+                &message,
+                now,
+            );
+            let b = conditions::set(
+                &mut status.conditions,
+                READY,
+                condition,
+                reason,
+                &message,
+                now,
+            );
+            if a || b {
                 write_status(&api, claim, &status).await?;
+                if publish {
+                    event(ctx, claim, EventType::Warning, reason, &message).await;
+                }
             }
-            give_up_or_wait(claim, ctx, created, now, &msg).await
+            Ok(Action::requeue(retry))
         }
-        Err(CloudError::Invalid(msg)) => {
-            if failed(&mut status, "LaunchFailed", &msg) {
-                write_status(&api, claim, &status).await?;
-                event(ctx, claim, EventType::Warning, "LaunchFailed", &msg).await;
-            }
-            give_up_or_wait(claim, ctx, created, now, &msg).await
+        liveness::LaunchDecision::GiveUp { message } => {
+            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %message, "nodeclaim did not launch within the launch timeout; deleting");
+            event(
+                ctx,
+                claim,
+                EventType::Warning,
+                "LaunchTimeout",
+                &format!("NodeClaim did not launch within 5m: {message}"),
+            )
+            .await;
+            api.delete(&name, &DeleteParams::default()).await?;
+            count_disrupted(claim, "launch_timeout");
+            Ok(Action::await_change())
         }
-        Err(e) => Err(e.into()),
     }
 }
 
-/// A NodeClaim that cannot launch waits, but not forever: after [`LAUNCH_TIMEOUT`] it is
-/// deleted so the pods are planned again (perhaps on another NodePool).
-async fn give_up_or_wait(
+/// Writes a launch to the NodeClaim: the cloud's labels under the NodeClaim's own, then the
+/// provider ID, image, capacity and `Launched=True`.
+async fn record_launch(
     claim: &NodeClaim,
     ctx: &Context,
-    created: DateTime<Utc>,
+    mut status: NodeClaimStatus,
     now: DateTime<Utc>,
-    why: &str,
+    launched: crate::cloudprovider::Launched,
 ) -> Result<Action, Error> {
-    if now - created > LAUNCH_TIMEOUT {
-        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-        event(
-            ctx,
-            claim,
-            EventType::Warning,
-            "LaunchTimeout",
-            &format!("NodeClaim did not launch within 5m: {why}"),
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let name = claim.name_any();
+    let mut new_labels = launched.labels.clone();
+    new_labels.extend(claim.labels().clone());
+    let labelled = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": new_labels}})),
         )
-        .await;
-        api.delete(&claim.name_any(), &DeleteParams::default())
-            .await?;
-        return Ok(Action::await_change());
-    }
-    Ok(Action::requeue(Duration::from_secs(10)))
+        .await?;
+    status.provider_id = Some(launched.provider_id.clone());
+    status.image_id = launched.image_id.clone();
+    status.capacity = Some(launched.capacity.to_list());
+    status.allocatable = Some(launched.allocatable.to_list());
+    conditions::set(&mut status.conditions, LAUNCHED, TRUE, "", "", now);
+    conditions::set(
+        &mut status.conditions,
+        READY,
+        FALSE,
+        "NodeNotFound",
+        "Node not registered with cluster",
+        now,
+    );
+    write_status(&api, &labelled, &status).await?;
+    tracing::info!(
+        controller = "nodeclaim.lifecycle",
+        nodeclaim = %name,
+        provider_id = %launched.provider_id,
+        instance_type = %launched.instance_type,
+        zone = %launched.zone,
+        capacity_type = launched.capacity_type.label(),
+        "launched nodeclaim"
+    );
+    Ok(Action::requeue(Duration::from_secs(5)))
 }
 
 fn k8s_taint(t: &Taint) -> K8sTaint {
@@ -424,14 +454,47 @@ pub fn registered_taints(claim: &NodeClaim, node: &Node) -> Vec<K8sTaint> {
     taints
 }
 
+/// The Node's labels and annotations once registered: its own, overwritten by the NodeClaim's
+/// (the NodeClaim's win, as upstream's registration syncs them: a label the NodePool sets is what
+/// the node must carry, whatever the machine reported), plus `karpenter.sh/registered=true`.
+pub fn registered_metadata(
+    claim: &NodeClaim,
+    node: &Node,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut node_labels = node.labels().clone();
+    node_labels.extend(claim.labels().clone());
+    node_labels.insert(labels::REGISTERED.into(), "true".into());
+    let mut annotations = node.annotations().clone();
+    annotations.extend(claim.annotations().clone());
+    (node_labels, annotations)
+}
+
 async fn register(claim: &NodeClaim, node: &Node, ctx: &Context) -> Result<(), Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     // The cached Node is often a step behind (the kubelet and the node controller write it
     // too); read it fresh so the conditional write below usually succeeds.
     let node = &nodes.get(&node.name_any()).await?;
-    let mut node_labels = claim.labels().clone();
-    node_labels.extend(node.labels().clone());
-    node_labels.insert(labels::REGISTERED.into(), "true".into());
+    let (node_labels, node_annotations) = registered_metadata(claim, node);
+    let first = !node.labels().contains_key(labels::REGISTERED);
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY));
+    if first && !tainted {
+        event(
+            ctx,
+            claim,
+            EventType::Warning,
+            "UnregisteredTaintMissing",
+            &format!(
+                "Node {} joined without the {} taint, so pods may have been scheduled to it before Karpenter synced its labels and taints",
+                node.name_any(),
+                labels::UNREGISTERED_TAINT_KEY
+            ),
+        )
+        .await;
+    }
     let mut finalizers = node.finalizers().to_vec();
     if !finalizers
         .iter()
@@ -457,6 +520,7 @@ async fn register(claim: &NodeClaim, node: &Node, ctx: &Context) -> Result<(), E
             &Patch::Merge(json!({
                 "metadata": {
                     "labels": node_labels,
+                    "annotations": node_annotations,
                     "finalizers": finalizers,
                     "ownerReferences": owners,
                     "resourceVersion": node.resource_version(),
@@ -536,4 +600,58 @@ async fn mark_initialized(node: &Node, ctx: &Context) -> Result<(), Error> {
         )
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim() -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {
+                "name": "default-abcde",
+                "labels": {
+                    "karpenter.sh/nodepool": "default",
+                    "team": "payments",
+                    "node.kubernetes.io/instance-type": "m5.xlarge",
+                },
+                "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+            },
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+            },
+        }))
+        .expect("claim")
+    }
+
+    fn node() -> Node {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "ip-10-0-0-1.ec2.internal",
+                "labels": {
+                    "team": "whatever-the-kubelet-said",
+                    "kubernetes.io/hostname": "ip-10-0-0-1.ec2.internal",
+                    "node.kubernetes.io/instance-type": "m5.xlarge",
+                },
+                "annotations": {"karpenter.sh/do-not-disrupt": "false", "node.alpha.kubernetes.io/ttl": "0"},
+            },
+        }))
+        .expect("node")
+    }
+
+    #[test]
+    fn the_nodeclaims_labels_and_annotations_win_over_the_nodes() {
+        let (l, a) = registered_metadata(&claim(), &node());
+        assert_eq!(l["team"], "payments", "the NodeClaim's label wins");
+        assert_eq!(l["karpenter.sh/nodepool"], "default");
+        assert_eq!(l["kubernetes.io/hostname"], "ip-10-0-0-1.ec2.internal");
+        assert_eq!(l[labels::REGISTERED], "true");
+        assert_eq!(a["karpenter.sh/do-not-disrupt"], "true");
+        assert_eq!(
+            a["node.alpha.kubernetes.io/ttl"], "0",
+            "the Node's own stay"
+        );
+    }
 }

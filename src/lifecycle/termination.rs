@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint as K8sTaint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -603,16 +603,14 @@ fn seconds_since(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<f64> {
 }
 
 async fn node_event(ctx: &Context, node: &Node, reason: &str, note: &str) {
-    if let Err(err) = crate::controllers::disruption::publish_event(
-        ctx,
-        node,
-        EventType::Normal,
-        reason,
-        note,
-        "Terminating",
-    )
-    .await
-    {
+    let e = Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Terminating".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&e, &node.object_ref(&())).await {
         tracing::debug!(error = %err, "could not record event");
     }
 }

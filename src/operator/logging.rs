@@ -1,13 +1,15 @@
 //! JSON logs in upstream Karpenter's shape.
 //!
 //! Upstream logs one JSON object per line through zap: `level` in upper case, `time` in RFC 3339
-//! with milliseconds, `logger`, `message`, then every structured field at the top level
-//! (`"nodeclaim":"default-x7k2p"`). Log pipelines, CloudWatch Insights queries and alerts parse
-//! exactly that, so our lines have the same keys. tracing-subscriber's own JSON format nests
-//! fields under `fields` and spans under `spans`, hence the formatter here.
+//! with milliseconds, `logger`, `message`, then every structured field at the top level, objects
+//! as `"NodeClaim":{"name":"default-x7k2p"}` and other keys hyphenated (`"provider-id"`,
+//! `"instance-type"`, `"capacity-type"`). Log pipelines, CloudWatch Insights queries and alerts
+//! parse exactly that, so our lines have the same keys ([`upstream_key`] translates Rust field
+//! names). tracing-subscriber's own JSON format nests fields under `fields` and spans under
+//! `spans`, hence the formatter here.
 //!
 //! Fields of the spans an event happens in are flattened too, outermost first, so a reconciler
-//! that enters `info_span!("reconcile", controller = "nodeclaim.lifecycle", NodeClaim = %name)`
+//! that enters `info_span!("reconcile", controller = "nodeclaim.lifecycle", nodeclaim = %name)`
 //! gets those keys on every line it logs.
 
 use std::fmt;
@@ -196,16 +198,22 @@ impl JsonMembers {
     }
 
     fn push_raw(&mut self, key: &str, json: &str) {
-        self.push_key(key);
+        self.push_key(upstream_key(key).name());
         self.out.push_str(json);
     }
 
     fn push_str(&mut self, key: &str, value: &str) {
-        match key {
-            "message" => self.message = Some(value.to_string()),
-            "logger" => self.logger = Some(value.to_string()),
-            _ => {
-                self.push_key(key);
+        match (key, upstream_key(key)) {
+            ("message", _) => self.message = Some(value.to_string()),
+            ("logger", _) => self.logger = Some(value.to_string()),
+            (_, UpstreamKey::Object(kind)) => {
+                self.push_key(kind);
+                self.out.push_str("{\"name\":");
+                let _ = write_json_string(&mut self.out, value);
+                self.out.push('}');
+            }
+            (_, UpstreamKey::Flat(name)) => {
+                self.push_key(name);
                 let _ = write_json_string(&mut self.out, value);
             }
         }
@@ -252,6 +260,45 @@ impl Visit for JsonMembers {
             // JSON has no NaN or infinity; zap writes them as strings too.
             self.push_str(field.name(), &value.to_string());
         }
+    }
+}
+
+/// How a field is spelled in upstream's log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UpstreamKey<'a> {
+    /// A top-level member with this key.
+    Flat(&'a str),
+    /// A Kubernetes object, logged as `"Kind":{"name":"..."}` (controller-runtime's form).
+    Object(&'static str),
+}
+
+impl<'a> UpstreamKey<'a> {
+    fn name(self) -> &'a str {
+        match self {
+            Self::Flat(name) => name,
+            Self::Object(kind) => kind,
+        }
+    }
+}
+
+/// The key upstream's logs use for a field. Rust field names cannot contain `-`, and call
+/// sites name objects in lower case (`nodeclaim = %name`), while upstream writes
+/// `"provider-id"`, `"instance-type"`, `"capacity-type"` and `"NodeClaim":{"name":...}`;
+/// translating here keeps log queries written for upstream (`NodeClaim.name`, `provider-id`)
+/// working without every call site spelling keys in a non-Rust way.
+fn upstream_key(key: &str) -> UpstreamKey<'_> {
+    match key {
+        "nodeclaim" => UpstreamKey::Object("NodeClaim"),
+        "nodepool" => UpstreamKey::Object("NodePool"),
+        "node" => UpstreamKey::Object("Node"),
+        "ec2nodeclass" => UpstreamKey::Object("EC2NodeClass"),
+        "provider_id" => UpstreamKey::Flat("provider-id"),
+        "instance_type" => UpstreamKey::Flat("instance-type"),
+        "instance_types" => UpstreamKey::Flat("instance-types"),
+        "capacity_type" => UpstreamKey::Flat("capacity-type"),
+        "instance_id" => UpstreamKey::Flat("instance-id"),
+        "image_id" => UpstreamKey::Flat("image-id"),
+        other => UpstreamKey::Flat(other),
     }
 }
 
@@ -441,6 +488,10 @@ mod tests {
             tracing::info!(
                 nodeclaim = %name,
                 nodepool = "default",
+                provider_id = "aws:///us-west-2b/i-0123456789abcdef0",
+                instance_type = "m5.large",
+                zone = "us-west-2b",
+                capacity_type = "spot",
                 pods = 3_u64,
                 price = 0.0557,
                 spot = true,
@@ -470,8 +521,12 @@ mod tests {
                 "message": "launched nodeclaim",
                 "controller": "nodeclaim.lifecycle",
                 "reconcileID": "5a2c",
-                "nodeclaim": "default-x7k2p",
-                "nodepool": "default",
+                "NodeClaim": {"name": "default-x7k2p"},
+                "NodePool": {"name": "default"},
+                "provider-id": "aws:///us-west-2b/i-0123456789abcdef0",
+                "instance-type": "m5.large",
+                "zone": "us-west-2b",
+                "capacity-type": "spot",
                 "pods": 3,
                 "price": 0.0557,
                 "spot": true,
@@ -484,7 +539,7 @@ mod tests {
             raw[0]
         );
         assert!(
-            raw[0].contains("\"logger\":\"controller\",\"message\":\"launched nodeclaim\",\"controller\":\"nodeclaim.lifecycle\",\"reconcileID\":\"5a2c\",\"nodeclaim\":"),
+            raw[0].contains("\"logger\":\"controller\",\"message\":\"launched nodeclaim\",\"controller\":\"nodeclaim.lifecycle\",\"reconcileID\":\"5a2c\",\"NodeClaim\":{\"name\":\"default-x7k2p\"},"),
             "{}",
             raw[0]
         );

@@ -283,7 +283,7 @@ pub struct Settings {
     /// Burst of requests to the Kubernetes API server above the QPS.
     #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300)]
     pub kube_client_burst: u32,
-    /// Serve profiling endpoints on the metrics port.
+    /// Upstream serves Go's pprof on the metrics port; accepted for compatibility, no effect.
     #[arg(long, env = "ENABLE_PROFILING", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub enable_profiling: bool,
     /// Start controllers only after winning leader election instead of warming caches first.
@@ -306,9 +306,11 @@ pub struct Settings {
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "")]
     pub leader_election_namespace: String,
     /// The container's memory limit in bytes (-1: none); the chart sets it from the pod spec.
+    /// Upstream tunes Go's garbage collector with it; accepted for compatibility, no effect.
     #[arg(long, env = "MEMORY_LIMIT", default_value_t = -1, allow_negative_numbers = true)]
     pub memory_limit: i64,
-    /// The container's CPU request in millicores; scales how many reconciles run at once.
+    /// The container's CPU request in millicores (0: none), which upstream scales reconcile
+    /// concurrency by; accepted for compatibility, the controllers here do not use it yet.
     #[arg(
         long,
         env = "CPU_REQUESTS",
@@ -372,7 +374,7 @@ pub struct Settings {
     /// Feature gates, e.g. SpotToSpotConsolidation=true,NodeRepair=true.
     #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES, value_parser = FeatureGates::parse)]
     pub feature_gates: FeatureGates,
-    /// A scheduler configuration file (empty: none).
+    /// A scheduler configuration file (empty: none); accepted for compatibility, no effect yet.
     #[arg(long, env = "SCHEDULER_CONFIG", default_value = "")]
     pub scheduler_config: String,
 
@@ -383,13 +385,13 @@ pub struct Settings {
     /// The API server endpoint nodes join (empty: discovered with eks:DescribeCluster).
     #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
     pub cluster_endpoint: String,
-    /// The API server's CA bundle, base64, for nodes' bootstrap (empty: the controller's own).
+    /// The API server's CA bundle, base64, for nodes' bootstrap (empty: discovered with eks:DescribeCluster).
     #[arg(long, env = "CLUSTER_CA_BUNDLE", default_value = "")]
     pub cluster_ca_bundle: String,
     /// The VPC has no internet access: do not call the Pricing API, use bundled prices.
     #[arg(long, env = "ISOLATED_VPC", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub isolated_vpc: bool,
-    /// The controller runs in the EKS control plane (discover cluster details from EKS).
+    /// The controller runs in the EKS control plane; accepted for compatibility, no effect yet.
     #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub eks_control_plane: bool,
     /// Share of each instance type's memory the hypervisor takes, as a fraction (0.075 = 7.5%).
@@ -406,10 +408,12 @@ pub struct Settings {
         allow_negative_numbers = true
     )]
     pub reserved_enis: i64,
-    /// Skip the EC2 dry-run authorization checks when validating EC2NodeClasses.
+    /// Skip the EC2 dry-run authorization checks when validating EC2NodeClasses; accepted for
+    /// compatibility, no effect yet (no dry-run checks are made).
     #[arg(long, env = "DISABLE_DRY_RUN", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub disable_dry_run: bool,
-    /// Stop launching into availability zones under an ARC zonal shift.
+    /// Stop launching into availability zones under an ARC zonal shift; accepted for
+    /// compatibility, no effect yet.
     #[arg(long, env = "ENABLE_ZONAL_SHIFT", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub enable_zonal_shift: bool,
     /// How often AMI selectors are resolved again (at least 1m).
@@ -559,9 +563,14 @@ impl Settings {
         if self.kube_client_burst == 0 {
             problems.push("KUBE_CLIENT_BURST (--kube-client-burst) is 0: the controller could not call the API server; use a positive burst (default 300)".to_string());
         }
-        if self.cpu_requests <= 0 {
+        // 0 is what the chart's downward-API reference yields when the container has no CPU
+        // request (`controller.resources: {}`, the default): the kubelet rounds the missing
+        // request up to 0 millicores, unlike limits, which it fills in from the node's
+        // allocatable. Upstream starts with it (its reconcile concurrency has a floor), so 0 is
+        // valid here too.
+        if self.cpu_requests < 0 {
             problems.push(format!(
-                "CPU_REQUESTS (--cpu-requests) is {}: it is the controller's CPU request in millicores and must be positive (default 1000)",
+                "CPU_REQUESTS (--cpu-requests) is {}: it is the controller's CPU request in millicores and must be 0 or more (default 1000)",
                 self.cpu_requests
             ));
         }
@@ -799,8 +808,10 @@ mod tests {
             .get_arguments()
             .filter_map(|a| a.get_env().and_then(|e| e.to_str()))
             .collect();
-        // Set by the chart for upstream's libraries; nothing reads them here.
-        let ignored = ["KUBERNETES_MIN_VERSION", "SYSTEM_NAMESPACE"];
+        // Not settings: KUBERNETES_MIN_VERSION is for upstream's libraries (nothing reads it
+        // here); SYSTEM_NAMESPACE and POD_NAME come from the downward API and place and name
+        // this replica's leader-election Lease.
+        let ignored = ["KUBERNETES_MIN_VERSION", "SYSTEM_NAMESPACE", "POD_NAME"];
         let unknown: Vec<&&str> = chart_env
             .iter()
             .filter(|name| !known.contains(name) && !ignored.contains(name))
@@ -1058,8 +1069,8 @@ mod tests {
                 "KUBE_CLIENT_BURST (--kube-client-burst) is 0",
             ),
             (
-                &["--cpu-requests=0"],
-                "CPU_REQUESTS (--cpu-requests) is 0: it is the controller's CPU request in millicores and must be positive",
+                &["--cpu-requests=-1"],
+                "CPU_REQUESTS (--cpu-requests) is -1: it is the controller's CPU request in millicores and must be 0 or more",
             ),
             (
                 &["--memory-limit=-2"],
@@ -1098,6 +1109,20 @@ mod tests {
             assert_eq!(found.len(), expected, "{args:?}: {found:#?}");
             assert!(found[0].starts_with(message), "{args:?}: {found:#?}");
         }
+    }
+
+    /// What the default chart passes (`controller.resources: {}`): the kubelet resolves an
+    /// unset CPU request to "0" and an unset memory limit to the node's allocatable memory.
+    #[test]
+    fn the_default_charts_downward_api_values_are_valid() {
+        let s = parse(
+            &["--cluster-name=c"],
+            &[("CPU_REQUESTS", "0"), ("MEMORY_LIMIT", "16106127360")],
+        )
+        .expect("downward API values parse");
+        assert_eq!(s.cpu_requests, 0);
+        assert_eq!(s.memory_limit, 16_106_127_360);
+        assert_eq!(s.validate(), Ok(()));
     }
 
     #[test]

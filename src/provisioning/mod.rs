@@ -20,6 +20,7 @@ use crate::apis::nodeclaim::{NodeClaimSpec, Operator, ResourceRequirements};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::cluster::Cluster;
 use crate::controllers::Context;
+use crate::controllers::nodepool::runtime_validate;
 use crate::disruption::drift;
 use crate::metrics::METRICS;
 use crate::scheduling::instance_type::InstanceType;
@@ -94,6 +95,39 @@ pub fn plan(
         out.unschedulable.push((input.pods[i].key(), reason));
     }
     out
+}
+
+/// Removes from a snapshot the NodePools the provisioner must not launch from, and returns each
+/// with the reason: invalid pools ([`runtime_validate`]; upstream provisions only from ready
+/// pools) and pools whose EC2NodeClass is being deleted (its finalizer waits for the class's
+/// NodeClaims to go, so new ones would hold it forever).
+pub fn drop_unusable_pools(cluster: &mut Cluster) -> Vec<(String, String)> {
+    let terminating: HashSet<String> = cluster
+        .nodeclasses
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_some())
+        .map(|c| c.name_any())
+        .collect();
+    let mut dropped = Vec::new();
+    cluster.nodepools.retain(|pool| {
+        let why = match runtime_validate(pool) {
+            Err(e) => Some(e),
+            Ok(()) => {
+                let class = &pool.spec.template.spec.node_class_ref.name;
+                terminating
+                    .contains(class)
+                    .then(|| format!("its EC2NodeClass {class:?} is being deleted"))
+            }
+        };
+        match why {
+            Some(why) => {
+                dropped.push((pool.name_any(), why));
+                false
+            }
+            None => true,
+        }
+    });
+    dropped
 }
 
 /// The NodeClaim for a disruption replacement: the pool's template requirements narrowed to
@@ -265,12 +299,15 @@ impl Provisioner {
     /// number of NodeClaims created.
     pub async fn provision_once(&self) -> anyhow::Result<usize> {
         let ctx = &self.ctx;
-        let cluster = ctx.state.snapshot();
-        METRICS.cluster_state_synced.set(1.0);
-        METRICS
-            .cluster_state_node_count
-            .set(cluster.nodes.len() as f64);
+        let mut cluster = ctx.state.snapshot();
+        for (pool, why) in drop_unusable_pools(&mut cluster) {
+            tracing::debug!(controller = "provisioner", nodepool = %pool, reason = %why, "not provisioning from nodepool");
+        }
         if cluster.pending_pods().is_empty() {
+            METRICS
+                .scheduler_unschedulable_pods_count
+                .with_label_values(&["provisioner"])
+                .set(0.0);
             return Ok(0);
         }
         let types = instance_types(ctx, &cluster).await;
@@ -299,24 +336,7 @@ impl Provisioner {
                 requests = ?claim.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
                 "created nodeclaim"
             );
-            METRICS
-                .nodeclaims_created_total
-                .with_label_values(&[
-                    "provisioning",
-                    made.labels()
-                        .get(labels::NODEPOOL)
-                        .map(String::as_str)
-                        .unwrap_or_default(),
-                    if made
-                        .annotations()
-                        .contains_key(labels::NODECLAIM_MIN_VALUES_RELAXED)
-                    {
-                        "true"
-                    } else {
-                        "false"
-                    },
-                ])
-                .inc();
+            crate::metrics::count_nodeclaim_created("provisioned", &made);
             created.insert(name);
         }
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the
@@ -390,5 +410,89 @@ pub async fn wait_for_batch(changed: &Notify, window: BatchWindow) {
         {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pool(name: &str, class: &str, taints: serde_json::Value) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": name},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": class},
+                "requirements": [],
+                "taints": taints,
+            }}},
+        }))
+        .expect("pool")
+    }
+
+    fn class(name: &str, deleting: bool) -> EC2NodeClass {
+        let mut class: EC2NodeClass = serde_json::from_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": name},
+            "spec": {
+                "role": "r",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"k": "v"}}],
+                "securityGroupSelectorTerms": [{"tags": {"k": "v"}}],
+            },
+        }))
+        .expect("class");
+        if deleting {
+            class.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).expect("time"),
+                ));
+        }
+        class
+    }
+
+    #[test]
+    fn invalid_pools_and_pools_of_a_deleted_class_are_not_provisioned_from() {
+        let twice = json!([
+            {"key": "a", "effect": "NoSchedule"},
+            {"key": "a", "effect": "NoSchedule"},
+        ]);
+        let mut cluster = Cluster {
+            nodepools: vec![
+                pool("good", "default", json!([])),
+                pool("invalid", "default", twice),
+                pool("leaving", "old", json!([])),
+            ],
+            nodeclasses: vec![class("default", false), class("old", true)],
+            nodeclaims: Vec::new(),
+            nodes: Vec::new(),
+            pods: Vec::new(),
+            daemonsets: Vec::new(),
+            pdbs: Vec::new(),
+            persistent_volumes: Vec::new(),
+            persistent_volume_claims: Vec::new(),
+            storage_classes: Vec::new(),
+            csi_nodes: Vec::new(),
+            ignored: Vec::new(),
+        };
+        let dropped = drop_unusable_pools(&mut cluster);
+        let kept: Vec<String> = cluster.nodepools.iter().map(|p| p.name_any()).collect();
+        assert_eq!(kept, ["good"]);
+        assert_eq!(dropped.len(), 2);
+        assert_eq!(dropped[0].0, "invalid");
+        assert!(
+            dropped[0].1.contains("appears more than once"),
+            "{}",
+            dropped[0].1
+        );
+        assert_eq!(
+            dropped[1],
+            (
+                "leaving".into(),
+                "its EC2NodeClass \"old\" is being deleted".into()
+            )
+        );
     }
 }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 
 use crate::apis::nodeclaim::Operator;
 
@@ -246,10 +248,15 @@ impl Pod {
 
     /// Converts a Kubernetes pod; the error names the field and what to change.
     pub fn from_k8s(pod: &core::Pod) -> Result<Self, String> {
-        let meta = &pod.metadata;
+        let spec = pod.spec.as_ref().ok_or("spec is missing")?;
+        Self::from_parts(&pod.metadata, spec)
+    }
+
+    /// Converts a pod given as metadata and spec (pods whose spec is shared with their
+    /// siblings); the error names the field and what to change.
+    pub fn from_parts(meta: &ObjectMeta, spec: &core::PodSpec) -> Result<Self, String> {
         let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
         let name = meta.name.clone().unwrap_or_default();
-        let spec = pod.spec.as_ref().ok_or("spec is missing")?;
         let labels = meta.labels.clone().unwrap_or_default();
         let requests = requests(spec)?;
         let mut required_terms = Vec::new();

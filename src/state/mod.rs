@@ -8,12 +8,15 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
@@ -76,8 +79,9 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    let kind = K::kind(&Default::default()).into_owned();
     let stream = watcher(api, writer);
-    consume(stream, changed).await;
+    consume(&kind, stream, changed).await;
 }
 
 fn watcher<K>(
@@ -95,6 +99,7 @@ where
 }
 
 async fn consume<K>(
+    kind: &str,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     changed: Trigger<K>,
 ) {
@@ -109,33 +114,78 @@ async fn consume<K>(
                 }
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "watch error; retrying with backoff"),
+            Err(e) => tracing::warn!(kind, error = %e, "watch error; retrying with backoff"),
         }
     }
 }
 
-/// The PodDisruptionBudget API the server serves: `policy/v1` since Kubernetes 1.21, else
-/// `policy/v1beta1` (same fields for what the core reads).
-async fn pdb_resource(client: &Client) -> ApiResource {
-    let v1 = GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget");
-    let served = client
-        .list_api_group_resources("policy/v1")
-        .await
-        .is_ok_and(|list| {
-            list.resources
-                .iter()
-                .any(|r| r.kind == "PodDisruptionBudget")
-        });
-    if served {
-        ApiResource::from_gvk_with_plural(&v1, "poddisruptionbudgets")
-    } else {
-        tracing::info!("policy/v1 is not served; reading PodDisruptionBudgets from policy/v1beta1");
+/// Which PodDisruptionBudget API the cluster serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PdbApi {
+    /// `policy/v1`, served since Kubernetes 1.21 (and the only one since 1.25).
+    V1,
+    /// `policy/v1beta1`, on clusters older than 1.21.
+    V1beta1,
+}
+
+impl PdbApi {
+    fn resource(self) -> ApiResource {
+        let version = match self {
+            Self::V1 => "v1",
+            Self::V1beta1 => "v1beta1",
+        };
         ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+            &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
             "poddisruptionbudgets",
         )
     }
 }
+
+/// Decides from the discovery of `policy/v1` which PodDisruptionBudget API to watch: `v1` when
+/// it lists PodDisruptionBudgets, `v1beta1` only when the server says `policy/v1` is not there
+/// (404, or served without PodDisruptionBudgets). Any other failure (a timeout, a 5xx, a 403)
+/// proves nothing: falling back on it would, on a 1.25+ cluster that has no `v1beta1`, leave
+/// the PodDisruptionBudget cache unsynced forever, so the caller asks again (`Err` says why).
+pub fn pdb_api(discovery: Result<&APIResourceList, &kube::Error>) -> Result<PdbApi, String> {
+    match discovery {
+        Ok(list)
+            if list
+                .resources
+                .iter()
+                .any(|r| r.kind == "PodDisruptionBudget") =>
+        {
+            Ok(PdbApi::V1)
+        }
+        Ok(_) => Ok(PdbApi::V1beta1),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(PdbApi::V1beta1),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The PodDisruptionBudget API the server serves, asking until discovery gives an answer that
+/// decides it (see [`pdb_api`]).
+async fn pdb_resource(client: &Client) -> ApiResource {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match pdb_api(client.list_api_group_resources("policy/v1").await.as_ref()) {
+            Ok(PdbApi::V1) => return PdbApi::V1.resource(),
+            Ok(PdbApi::V1beta1) => {
+                tracing::info!(
+                    "policy/v1 is not served; reading PodDisruptionBudgets from policy/v1beta1"
+                );
+                return PdbApi::V1beta1.resource();
+            }
+            Err(why) => {
+                tracing::warn!(error = %why, retry_in = ?delay, "could not discover whether policy/v1 (PodDisruptionBudgets) is served; asking again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// How often [`ClusterState::wait_synced`] names the caches it is still waiting for.
+const SYNC_REPORT_PERIOD: Duration = Duration::from_secs(10);
 
 impl ClusterState {
     /// Starts watching every kind; the returned tasks run until dropped.
@@ -156,7 +206,7 @@ impl ClusterState {
                 .default_backoff()
                 .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
                 .reflect(pdb_writer);
-            consume(stream, None).await;
+            consume("PodDisruptionBudget", stream, None).await;
         });
         let state = Self {
             nodes: reflect(Api::all(client.clone()), &mut tasks, None),
@@ -176,19 +226,49 @@ impl ClusterState {
     }
 
     /// Waits until every store holds a complete list: deciding on a partial view could launch
-    /// capacity that exists already.
+    /// capacity that exists already. While it waits it names, every ten seconds, the kinds not
+    /// yet listed (a missing RBAC permission or CRD shows up here and in the watch errors).
     pub async fn wait_synced(&self) {
-        let _ = self.nodes.wait_until_ready().await;
-        let _ = self.pods.wait_until_ready().await;
-        let _ = self.nodeclaims.wait_until_ready().await;
-        let _ = self.nodepools.wait_until_ready().await;
-        let _ = self.nodeclasses.wait_until_ready().await;
-        let _ = self.daemonsets.wait_until_ready().await;
-        let _ = self.pdbs.wait_until_ready().await;
-        let _ = self.pvs.wait_until_ready().await;
-        let _ = self.pvcs.wait_until_ready().await;
-        let _ = self.storage_classes.wait_until_ready().await;
-        let _ = self.csi_nodes.wait_until_ready().await;
+        fn ready<'a, K>(
+            kind: &'static str,
+            store: &'a Store<K>,
+        ) -> (&'static str, futures::future::BoxFuture<'a, &'static str>)
+        where
+            K: Resource + Clone + Send + Sync + 'static,
+            K::DynamicType: Eq + Hash + Clone + Send + Sync,
+        {
+            (kind, store.wait_until_ready().map(move |_| kind).boxed())
+        }
+        let stores = [
+            ready("Node", &self.nodes),
+            ready("Pod", &self.pods),
+            ready("NodeClaim", &self.nodeclaims),
+            ready("NodePool", &self.nodepools),
+            ready("EC2NodeClass", &self.nodeclasses),
+            ready("DaemonSet", &self.daemonsets),
+            ready("PodDisruptionBudget", &self.pdbs),
+            ready("PersistentVolume", &self.pvs),
+            ready("PersistentVolumeClaim", &self.pvcs),
+            ready("StorageClass", &self.storage_classes),
+            ready("CSINode", &self.csi_nodes),
+        ];
+        let mut waiting: Vec<&str> = stores.iter().map(|(kind, _)| *kind).collect();
+        let mut pending: FuturesUnordered<_> = stores.into_iter().map(|(_, f)| f).collect();
+        let start = tokio::time::Instant::now();
+        let mut report = tokio::time::interval_at(start + SYNC_REPORT_PERIOD, SYNC_REPORT_PERIOD);
+        loop {
+            tokio::select! {
+                done = pending.next() => match done {
+                    Some(kind) => waiting.retain(|k| *k != kind),
+                    None => return,
+                },
+                _ = report.tick() => tracing::warn!(
+                    waiting_for = ?waiting,
+                    after = ?start.elapsed(),
+                    "caches not synced yet; the controllers start once they are (check the watch errors above: RBAC, CRDs installed, API server reachable)"
+                ),
+            }
+        }
     }
 
     /// The cluster as the pure core sees it, in a stable order (by namespace and name) so the
@@ -202,6 +282,7 @@ impl ClusterState {
             pods: sorted(&self.pods)
                 .into_iter()
                 .filter(|p| !awaiting_scheduler(p))
+                .map(Into::into)
                 .collect(),
             daemonsets: sorted(&self.daemonsets),
             pdbs: self
@@ -268,4 +349,49 @@ fn awaiting_scheduler(pod: &Pod) -> bool {
 /// and it is not a DaemonSet pod, finished, or being deleted.
 pub fn is_provisionable(pod: &Pod) -> bool {
     !awaiting_scheduler(pod) && cluster::is_pending(pod)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource;
+    use kube::core::Status;
+
+    use super::*;
+
+    fn list(kinds: &[&str]) -> APIResourceList {
+        APIResourceList {
+            group_version: "policy/v1".into(),
+            resources: kinds
+                .iter()
+                .map(|k| APIResource {
+                    kind: (*k).into(),
+                    name: format!("{}s", k.to_lowercase()),
+                    namespaced: true,
+                    singular_name: String::new(),
+                    verbs: vec!["list".into(), "watch".into()],
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Status::failure("boom", "Reason").with_code(code).boxed())
+    }
+
+    #[test]
+    fn pdbs_fall_back_to_v1beta1_only_when_v1_is_not_served() {
+        assert_eq!(
+            pdb_api(Ok(&list(&["PodDisruptionBudget", "Eviction"]))),
+            Ok(PdbApi::V1)
+        );
+        // Served, but without PodDisruptionBudgets; or not there at all (1.20's answer).
+        assert_eq!(pdb_api(Ok(&list(&["Eviction"]))), Ok(PdbApi::V1beta1));
+        assert_eq!(pdb_api(Err(&api_error(404))), Ok(PdbApi::V1beta1));
+        // A blip proves nothing: on 1.25+ a fallback would watch an API that does not exist.
+        for code in [403, 429, 500, 503] {
+            let decision = pdb_api(Err(&api_error(code)));
+            assert!(decision.is_err(), "{code}: {decision:?}");
+        }
+    }
 }

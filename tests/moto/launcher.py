@@ -17,16 +17,28 @@ enough for the Rust SDK. What it lacks, and what this file adds:
   tests/fixtures/aws/pricing-get-products.json (filtered by the tenancy filter, paged by
   NextToken).
 
+* Failures: moto never fails a call it understands. A test can make the next N calls of an EC2
+  query-protocol action (CreateTags, TerminateInstances, ...) fail with an error code of its
+  choosing, answered in EC2's XML error shape, to exercise the provider's recovery paths.
+* Call counts: EC2 query-protocol actions are counted, so a test can tell whether a code path
+  called EC2 at all (e.g. that a launch does not refresh the instance-type catalogue).
+
 Test-only control endpoints (never AWS APIs):
   POST /_karpenter/ice     {"pools": [["m5.large", "us-east-1a", "spot"], ...]}  replaces the set
   GET  /_karpenter/fleets  the CreateFleet requests seen so far
+  POST /_karpenter/fail    {"action": "CreateTags", "count": 3, "code": "UnauthorizedOperation",
+                            "status": 403}  the next `count` calls fail (count 0 clears)
+  GET  /_karpenter/calls   {"CreateTags": 4, ...}  EC2 query-protocol calls seen so far
 """
 
+import io
 import json
 import os
 import sys
 import threading
+import uuid
 from collections import defaultdict
+from urllib.parse import parse_qs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ["MOTO_AMIS_PATH"] = os.path.join(HERE, "amis.json")
@@ -43,6 +55,8 @@ PUBLIC_PREFIXES = ("/aws/service/eks/", "/aws/service/bottlerocket/", "/aws/serv
 LOCK = threading.Lock()
 ICE_POOLS = set()
 FLEET_REQUESTS = []
+FAILURES = {}  # action -> {"count": n, "code": str, "status": int}
+CALLS = defaultdict(int)
 
 with open(os.path.join(HERE, "public-parameters.json"), encoding="utf-8") as f:
     PUBLIC_PARAMETERS = json.load(f)
@@ -178,7 +192,53 @@ def _control(environ, start_response):
     if path == "/_karpenter/fleets":
         with LOCK:
             return _json(start_response, "200 OK", FLEET_REQUESTS)
+    if path == "/_karpenter/fail" and environ.get("REQUEST_METHOD") == "POST":
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        spec = json.loads(environ["wsgi.input"].read(length) or b"{}")
+        with LOCK:
+            if int(spec.get("count", 0)) > 0:
+                FAILURES[spec["action"]] = {
+                    "count": int(spec["count"]),
+                    "code": spec.get("code", "InternalError"),
+                    "status": int(spec.get("status", 500)),
+                }
+            else:
+                FAILURES.pop(spec.get("action"), None)
+        return _json(start_response, "200 OK", spec)
+    if path == "/_karpenter/calls":
+        with LOCK:
+            return _json(start_response, "200 OK", dict(CALLS))
     return _json(start_response, "404 Not Found", {"error": path})
+
+
+def _query_action(environ):
+    """The Action of an EC2-style query-protocol request (form-encoded POST); the body is put
+    back for moto to read."""
+    if environ.get("REQUEST_METHOD") != "POST" or "x-www-form-urlencoded" not in environ.get("CONTENT_TYPE", ""):
+        return None
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length)
+    environ["wsgi.input"] = io.BytesIO(body)
+    return (parse_qs(body.decode("utf-8", "replace")).get("Action") or [None])[0]
+
+
+def _injected_failure(action, start_response):
+    with LOCK:
+        CALLS[action] += 1
+        failure = FAILURES.get(action)
+        if not failure:
+            return None
+        failure["count"] -= 1
+        if failure["count"] <= 0:
+            FAILURES.pop(action)
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Response><Errors><Error><Code>{failure['code']}</Code>"
+        f"<Message>{action} failed (injected by the karpenter-rs test launcher)</Message></Error></Errors>"
+        f"<RequestID>{uuid.uuid4()}</RequestID></Response>"
+    ).encode()
+    start_response(f"{failure['status']} Injected", [("Content-Type", "text/xml"), ("Content-Length", str(len(body)))])
+    return [body]
 
 
 class App(server.DomainDispatcherApplication):
@@ -187,6 +247,11 @@ class App(server.DomainDispatcherApplication):
             return _control(environ, start_response)
         if environ.get("HTTP_X_AMZ_TARGET", "").startswith("AWSPriceListService."):
             return _pricing(environ, start_response)
+        action = _query_action(environ)
+        if action:
+            failed = _injected_failure(action, start_response)
+            if failed is not None:
+                return failed
         return super().__call__(environ, start_response)
 
 

@@ -8,10 +8,10 @@
 //! (35 ms) that closes after one second at most.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
@@ -36,7 +36,7 @@ pub const BATCH_MAX: Duration = Duration::from_secs(1);
 pub const BATCH_MAX_ITEMS: usize = 1000;
 
 /// One pool EC2 may launch from.
-#[derive(Clone, Debug, PartialEq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Override {
     /// Instance type.
     pub instance_type: String,
@@ -44,10 +44,13 @@ pub struct Override {
     pub zone: String,
     /// Subnet in that zone.
     pub subnet_id: String,
+    /// Karpenter's preference among all pools of the request (0 first), sent as the override's
+    /// priority: pools are grouped by launch template, so their order alone does not say it.
+    pub rank: usize,
 }
 
 /// The overrides that share one launch template.
-#[derive(Clone, Debug, PartialEq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TemplateConfig {
     /// Launch template name.
     pub launch_template: String,
@@ -55,8 +58,8 @@ pub struct TemplateConfig {
     pub overrides: Vec<Override>,
 }
 
-/// A launch request, without the number of instances.
-#[derive(Clone, Debug, PartialEq, Hash)]
+/// A launch request, without the number of instances. Equal requests are merged into one call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FleetRequest {
     /// How the instances are bought.
     pub capacity_type: CapacityType,
@@ -69,13 +72,6 @@ pub struct FleetRequest {
 }
 
 impl FleetRequest {
-    /// Requests with equal keys are merged into one call.
-    pub fn key(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.hash(&mut h);
-        h.finish()
-    }
-
     /// The zone of a subnet in this request.
     pub fn zone_of_subnet(&self, subnet: &str) -> Option<&str> {
         self.configs
@@ -119,6 +115,16 @@ pub struct FleetOutcome {
     pub errors: Vec<FleetError>,
 }
 
+/// Whether an EC2 error code says a launch template (or its version) does not exist.
+pub fn is_launch_template_not_found(code: &str) -> bool {
+    matches!(
+        code,
+        "InvalidLaunchTemplateName.NotFoundException"
+            | "InvalidLaunchTemplateId.NotFound"
+            | "InvalidLaunchTemplateId.VersionNotFound"
+    )
+}
+
 /// Sends one CreateFleet for `count` instances.
 pub async fn create_fleet(
     ec2: &aws_sdk_ec2::Client,
@@ -132,7 +138,6 @@ pub async fn create_fleet(
             (DefaultTargetCapacityType::OnDemand, false)
         }
     };
-    let mut priority = 0.0;
     let configs: Vec<FleetLaunchTemplateConfigRequest> = req
         .configs
         .iter()
@@ -141,12 +146,11 @@ pub async fn create_fleet(
                 .overrides
                 .iter()
                 .map(|o| {
-                    priority += 1.0;
                     FleetLaunchTemplateOverridesRequest::builder()
                         .instance_type(Ec2InstanceType::from(o.instance_type.as_str()))
                         .subnet_id(&o.subnet_id)
                         .availability_zone(&o.zone)
-                        .priority(priority)
+                        .priority(o.rank as f64 + 1.0)
                         .build()
                 })
                 .collect();
@@ -194,10 +198,23 @@ pub async fn create_fleet(
                 .build(),
         )
     };
-    let out = call
-        .send()
-        .await
-        .map_err(|e| sdk_error("ec2:CreateFleet", e))?;
+    let out = match call.send().await {
+        Ok(out) => out,
+        // A missing template fails the whole call; reported like a pool error so the caller
+        // handles it in one place (remake the template, retry once).
+        Err(e) if e.code().is_some_and(is_launch_template_not_found) => {
+            return Ok(FleetOutcome {
+                instances: Vec::new(),
+                errors: vec![FleetError {
+                    code: e.code().unwrap_or_default().to_string(),
+                    message: e.message().unwrap_or_default().to_string(),
+                    instance_type: None,
+                    zone: None,
+                }],
+            });
+        }
+        Err(e) => return Err(sdk_error("ec2:CreateFleet", e)),
+    };
     let pool_of = |lto: Option<&aws_sdk_ec2::types::LaunchTemplateAndOverridesResponse>| {
         let o = lto.and_then(|l| l.overrides());
         let instance_type = o
@@ -255,7 +272,7 @@ struct Batch {
 #[derive(Clone)]
 pub struct FleetBatcher {
     ec2: aws_sdk_ec2::Client,
-    pending: Arc<Mutex<HashMap<u64, Batch>>>,
+    pending: Arc<Mutex<HashMap<FleetRequest, Batch>>>,
 }
 
 impl FleetBatcher {
@@ -267,26 +284,30 @@ impl FleetBatcher {
         }
     }
 
-    fn lock(pending: &Mutex<HashMap<u64, Batch>>) -> MutexGuard<'_, HashMap<u64, Batch>> {
+    fn lock(
+        pending: &Mutex<HashMap<FleetRequest, Batch>>,
+    ) -> MutexGuard<'_, HashMap<FleetRequest, Batch>> {
         pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Launches one instance for `request`, possibly together with identical requests.
     pub async fn launch(&self, request: FleetRequest) -> BatchResult {
-        let key = request.key();
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
+        // Keyed by the whole request: only equal requests share a call, and a different one
+        // never displaces a pending batch.
+        let key = request.clone();
         let open_new = {
             let mut pending = Self::lock(&self.pending);
             match pending.get_mut(&key) {
-                Some(batch) if batch.request == request => {
+                Some(batch) => {
                     batch.waiters.push(tx);
                     batch.last = now;
                     false
                 }
-                _ => {
+                None => {
                     pending.insert(
-                        key,
+                        key.clone(),
                         Batch {
                             request,
                             waiters: vec![tx],
@@ -352,6 +373,7 @@ mod tests {
                     instance_type: "m5.large".into(),
                     zone: "us-east-1a".into(),
                     subnet_id: "subnet-a".into(),
+                    rank: 0,
                 }],
             }],
             tags: tags
@@ -363,17 +385,15 @@ mod tests {
     }
 
     #[test]
-    fn identical_requests_share_a_key_and_subnets_map_to_zones() {
+    fn subnets_map_to_zones_and_template_errors_are_recognised() {
         let a = request(&[("karpenter.sh/nodepool", "default")]);
-        assert_eq!(
-            a.key(),
-            request(&[("karpenter.sh/nodepool", "default")]).key()
-        );
-        assert_ne!(
-            a.key(),
-            request(&[("karpenter.sh/nodepool", "other")]).key()
-        );
         assert_eq!(a.zone_of_subnet("subnet-a"), Some("us-east-1a"));
         assert_eq!(a.zone_of_subnet("subnet-x"), None);
+        assert!(is_launch_template_not_found(
+            "InvalidLaunchTemplateName.NotFoundException"
+        ));
+        assert!(!is_launch_template_not_found(
+            "InsufficientInstanceCapacity"
+        ));
     }
 }

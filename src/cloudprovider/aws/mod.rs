@@ -4,11 +4,16 @@
 //!
 //! Every SDK client shares one [`aws_config::SdkConfig`]; [`config_loader`] builds it with the
 //! ring-based rustls client (the crypto provider kube already uses) and the SDK's standard retry
-//! policy, so no call here retries by hand. Launches are idempotent per NodeClaim: the instance
-//! is tagged `karpenter.sh/nodeclaim` and found by that tag before any new launch.
+//! policy; the one call retried by hand is tagging a new instance with its NodeClaim. Launches are
+//! idempotent per NodeClaim: the instance is tagged `karpenter.sh/nodeclaim` and found by that
+//! tag before any new launch, and an instance that cannot be tagged is terminated (or, failing
+//! that, remembered and settled before the next attempt) so a retry never makes a second one.
+//! Instance types and prices are refreshed in the background ([`AwsProvider::run_refresh`]),
+//! never on the launch path.
 
 pub mod amis;
 pub mod capacity_reservations;
+pub mod cluster;
 pub mod fleet;
 pub mod instance_profile;
 pub mod instance_types;
@@ -33,7 +38,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 use crate::apis::conditions;
-use crate::apis::ec2nodeclass::{AMIFamily, EC2NodeClassStatus};
+use crate::apis::ec2nodeclass::{AMIFamily, BlockDeviceMapping, EC2NodeClassStatus};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Taint, TaintEffect};
 use crate::apis::{EC2NodeClass, NodeClaim};
@@ -43,10 +48,11 @@ use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSett
 use crate::scheduling::requirements::Requirements;
 
 use super::{
-    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
-    claim_requests, claim_requirements, launch_candidates, node_labels, provider_id_instance,
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
+    NodeClassResolution, ResolveError, claim_requests, claim_requirements, launch_candidates,
+    node_labels, provider_id_instance,
 };
-use fleet::{FleetBatcher, FleetRequest, Override, TemplateConfig};
+use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
 use interruption::{InterruptionEvent, InterruptionKind, InterruptionQueue};
 use launch_templates::LaunchTemplateSpec;
@@ -58,13 +64,16 @@ use unavailable::{OfferingKey, UnavailableOfferings};
 pub struct AwsSettings {
     /// `CLUSTER_NAME`: tags, instance profile names, user data.
     pub cluster_name: String,
-    /// `CLUSTER_ENDPOINT`: the API server URL nodes join.
+    /// The API server URL nodes join (`CLUSTER_ENDPOINT`, else eks:DescribeCluster; see
+    /// [`cluster::discover`]).
     pub cluster_endpoint: String,
-    /// `CLUSTER_CA_BUNDLE`: base64 PEM of the API server's CA, for user data.
+    /// Base64 PEM of the API server's CA, for user data (`CLUSTER_CA_BUNDLE`, else
+    /// eks:DescribeCluster).
     pub cluster_ca_bundle: Option<String>,
     /// The cluster's Kubernetes minor version (`1.33`): alias AMIs are published per version.
     pub kubernetes_version: String,
-    /// The cluster's service CIDR, for AL2023 user data (nodeadm derives the DNS address).
+    /// The cluster's service CIDR, for AL2023 user data (nodeadm derives the DNS address);
+    /// from eks:DescribeCluster.
     pub service_cidr: Option<String>,
     /// `ISOLATED_VPC`: no Pricing API; the bundled prices are used.
     pub isolated_vpc: bool,
@@ -135,6 +144,31 @@ where
     }
 }
 
+/// How often the background refresh checks whether instance types and prices are due.
+pub const REFRESH_CHECK: Duration = Duration::from_secs(60);
+
+/// How often tagging a new instance with its NodeClaim is tried before the instance is taken
+/// back (each try is itself retried by the SDK when EC2 throttles).
+const TAG_ATTEMPTS: u32 = 3;
+/// The pause before the second tagging attempt; the next ones wait longer.
+const TAG_RETRY_DELAY: Duration = Duration::from_millis(250);
+
+/// Logs a refresh's findings, with why prices could not be read when they could not.
+pub fn log_refresh(report: &RefreshReport) {
+    tracing::info!(
+        instance_types = report.instance_types,
+        pricing_api_prices = report.pricing_api_prices,
+        spot_prices = report.spot_prices,
+        "refreshed EC2 instance types and prices"
+    );
+    if let Some(e) = &report.pricing_error {
+        tracing::warn!(error = %e, "on-demand prices from the Pricing API unavailable; keeping the previous (or bundled) ones");
+    }
+    if let Some(e) = &report.spot_error {
+        tracing::warn!(error = %e, "spot prices unavailable; keeping the previous ones");
+    }
+}
+
 /// What a catalogue and price refresh found, for the controller to log.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RefreshReport {
@@ -173,6 +207,8 @@ pub struct AwsProvider {
     types_cache: Mutex<HashMap<String, TypesCacheEntry>>,
     launch_templates: Mutex<HashSet<String>>,
     batcher: FleetBatcher,
+    /// NodeClaim → instance launched for it that could be neither tagged nor terminated.
+    untagged: Mutex<HashMap<String, String>>,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -229,6 +265,7 @@ impl AwsProvider {
             refresh_lock: tokio::sync::Mutex::new(()),
             types_cache: Mutex::new(HashMap::new()),
             launch_templates: Mutex::new(HashSet::new()),
+            untagged: Mutex::new(HashMap::new()),
             settings,
             clock,
         })
@@ -282,13 +319,36 @@ impl AwsProvider {
         Ok(report)
     }
 
-    /// Refreshes when the catalogue was never loaded or is older than [`REFRESH_INTERVAL`].
-    async fn ensure_fresh(&self) -> Result<(), CloudError> {
-        let fetched = read(&self.catalogue).fetched_at;
-        if fetched.is_none_or(|at| self.clock.now() - at >= REFRESH_INTERVAL) {
-            self.refresh().await?;
+    /// Whether the catalogue was never loaded or is older than [`REFRESH_INTERVAL`] by the
+    /// provider's clock.
+    pub fn refresh_due(&self) -> bool {
+        read(&self.catalogue)
+            .fetched_at
+            .is_none_or(|at| self.clock.now() - at >= REFRESH_INTERVAL)
+    }
+
+    /// Refreshes when [`AwsProvider::refresh_due`]; `None` when it was not.
+    pub async fn refresh_if_due(&self) -> Result<Option<RefreshReport>, CloudError> {
+        if !self.refresh_due() {
+            return Ok(None);
         }
-        Ok(())
+        self.refresh().await.map(Some)
+    }
+
+    /// Keeps instance types and prices fresh in the background, so that no launch or
+    /// scheduling pass ever waits for a refresh: checks every [`REFRESH_CHECK`] whether one is
+    /// due and logs what it found. Runs until the task is dropped.
+    pub async fn run_refresh(self: Arc<Self>) {
+        loop {
+            match self.refresh_if_due().await {
+                Ok(Some(report)) => log_refresh(&report),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "refreshing EC2 instance types failed; keeping the previous ones and retrying");
+                }
+            }
+            tokio::time::sleep(REFRESH_CHECK).await;
+        }
     }
 
     fn settings_for(&self, nodeclass: &EC2NodeClass) -> NodeClassSettings {
@@ -298,7 +358,15 @@ impl AwsProvider {
         settings
     }
 
-    fn types_for(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>> {
+    /// The node class' instance types from the catalogue as last refreshed (never refreshing
+    /// here: [`AwsProvider::run_refresh`] does that off the launch path).
+    fn types_for(&self, nodeclass: &EC2NodeClass) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+        if read(&self.catalogue).fetched_at.is_none() {
+            return Err(CloudError::Transient(
+                "EC2 instance types have not been loaded yet (the first refresh has not completed)"
+                    .into(),
+            ));
+        }
         let settings = self.settings_for(nodeclass);
         let mut zones: Vec<String> = nodeclass
             .status
@@ -341,7 +409,7 @@ impl AwsProvider {
                 }
             }
         };
-        instance_types::mark_unavailable(base, &self.unavailable)
+        Ok(instance_types::mark_unavailable(base, &self.unavailable))
     }
 
     /// Marks the spot pools of spot-interrupted instances unavailable, so the replacement is not
@@ -367,7 +435,12 @@ impl AwsProvider {
     }
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
-        Ok(self.describe_raw(id).await?.as_ref().and_then(to_instance))
+        let now = self.clock.now();
+        Ok(self
+            .describe_raw(id)
+            .await?
+            .as_ref()
+            .and_then(|i| to_instance(i, now)))
     }
 
     async fn describe_raw(
@@ -407,7 +480,7 @@ impl AwsProvider {
             .reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .find_map(to_instance))
+            .find_map(|i| to_instance(i, self.clock.now())))
     }
 
     async fn ensure_launch_template(
@@ -422,10 +495,194 @@ impl AwsProvider {
         locked(&self.launch_templates).insert(name.clone());
         Ok(name)
     }
+
+    /// The user data of a node of `nodeclass` with these labels, taints and pod limit.
+    fn render_user_data(
+        &self,
+        nodeclass: &EC2NodeClass,
+        node_labels: &BTreeMap<String, String>,
+        taints: &[Taint],
+        max_pods: Option<i64>,
+    ) -> Result<String, userdata::UserDataError> {
+        let kubelet = nodeclass.spec.kubelet.clone().unwrap_or_default();
+        let bootstrap = userdata::Bootstrap {
+            cluster_name: &self.settings.cluster_name,
+            cluster_endpoint: &self.settings.cluster_endpoint,
+            ca_bundle: self.settings.cluster_ca_bundle.as_deref(),
+            service_cidr: self.settings.service_cidr.as_deref(),
+            labels: node_labels,
+            taints,
+            kubelet: &kubelet,
+            max_pods,
+            user_data: nodeclass.spec.user_data.as_deref(),
+        };
+        userdata::render(family_of(nodeclass), &bootstrap)
+    }
+
+    /// Sends the launch for NodeClaim `name` through the batcher and records what EC2 could
+    /// not fill. A launch template deleted behind the cache's back fails the call; the cache is
+    /// then forgotten, the templates made again and the launch retried once, as upstream does.
+    async fn launch(
+        &self,
+        name: &str,
+        capacity_type: CapacityType,
+        specs: &[(LaunchTemplateSpec, Vec<Override>)],
+        launch_tags: &BTreeMap<String, String>,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<FleetInstance, CloudError> {
+        let mut retried = false;
+        loop {
+            let mut configs = Vec::with_capacity(specs.len());
+            for (spec, overrides) in specs {
+                configs.push(TemplateConfig {
+                    launch_template: self.ensure_launch_template(spec).await?,
+                    overrides: overrides.clone(),
+                });
+            }
+            let request = FleetRequest {
+                capacity_type,
+                configs,
+                tags: launch_tags.clone(),
+                context: nodeclass.spec.context.clone(),
+            };
+            let (instance, errors) = self.batcher.launch(request).await?;
+            let mut template_missing = false;
+            for e in &errors {
+                if e.code == unavailable::SPOT_SERVICE_LINKED_ROLE_MISSING {
+                    self.unavailable.mark_capacity_type(CapacityType::Spot);
+                } else if unavailable::is_unfulfillable_capacity(&e.code)
+                    && let (Some(t), Some(z)) = (&e.instance_type, &e.zone)
+                {
+                    self.unavailable.mark(OfferingKey {
+                        instance_type: t.clone(),
+                        zone: z.clone(),
+                        capacity_type,
+                    });
+                }
+                template_missing |= fleet::is_launch_template_not_found(&e.code);
+            }
+            if template_missing {
+                locked(&self.launch_templates).clear();
+            }
+            if let Some(started) = instance {
+                return Ok(started);
+            }
+            if template_missing && !retried {
+                retried = true;
+                continue;
+            }
+            let why: Vec<String> = errors
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}/{}: {} {}",
+                        e.instance_type.as_deref().unwrap_or("?"),
+                        e.zone.as_deref().unwrap_or("?"),
+                        e.code,
+                        e.message
+                    )
+                })
+                .collect();
+            let why = if why.is_empty() {
+                "no errors reported".to_string()
+            } else {
+                why.join("; ")
+            };
+            return Err(if template_missing {
+                CloudError::Transient(format!(
+                    "CreateFleet for NodeClaim {name} did not find its launch template even after it was made again: {why}"
+                ))
+            } else {
+                CloudError::InsufficientCapacity(format!(
+                    "CreateFleet launched nothing for NodeClaim {name}: {why}"
+                ))
+            });
+        }
+    }
+
+    /// Tags instance `id` with NodeClaim `name`, trying [`TAG_ATTEMPTS`] times.
+    async fn tag_nodeclaim(&self, id: &str, name: &str) -> Result<(), CloudError> {
+        let mut attempt = 1;
+        loop {
+            let result = self
+                .ec2
+                .create_tags()
+                .resources(id)
+                .tags(
+                    aws_sdk_ec2::types::Tag::builder()
+                        .key(tags::NODECLAIM)
+                        .value(name)
+                        .build(),
+                )
+                .send()
+                .await;
+            match result {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt >= TAG_ATTEMPTS => return Err(sdk_error("ec2:CreateTags", e)),
+                Err(e) => {
+                    tracing::warn!(instance = id, nodeclaim = name, attempt, error = %DisplayErrorContext(&e), "tagging a new instance with its NodeClaim failed; retrying");
+                    tokio::time::sleep(TAG_RETRY_DELAY * attempt).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// Terminates instance `id`.
+    async fn terminate(&self, id: &str) -> Result<(), CloudError> {
+        self.ec2
+            .terminate_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:TerminateInstances", e))?;
+        Ok(())
+    }
+
+    /// Takes back instance `id`, launched for NodeClaim `name` but not tagged with it (`why`):
+    /// a retry would not find it, so it is terminated; when even that fails it is remembered
+    /// and the next attempt for the NodeClaim settles it before launching
+    /// ([`AwsProvider::settle_untagged`]). The error says what happened.
+    async fn give_back(&self, name: &str, id: &str, why: CloudError) -> CloudError {
+        match self.terminate(id).await {
+            Ok(()) => CloudError::Transient(format!(
+                "launched {id} for NodeClaim {name} but could not tag it with the NodeClaim ({why}); terminated it so that the retry launches one instance, not a second"
+            )),
+            Err(e) => {
+                locked(&self.untagged).insert(name.to_string(), id.to_string());
+                CloudError::Transient(format!(
+                    "launched {id} for NodeClaim {name} but could neither tag it ({why}) nor terminate it ({e}); the next attempt tags or terminates it before launching anything"
+                ))
+            }
+        }
+    }
+
+    /// Deals with an instance an earlier attempt for NodeClaim `name` launched but could not
+    /// tag or terminate: tags it (so the lookup that follows adopts it) or else terminates it.
+    /// Fails, without launching, while neither works.
+    async fn settle_untagged(&self, name: &str) -> Result<(), CloudError> {
+        let Some(id) = locked(&self.untagged).get(name).cloned() else {
+            return Ok(());
+        };
+        let settled = match self.tag_nodeclaim(&id, name).await {
+            Ok(()) => Ok(()),
+            Err(tag_error) => match self.terminate(&id).await {
+                Ok(()) | Err(CloudError::NotFound(_)) => Ok(()),
+                Err(e) => Err(CloudError::Transient(format!(
+                    "instance {id}, launched earlier for NodeClaim {name}, can still be neither tagged ({tag_error}) nor terminated ({e}); not launching another beside it"
+                ))),
+            },
+        };
+        if settled.is_ok() {
+            locked(&self.untagged).remove(name);
+        }
+        settled
+    }
 }
 
-/// Converts an EC2 instance; `None` without an ID, type or zone.
-fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
+/// Converts an EC2 instance; `None` without an ID, type or zone. An instance EC2 reports no
+/// launch time for is taken as launched `now`: garbage collection must not judge it old.
+fn to_instance(i: &aws_sdk_ec2::types::Instance, now: DateTime<Utc>) -> Option<Instance> {
     let id = i.instance_id()?;
     let zone = i.placement()?.availability_zone()?;
     let tag_map = tags::from_ec2(i.tags());
@@ -437,10 +694,11 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         Some(InstanceStateName::Terminated) => InstanceState::Terminated,
         _ => InstanceState::Pending,
     };
+    // Nothing is launched into capacity reservations (no `reserved` offerings exist), so an
+    // on-demand instance EC2 matched to an open reservation is still the on-demand launch it
+    // was planned as.
     let capacity_type = if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
         CapacityType::Spot
-    } else if i.capacity_reservation_id().is_some() {
-        CapacityType::Reserved
     } else {
         CapacityType::OnDemand
     };
@@ -456,7 +714,7 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         launch_time: i
             .launch_time()
             .and_then(|t| DateTime::<Utc>::from_timestamp(t.secs(), 0))
-            .unwrap_or_default(),
+            .unwrap_or(now),
     })
 }
 
@@ -501,13 +759,19 @@ fn kubelet_labels(claim: &NodeClaim, reqs: &Requirements) -> BTreeMap<String, St
 /// The taints a node boots with: the NodeClaim's taints and startup taints, and
 /// `karpenter.sh/unregistered` until Karpenter registers it.
 fn boot_taints(claim: &NodeClaim) -> Vec<Taint> {
-    let mut out: Vec<Taint> = claim
+    let taints: Vec<Taint> = claim
         .spec
         .taints
         .iter()
         .chain(&claim.spec.startup_taints)
         .cloned()
         .collect();
+    boot_taints_of(&taints)
+}
+
+/// `taints` plus `karpenter.sh/unregistered` unless already there.
+fn boot_taints_of(taints: &[Taint]) -> Vec<Taint> {
+    let mut out = taints.to_vec();
     if !out.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY) {
         out.push(Taint {
             key: labels::UNREGISTERED_TAINT_KEY.into(),
@@ -517,6 +781,20 @@ fn boot_taints(claim: &NodeClaim) -> Vec<Taint> {
         });
     }
     out
+}
+
+/// The node class' volumes, or its AMI family's defaults when it names none.
+fn block_devices(nodeclass: &EC2NodeClass) -> Vec<BlockDeviceMapping> {
+    if nodeclass.spec.block_device_mappings.is_empty() {
+        launch_templates::default_block_devices(family_of(nodeclass))
+    } else {
+        nodeclass.spec.block_device_mappings.clone()
+    }
+}
+
+/// The node class' AMI family (AL2023 when neither `amiFamily` nor an alias says).
+fn family_of(nodeclass: &EC2NodeClass) -> AMIFamily {
+    nodeclass.spec.ami_family().unwrap_or(AMIFamily::AL2023)
 }
 
 fn launched(
@@ -555,9 +833,11 @@ impl CloudProvider for AwsProvider {
         let status = nodeclass_ready(nodeclass)?;
         let name = claim.metadata.name.clone().unwrap_or_default();
         let class = nodeclass.metadata.name.clone().unwrap_or_default();
-        self.ensure_fresh().await?;
-        let types = self.types_for(nodeclass);
+        let types = self.types_for(nodeclass)?;
         let reqs = claim_requirements(claim);
+        // An instance an earlier attempt launched but could not tag is tagged (and found below)
+        // or terminated before anything new is launched.
+        self.settle_untagged(&name).await?;
         if let Some(existing) = self.find_by_nodeclaim(&name).await? {
             let it = types
                 .iter()
@@ -587,10 +867,6 @@ impl CloudProvider for AwsProvider {
                 types.len()
             )));
         };
-        let family = nodeclass.spec.ami_family().unwrap_or(AMIFamily::AL2023);
-        let node_labels_ = kubelet_labels(claim, &reqs);
-        let taints = boot_taints(claim);
-        let kubelet = nodeclass.spec.kubelet.clone().unwrap_or_default();
         let nodepool = claim
             .metadata
             .labels
@@ -609,17 +885,13 @@ impl CloudProvider for AwsProvider {
                 "EC2NodeClass {class} has no instance profile yet"
             ))
         })?;
-        let block_devices = if nodeclass.spec.block_device_mappings.is_empty() {
-            launch_templates::default_block_devices(family)
-        } else {
-            nodeclass.spec.block_device_mappings.clone()
-        };
         // One launch template per (AMI, max pods): the user data states the pod limit the
         // scheduler planned with.
         let mut groups: Vec<((String, i64), Vec<Override>)> = Vec::new();
-        for (it, o) in candidates
+        for (rank, (it, o)) in candidates
             .iter()
             .filter(|(_, o)| o.capacity_type == capacity_type)
+            .enumerate()
         {
             let type_labels: BTreeMap<String, String> = it
                 .labels
@@ -637,6 +909,7 @@ impl CloudProvider for AwsProvider {
                 instance_type: it.name.to_string(),
                 zone: o.zone.to_string(),
                 subnet_id: subnet.id.clone(),
+                rank,
             };
             match groups.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, list)) => list.push(entry),
@@ -648,25 +921,17 @@ impl CloudProvider for AwsProvider {
                 "EC2NodeClass {class}: no resolved AMI or subnet serves the instance types NodeClaim {name} allows"
             )));
         }
-        let mut configs = Vec::with_capacity(groups.len());
+        let node_labels_ = kubelet_labels(claim, &reqs);
+        let taints = boot_taints(claim);
+        let mut specs = Vec::with_capacity(groups.len());
         for ((image_id, max_pods), overrides) in groups {
-            let bootstrap = userdata::Bootstrap {
-                cluster_name: &self.settings.cluster_name,
-                cluster_endpoint: &self.settings.cluster_endpoint,
-                ca_bundle: self.settings.cluster_ca_bundle.as_deref(),
-                service_cidr: self.settings.service_cidr.as_deref(),
-                labels: &node_labels_,
-                taints: &taints,
-                kubelet: &kubelet,
-                max_pods: Some(max_pods),
-                user_data: nodeclass.spec.user_data.as_deref(),
-            };
-            let user_data = userdata::render(family, &bootstrap)
+            let user_data = self
+                .render_user_data(nodeclass, &node_labels_, &taints, Some(max_pods))
                 .map_err(|e| CloudError::Invalid(format!("EC2NodeClass {class}: {e}")))?;
             let spec = LaunchTemplateSpec {
                 image_id,
                 user_data: base64::engine::general_purpose::STANDARD.encode(user_data),
-                block_devices: block_devices.clone(),
+                block_devices: block_devices(nodeclass),
                 metadata: nodeclass.spec.metadata_options.clone(),
                 instance_profile: instance_profile.clone(),
                 security_groups: status
@@ -676,70 +941,18 @@ impl CloudProvider for AwsProvider {
                     .collect(),
                 detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip: nodeclass.spec.associate_public_ip_address,
-                tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
+                tags: launch_tags.clone(),
             };
-            configs.push(TemplateConfig {
-                launch_template: self.ensure_launch_template(&spec).await?,
-                overrides,
-            });
+            specs.push((spec, overrides));
         }
-        let request = FleetRequest {
-            capacity_type,
-            configs,
-            tags: launch_tags,
-            context: nodeclass.spec.context.clone(),
-        };
-        let (instance, errors) = self.batcher.launch(request).await?;
-        for e in &errors {
-            if e.code == unavailable::SPOT_SERVICE_LINKED_ROLE_MISSING {
-                self.unavailable.mark_capacity_type(CapacityType::Spot);
-            } else if unavailable::is_unfulfillable_capacity(&e.code)
-                && let (Some(t), Some(z)) = (&e.instance_type, &e.zone)
-            {
-                self.unavailable.mark(OfferingKey {
-                    instance_type: t.clone(),
-                    zone: z.clone(),
-                    capacity_type,
-                });
-            }
-            if e.code.starts_with("InvalidLaunchTemplate") {
-                locked(&self.launch_templates).clear();
-            }
+        let started = self
+            .launch(&name, capacity_type, &specs, &launch_tags, nodeclass)
+            .await?;
+        // Only now can the instance be told apart from the others of its batch: tag it with
+        // its NodeClaim, or take it back, so that a retry never launches a second one.
+        if let Err(why) = self.tag_nodeclaim(&started.id, &name).await {
+            return Err(self.give_back(&name, &started.id, why).await);
         }
-        let Some(started) = instance else {
-            let why: Vec<String> = errors
-                .iter()
-                .map(|e| {
-                    format!(
-                        "{}/{}: {} {}",
-                        e.instance_type.as_deref().unwrap_or("?"),
-                        e.zone.as_deref().unwrap_or("?"),
-                        e.code,
-                        e.message
-                    )
-                })
-                .collect();
-            return Err(CloudError::InsufficientCapacity(format!(
-                "CreateFleet launched nothing for NodeClaim {name}: {}",
-                if why.is_empty() {
-                    "no errors reported".into()
-                } else {
-                    why.join("; ")
-                }
-            )));
-        };
-        self.ec2
-            .create_tags()
-            .resources(&started.id)
-            .tags(
-                aws_sdk_ec2::types::Tag::builder()
-                    .key(tags::NODECLAIM)
-                    .value(&name)
-                    .build(),
-            )
-            .send()
-            .await
-            .map_err(|e| sdk_error("ec2:CreateTags", e))?;
         let instance = match self.describe_instance(&started.id).await? {
             Some(i) => i,
             None => Instance {
@@ -788,13 +1001,7 @@ impl CloudProvider for AwsProvider {
             }
             Some(_) => {}
         }
-        self.ec2
-            .terminate_instances()
-            .instance_ids(id)
-            .send()
-            .await
-            .map_err(|e| sdk_error("ec2:TerminateInstances", e))?;
-        Ok(())
+        self.terminate(id).await
     }
 
     async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
@@ -807,6 +1014,7 @@ impl CloudProvider for AwsProvider {
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let now = self.clock.now();
         let cluster_key = tags::cluster_tag_key(&self.settings.cluster_name);
         let mut pages = self
             .ec2
@@ -826,7 +1034,7 @@ impl CloudProvider for AwsProvider {
                 page.reservations()
                     .iter()
                     .flat_map(|r| r.instances())
-                    .filter_map(to_instance),
+                    .filter_map(|i| to_instance(i, now)),
             );
         }
         Ok(out)
@@ -836,23 +1044,35 @@ impl CloudProvider for AwsProvider {
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
-        self.ensure_fresh().await?;
-        Ok(self.types_for(nodeclass))
+        self.types_for(nodeclass)
     }
 
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
+        use NodeClassCondition as C;
         let spec = &nodeclass.spec;
-        let subnets = subnets::resolve(&self.ec2, &spec.subnet_selector_terms).await?;
+        let subnets = subnets::resolve(&self.ec2, &spec.subnet_selector_terms)
+            .await
+            .map_err(|e| ResolveError::new(C::SubnetsReady, "SubnetsNotFound", e))?;
         if subnets.is_empty() {
-            return Err(CloudError::NodeClassNotReady(
-                "spec.subnetSelectorTerms matched no subnet".into(),
+            return Err(ResolveError::new(
+                C::SubnetsReady,
+                "SubnetsNotFound",
+                CloudError::NodeClassNotReady("spec.subnetSelectorTerms matched no subnet".into()),
             ));
         }
         let security_groups =
-            security_groups::resolve(&self.ec2, &spec.security_group_selector_terms).await?;
+            security_groups::resolve(&self.ec2, &spec.security_group_selector_terms)
+                .await
+                .map_err(|e| {
+                    ResolveError::new(C::SecurityGroupsReady, "SecurityGroupsNotFound", e)
+                })?;
         if security_groups.is_empty() {
-            return Err(CloudError::NodeClassNotReady(
-                "spec.securityGroupSelectorTerms matched no security group".into(),
+            return Err(ResolveError::new(
+                C::SecurityGroupsReady,
+                "SecurityGroupsNotFound",
+                CloudError::NodeClassNotReady(
+                    "spec.securityGroupSelectorTerms matched no security group".into(),
+                ),
             ));
         }
         let amis = amis::resolve(
@@ -862,20 +1082,45 @@ impl CloudProvider for AwsProvider {
             &self.settings.kubernetes_version,
             self.clock.now(),
         )
-        .await?;
+        .await
+        .map_err(|e| ResolveError::new(C::AMIsReady, "AMINotFound", e))?;
         let instance_profile = instance_profile::ensure(
             &self.iam,
             &self.settings.cluster_name,
             &self.settings.region,
             nodeclass,
         )
-        .await?;
+        .await
+        .map_err(|e| ResolveError::new(C::InstanceProfileReady, "InstanceProfileNotFound", e))?;
         let capacity_reservations = if spec.capacity_reservation_selector_terms.is_empty() {
             Vec::new()
         } else {
             capacity_reservations::resolve(&self.ec2, &spec.capacity_reservation_selector_terms)
-                .await?
+                .await
+                .map_err(|e| {
+                    ResolveError::new(
+                        C::CapacityReservationsReady,
+                        "CapacityReservationsNotFound",
+                        e,
+                    )
+                })?
         };
+        // User data is rendered for every launch; rendering it here (with the boot taint and no
+        // NodeClaim labels) reports a spec.userData that cannot be merged on the node class,
+        // before any NodeClaim tries it.
+        self.render_user_data(nodeclass, &BTreeMap::new(), &boot_taints_of(&[]), None)
+            .map_err(|e| {
+                let reason = match &e {
+                    userdata::UserDataError::Invalid(_) => "InvalidUserData",
+                    userdata::UserDataError::TooLarge(_) => "UserDataSizeLimitExceeded",
+                    userdata::UserDataError::ClusterUnknown(_) => "ClusterNotDiscovered",
+                };
+                ResolveError::new(
+                    C::ValidationSucceeded,
+                    reason,
+                    CloudError::Invalid(e.to_string()),
+                )
+            })?;
         Ok(EC2NodeClassStatus {
             subnets: subnets.iter().map(subnets::SubnetInfo::status).collect(),
             security_groups,
@@ -933,5 +1178,50 @@ impl CloudProvider for AwsProvider {
             return Ok(Some("SecurityGroupDrift"));
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{InstanceState as Ec2State, Placement};
+
+    fn ec2_instance() -> aws_sdk_ec2::types::builders::InstanceBuilder {
+        aws_sdk_ec2::types::Instance::builder()
+            .instance_id("i-0123456789abcdef0")
+            .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+            .placement(Placement::builder().availability_zone("us-east-1a").build())
+            .state(Ec2State::builder().name(InstanceStateName::Running).build())
+    }
+
+    #[test]
+    fn an_instance_without_a_launch_time_is_taken_as_new() {
+        let now = DateTime::from_timestamp(1_750_000_000, 0).expect("time");
+        let i = to_instance(&ec2_instance().build(), now).expect("instance");
+        assert_eq!(
+            i.launch_time, now,
+            "not the epoch, which garbage collection would judge old"
+        );
+        let launched = aws_sdk_ec2::primitives::DateTime::from_secs(1_700_000_000);
+        let i = to_instance(&ec2_instance().launch_time(launched).build(), now).expect("instance");
+        assert_eq!(i.launch_time.timestamp(), 1_700_000_000);
+        assert_eq!(i.provider_id, "aws:///us-east-1a/i-0123456789abcdef0");
+    }
+
+    #[test]
+    fn an_instance_in_an_open_reservation_is_the_on_demand_launch_it_was() {
+        let now = Utc::now();
+        let reserved = ec2_instance().capacity_reservation_id("cr-0123").build();
+        assert_eq!(
+            to_instance(&reserved, now).map(|i| i.capacity_type),
+            Some(CapacityType::OnDemand)
+        );
+        let spot = ec2_instance()
+            .instance_lifecycle(InstanceLifecycleType::Spot)
+            .build();
+        assert_eq!(
+            to_instance(&spot, now).map(|i| i.capacity_type),
+            Some(CapacityType::Spot)
+        );
     }
 }

@@ -45,26 +45,47 @@ pub struct Bootstrap<'a> {
     pub user_data: Option<&'a str>,
 }
 
-/// Why user data could not be generated; the message names `spec.userData` so users know what
-/// to fix.
+/// Why user data could not be generated, told apart so the EC2NodeClass condition points at what
+/// to fix: the node class' `spec.userData`, or a cluster fact the controller could not learn.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("spec.userData: {0}")]
-pub struct UserDataError(pub String);
+pub enum UserDataError {
+    /// `spec.userData` cannot be merged with what Karpenter generates.
+    #[error("spec.userData: {0}")]
+    Invalid(String),
+    /// The merged user data is over EC2's size limit.
+    #[error("spec.userData: {0}")]
+    TooLarge(String),
+    /// The AMI family's bootstrap needs a cluster fact the controller does not know.
+    #[error("{0}")]
+    ClusterUnknown(String),
+}
 
 /// Renders the user data (plain text, not yet base64) for an AMI family.
 pub fn render(family: AMIFamily, b: &Bootstrap<'_>) -> Result<String, UserDataError> {
+    if b.cluster_endpoint.trim().is_empty() && family != AMIFamily::Custom {
+        return Err(UserDataError::ClusterUnknown(
+            "the cluster endpoint is unknown: set CLUSTER_ENDPOINT or allow eks:DescribeCluster"
+                .into(),
+        ));
+    }
+    if family == AMIFamily::AL2023 && b.service_cidr.is_none() {
+        return Err(UserDataError::ClusterUnknown(
+            "AL2023 nodes need the cluster's service CIDR (nodeadm's spec.cluster.cidr), which the controller reads with eks:DescribeCluster at start; allow that call and restart the controller".into(),
+        ));
+    }
     let out = match family {
         AMIFamily::AL2 => mime_archive(b.user_data, "text/x-shellscript", &al2_script(b))?,
-        AMIFamily::AL2023 => {
-            mime_archive_al2023(b.user_data, &node_config(b).map_err(UserDataError)?)?
-        }
+        AMIFamily::AL2023 => mime_archive_al2023(
+            b.user_data,
+            &node_config(b).map_err(UserDataError::Invalid)?,
+        )?,
         AMIFamily::Bottlerocket => bottlerocket(b)?,
         AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => windows(b),
         AMIFamily::Custom => b.user_data.unwrap_or_default().to_string(),
     };
     let encoded = out.len().div_ceil(3) * 4;
     if encoded > MAX_USER_DATA_BYTES {
-        return Err(UserDataError(format!(
+        return Err(UserDataError::TooLarge(format!(
             "the generated user data is {encoded} bytes base64-encoded, over EC2's limit of {MAX_USER_DATA_BYTES}"
         )));
     }
@@ -273,10 +294,11 @@ fn parse_mime_body(
     content_type: Option<String>,
     body: &str,
 ) -> Result<Vec<MimePart>, UserDataError> {
-    let content_type = content_type
-        .ok_or_else(|| UserDataError("MIME user data has no Content-Type header".into()))?;
+    let content_type = content_type.ok_or_else(|| {
+        UserDataError::Invalid("MIME user data has no Content-Type header".into())
+    })?;
     if !content_type.to_ascii_lowercase().starts_with("multipart/") {
-        return Err(UserDataError(format!(
+        return Err(UserDataError::Invalid(format!(
             "MIME user data must be multipart, not {content_type}"
         )));
     }
@@ -289,7 +311,7 @@ fn parse_mime_body(
         })
         .filter(|b| !b.is_empty())
         .ok_or_else(|| {
-            UserDataError("MIME user data has no boundary in its Content-Type".into())
+            UserDataError::Invalid("MIME user data has no boundary in its Content-Type".into())
         })?;
     let delimiter = format!("--{boundary}");
     let closing = format!("--{boundary}--");
@@ -316,12 +338,12 @@ fn parse_mime_body(
         }
     }
     if !closed {
-        return Err(UserDataError(format!(
+        return Err(UserDataError::Invalid(format!(
             "MIME user data is not closed by {closing}"
         )));
     }
     if parts.is_empty() {
-        return Err(UserDataError("MIME user data has no parts".into()));
+        return Err(UserDataError::Invalid("MIME user data has no parts".into()));
     }
     Ok(parts)
 }
@@ -331,7 +353,9 @@ fn mime_part(lines: &[&str]) -> Result<MimePart, UserDataError> {
         .iter()
         .position(|l| l.trim().is_empty())
         .ok_or_else(|| {
-            UserDataError("a MIME part has no blank line between its headers and body".into())
+            UserDataError::Invalid(
+                "a MIME part has no blank line between its headers and body".into(),
+            )
         })?;
     let content_type = lines[..blank]
         .iter()
@@ -341,7 +365,7 @@ fn mime_part(lines: &[&str]) -> Result<MimePart, UserDataError> {
                 .eq_ignore_ascii_case("Content-Type")
                 .then(|| v.trim().to_string())
         })
-        .ok_or_else(|| UserDataError("a MIME part has no Content-Type".into()))?;
+        .ok_or_else(|| UserDataError::Invalid("a MIME part has no Content-Type".into()))?;
     let mut body = lines[blank + 1..].join("\n");
     if !body.ends_with('\n') {
         body.push('\n');
@@ -400,12 +424,12 @@ fn mime_archive_al2023(user: Option<&str>, ours: &str) -> Result<String, UserDat
             }],
             None => {
                 let doc: Value = serde_yaml_ng::from_str(u).map_err(|e| {
-                    UserDataError(format!(
+                    UserDataError::Invalid(format!(
                         "AL2023 user data must be a MIME multi-part archive, a shell script or a NodeConfig; it is none of these ({e})"
                     ))
                 })?;
                 if doc.get("kind").and_then(Value::as_str) != Some("NodeConfig") {
-                    return Err(UserDataError(
+                    return Err(UserDataError::Invalid(
                         "AL2023 user data must be a MIME multi-part archive, a shell script or a NodeConfig (kind: NodeConfig)".into(),
                     ));
                 }
@@ -427,9 +451,9 @@ fn mime_archive_al2023(user: Option<&str>, ours: &str) -> Result<String, UserDat
 /// merged into `settings.kubernetes` (Karpenter's values win; labels and taints are merged).
 fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, UserDataError> {
     let mut doc: toml::Table = match b.user_data {
-        Some(u) if !u.trim().is_empty() => u
-            .parse()
-            .map_err(|e| UserDataError(format!("Bottlerocket user data is not valid TOML: {e}")))?,
+        Some(u) if !u.trim().is_empty() => u.parse().map_err(|e| {
+            UserDataError::Invalid(format!("Bottlerocket user data is not valid TOML: {e}"))
+        })?,
         _ => toml::Table::new(),
     };
     let settings = table_at(&mut doc, "settings")?;
@@ -503,7 +527,7 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, UserDataError> {
     if let Some(v) = k.cpu_cfs_quota {
         k8s.insert("cpu-cfs-quota-enforced".into(), toml::Value::Boolean(v));
     }
-    toml::to_string(&doc).map_err(|e| UserDataError(e.to_string()))
+    toml::to_string(&doc).map_err(|e| UserDataError::Invalid(e.to_string()))
 }
 
 /// The table under `key`, created when missing; an error when the user put something else there.
@@ -516,7 +540,7 @@ fn table_at<'t>(
         .or_insert_with(|| toml::Value::Table(toml::Table::new()))
     {
         toml::Value::Table(t) => Ok(t),
-        _ => Err(UserDataError(format!(
+        _ => Err(UserDataError::Invalid(format!(
             "Bottlerocket user data sets {key} to a value, but it must be a table"
         ))),
     }
@@ -698,6 +722,20 @@ mod tests {
         let unclosed = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=x\n\n--x\nContent-Type: text/x-shellscript\n\necho\n";
         let err = render(AMIFamily::AL2023, &with(&l, &t, &k, Some(unclosed))).unwrap_err();
         assert!(err.to_string().contains("not closed"), "{err}");
+    }
+
+    #[test]
+    fn al2023_without_the_service_cidr_says_what_the_controller_lacks() {
+        let (l, t, k) = (labels(), taints(), KubeletConfiguration::default());
+        let mut b = with(&l, &t, &k, None);
+        b.service_cidr = None;
+        let err = render(AMIFamily::AL2023, &b).unwrap_err();
+        assert!(matches!(err, UserDataError::ClusterUnknown(_)), "{err:?}");
+        assert!(err.to_string().contains("eks:DescribeCluster"), "{err}");
+        assert!(render(AMIFamily::Bottlerocket, &b).is_ok());
+        b.cluster_endpoint = "";
+        let err = render(AMIFamily::AL2, &b).unwrap_err();
+        assert!(err.to_string().contains("CLUSTER_ENDPOINT"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,299 @@
+//! The metrics controller: every five seconds it publishes what the cluster looks like now
+//! (nodes, pods, status conditions, cluster-state sync) and, every minute, the cloud
+//! provider's instance types and offerings, as upstream's metrics controllers do. The numbers
+//! come from the pure functions in [`crate::metrics::cluster_state`] and
+//! [`crate::metrics::status`]; this shell reads the reflected stores and writes the registry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::metrics::cluster_state::{self, PodTransitions};
+use crate::metrics::status::{StatusKind, StatusObject, StatusTracker, StatusUpdate};
+use crate::metrics::{METRICS, Published, StatusMetrics};
+
+use super::Context;
+
+/// How often the gauges are refreshed (upstream's node metrics controller requeues every 5s).
+const INTERVAL: Duration = Duration::from_secs(5);
+
+/// Instance types are refreshed every this many intervals (a minute, as upstream's).
+const INSTANCE_TYPE_EVERY: u32 = 12;
+
+/// What has been published, per family, so stale series can be removed.
+#[derive(Default)]
+struct Publishers {
+    nodes: [Published; 8],
+    pods: [Published; 3],
+    status: Vec<(StatusKind, [Published; 3])>,
+    deprecated: [Published; 3],
+    instance_types: [Published; 4],
+}
+
+/// Runs until the task is dropped. With `observe_cluster_state` false
+/// (`DISABLE_CLUSTER_STATE_OBSERVABILITY`), the per-node and per-pod families stay empty, as
+/// upstream skips its node and pod metrics controllers.
+pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
+    ctx.state.wait_synced().await;
+    METRICS.cluster_state_synced.set(1.0);
+    METRICS.cluster_state_unsynced_time_seconds.set(0.0);
+    let mut published = Publishers::default();
+    let mut pods = PodTransitions::default();
+    let mut status = StatusTracker::default();
+    let mut tick: u32 = 0;
+    let mut last_classes = Vec::new();
+    loop {
+        let now = ctx.clock.now();
+        let nodes = ctx.state.nodes.state();
+        METRICS.cluster_state_node_count.set(nodes.len() as f64);
+        if observe_cluster_state {
+            let all_pods = ctx.state.pods.state();
+            let g = cluster_state::node_gauges(&nodes, &all_pods, now);
+            for (p, (family, series)) in published.nodes.iter_mut().zip([
+                (&METRICS.nodes_allocatable, &g.allocatable),
+                (&METRICS.nodes_total_pod_requests, &g.total_pod_requests),
+                (&METRICS.nodes_total_pod_limits, &g.total_pod_limits),
+                (
+                    &METRICS.nodes_total_daemon_requests,
+                    &g.total_daemon_requests,
+                ),
+                (&METRICS.nodes_total_daemon_limits, &g.total_daemon_limits),
+                (&METRICS.nodes_system_overhead, &g.system_overhead),
+                (
+                    &METRICS.nodes_current_lifetime_seconds,
+                    &g.current_lifetime_seconds,
+                ),
+                (
+                    &METRICS.cluster_utilization_percent,
+                    &g.cluster_utilization_percent,
+                ),
+            ]) {
+                p.replace(family, series);
+            }
+            let g = cluster_state::pod_gauges(&nodes, &all_pods, now);
+            for (p, (family, series)) in published.pods.iter_mut().zip([
+                (&METRICS.pods_state, &g.state),
+                (&METRICS.pods_unbound_time_seconds, &g.unbound_time_seconds),
+                (
+                    &METRICS.pods_unstarted_time_seconds,
+                    &g.unstarted_time_seconds,
+                ),
+            ]) {
+                p.replace(family, series);
+            }
+            let durations = pods.observe(&all_pods);
+            for d in durations.bound {
+                METRICS.pods_bound_duration_seconds.observe(d);
+            }
+            for d in durations.started {
+                if let Err(e) = METRICS.pods_startup_duration_seconds.observe(&[], d) {
+                    tracing::warn!(error = %e, "could not record a pod startup duration");
+                }
+            }
+        }
+        let mut objects: Vec<StatusObject> = Vec::new();
+        objects.extend(
+            ctx.state
+                .nodeclaims
+                .state()
+                .iter()
+                .map(|c| StatusObject::from_nodeclaim(c)),
+        );
+        objects.extend(
+            ctx.state
+                .nodepools
+                .state()
+                .iter()
+                .map(|p| StatusObject::from_nodepool(p)),
+        );
+        objects.extend(
+            ctx.state
+                .nodeclasses
+                .state()
+                .iter()
+                .map(|c| StatusObject::from_nodeclass(c)),
+        );
+        // Nodes Karpenter manages only: an unmanaged node's conditions are the kubelet's
+        // business, and would multiply the series by the cluster's size.
+        objects.extend(
+            nodes
+                .iter()
+                .filter(|n| {
+                    n.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(crate::apis::labels::NODEPOOL))
+                })
+                .map(|n| StatusObject::from_node(n)),
+        );
+        publish_status(&mut published, status.observe(&objects, now));
+        // Every minute, and at once when an EC2NodeClass appears, changes or goes.
+        let classes: Vec<(Option<String>, Option<String>)> = ctx
+            .state
+            .nodeclasses
+            .state()
+            .iter()
+            .map(|c| (c.metadata.name.clone(), c.metadata.resource_version.clone()))
+            .collect();
+        if tick.is_multiple_of(INSTANCE_TYPE_EVERY) || classes != last_classes {
+            publish_instance_types(&ctx, &mut published).await;
+            last_classes = classes;
+        }
+        tick = tick.wrapping_add(1);
+        tokio::time::sleep(INTERVAL).await;
+    }
+}
+
+fn family_of(kind: StatusKind) -> &'static StatusMetrics {
+    match kind {
+        StatusKind::NodeClaim => &METRICS.nodeclaim_status,
+        StatusKind::NodePool => &METRICS.nodepool_status,
+        StatusKind::Node => &METRICS.node_status,
+        StatusKind::EC2NodeClass => &METRICS.ec2nodeclass_status,
+    }
+}
+
+/// Appends the `kind` label of the deprecated aggregate families, which come before the
+/// per-kind extra labels (the aggregate families have none).
+fn with_kind(labels: &[String], base: usize, kind: StatusKind) -> cluster_state::Series {
+    let mut out: Vec<String> = labels[..base].to_vec();
+    out.push(kind.kind().to_string());
+    cluster_state::Series {
+        labels: out,
+        value: 0.0,
+    }
+}
+
+fn publish_status(published: &mut Publishers, update: StatusUpdate) {
+    let mut deprecated: [Vec<cluster_state::Series>; 3] = Default::default();
+    for (kind, gauges) in &update.gauges {
+        let family = family_of(*kind);
+        let index = match published.status.iter().position(|(k, _)| k == kind) {
+            Some(i) => i,
+            None => {
+                published.status.push((*kind, Default::default()));
+                published.status.len() - 1
+            }
+        };
+        let publishers = &mut published.status[index].1;
+        publishers[0].replace(&family.status_condition_count, &gauges.condition_count);
+        publishers[1].replace(
+            &family.status_condition_current_status_seconds,
+            &gauges.current_status_seconds,
+        );
+        publishers[2].replace(
+            &family.termination_current_time_seconds,
+            &gauges.termination_current_time_seconds,
+        );
+        let [count, current, terminating] = &mut deprecated;
+        for (out, series, base) in [
+            (count, &gauges.condition_count, 6),
+            (current, &gauges.current_status_seconds, 6),
+            (terminating, &gauges.termination_current_time_seconds, 3),
+        ] {
+            out.extend(series.iter().map(|s| cluster_state::Series {
+                value: s.value,
+                ..with_kind(&s.labels, base, *kind)
+            }));
+        }
+    }
+    let old = &METRICS.deprecated_status;
+    for (p, (family, series)) in published.deprecated.iter_mut().zip([
+        (&old.status_condition_count, &deprecated[0]),
+        (&old.status_condition_current_status_seconds, &deprecated[1]),
+        (&old.termination_current_time_seconds, &deprecated[2]),
+    ]) {
+        p.replace(family, series);
+    }
+    for t in &update.transitions {
+        let family = family_of(t.kind);
+        let group = t.kind.group();
+        let kind = t.kind.kind();
+        family
+            .status_condition_transitions_total
+            .with_label_values(&[group, &t.type_, &t.to_status, &t.reason])
+            .inc();
+        family
+            .status_condition_transition_seconds
+            .with_label_values(&[group, &t.type_, &t.from_status])
+            .observe(t.seconds_in_previous);
+        old.status_condition_transitions_total
+            .with_label_values(&[group, &t.type_, &t.to_status, &t.reason, kind])
+            .inc();
+        old.status_condition_transition_seconds
+            .with_label_values(&[group, &t.type_, &t.from_status, kind])
+            .observe(t.seconds_in_previous);
+    }
+    for (kind, seconds) in &update.terminated {
+        family_of(*kind)
+            .termination_duration_seconds
+            .with_label_values(&[kind.group()])
+            .observe(*seconds);
+        old.termination_duration_seconds
+            .with_label_values(&[kind.group(), kind.kind()])
+            .observe(*seconds);
+    }
+}
+
+async fn publish_instance_types(ctx: &Context, published: &mut Publishers) {
+    let mut types = Vec::new();
+    for class in ctx.state.nodeclasses.state() {
+        match ctx.provider.instance_types(&class).await {
+            Ok(t) => types.push(t),
+            Err(e) => {
+                tracing::debug!(ec2nodeclass = %class.metadata.name.clone().unwrap_or_default(), error = %e, "instance types unavailable for metrics")
+            }
+        }
+    }
+    let g = cluster_state::instance_type_gauges(types.iter().flat_map(|t| t.iter()));
+    for (p, (family, series)) in published.instance_types.iter_mut().zip([
+        (
+            &METRICS.cloudprovider_instance_type_offering_available,
+            &g.offering_available,
+        ),
+        (
+            &METRICS.cloudprovider_instance_type_offering_price_estimate,
+            &g.offering_price_estimate,
+        ),
+        (&METRICS.cloudprovider_instance_type_cpu_cores, &g.cpu_cores),
+        (
+            &METRICS.cloudprovider_instance_type_memory_bytes,
+            &g.memory_bytes,
+        ),
+    ]) {
+        p.replace(family, series);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deprecated_families_put_kind_after_the_base_labels() {
+        let labels: Vec<String> = [
+            "",
+            "a",
+            "karpenter.sh",
+            "Ready",
+            "True",
+            "Ready",
+            "ec2",
+            "np",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            with_kind(&labels, 6, StatusKind::NodeClaim).labels,
+            [
+                "",
+                "a",
+                "karpenter.sh",
+                "Ready",
+                "True",
+                "Ready",
+                "NodeClaim"
+            ]
+        );
+    }
+}

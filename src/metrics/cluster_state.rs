@@ -1,0 +1,618 @@
+//! What the cluster-state gauges say about Nodes and pods right now, computed from the
+//! reflected objects: `karpenter_nodes_*`, `karpenter_cluster_utilization_percent`,
+//! `karpenter_pods_state` and the pods' unbound/unstarted times, plus the startup and bound
+//! durations observed when a pod first binds or becomes ready.
+//!
+//! Pure: objects and the time in, series out. The metrics controller publishes them every few
+//! seconds, as upstream's node and pod metrics controllers do.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::node_metric_labels;
+use crate::apis::labels;
+use crate::scheduling::instance_type::InstanceType;
+use crate::scheduling::pod::requests;
+use crate::scheduling::resources::{Resources, parse_quantity};
+
+/// One gauge series: label values in the family's label order, and the value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Label values, in the order the family declares its labels.
+    pub labels: Vec<String>,
+    /// The gauge's value.
+    pub value: f64,
+}
+
+impl Series {
+    fn new(labels: Vec<String>, value: f64) -> Self {
+        Self { labels, value }
+    }
+}
+
+/// The node families' series (labels: the node labels, node_name, phase, managed, then
+/// resource_type where the family has it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeGauges {
+    /// `karpenter_nodes_allocatable`.
+    pub allocatable: Vec<Series>,
+    /// `karpenter_nodes_total_pod_requests` (DaemonSet pods included).
+    pub total_pod_requests: Vec<Series>,
+    /// `karpenter_nodes_total_pod_limits`.
+    pub total_pod_limits: Vec<Series>,
+    /// `karpenter_nodes_total_daemon_requests`.
+    pub total_daemon_requests: Vec<Series>,
+    /// `karpenter_nodes_total_daemon_limits`.
+    pub total_daemon_limits: Vec<Series>,
+    /// `karpenter_nodes_system_overhead` (capacity − allocatable).
+    pub system_overhead: Vec<Series>,
+    /// `karpenter_nodes_current_lifetime_seconds`.
+    pub current_lifetime_seconds: Vec<Series>,
+    /// `karpenter_cluster_utilization_percent` (resource_type).
+    pub cluster_utilization_percent: Vec<Series>,
+}
+
+/// upstream's `resource_type` value: the resource name lower-cased, `-` → `_`.
+pub fn resource_type(name: &str) -> String {
+    name.to_lowercase().replace('-', "_")
+}
+
+/// A resource amount as upstream reports it: CPU in cores, everything else in units.
+fn scaled(name: &str, amount: i64) -> f64 {
+    if name == "cpu" {
+        amount as f64 / 1000.0
+    } else {
+        amount as f64
+    }
+}
+
+fn resources_of(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
+    // A quantity the scheduler cannot parse is left out rather than failing the whole node.
+    let mut out = Resources::default();
+    for (name, q) in list.into_iter().flatten() {
+        if let Ok(amount) = parse_quantity(name, &q.0) {
+            out.set(name, amount);
+        }
+    }
+    out
+}
+
+/// A pod's effective limits, summed over containers like its requests (see
+/// [`crate::scheduling::pod::requests`]); containers without a limit add nothing.
+fn limits(spec: &PodSpec) -> Resources {
+    let mut sum = Resources::default();
+    for c in &spec.containers {
+        sum.add(&resources_of(
+            c.resources.as_ref().and_then(|r| r.limits.as_ref()),
+        ));
+    }
+    let mut init_peak = Resources::default();
+    for c in spec.init_containers.iter().flatten() {
+        init_peak = init_peak.max(&resources_of(
+            c.resources.as_ref().and_then(|r| r.limits.as_ref()),
+        ));
+    }
+    sum.max(&init_peak)
+}
+
+fn is_daemon(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+fn seconds_since(
+    now: DateTime<Utc>,
+    t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> f64 {
+    let at = t.0.as_millisecond() as f64 / 1000.0;
+    (now.timestamp_millis() as f64 / 1000.0 - at).max(0.0)
+}
+
+/// The node label values every node family starts with.
+fn node_labels(node: &Node) -> Vec<String> {
+    let node_labels = node.metadata.labels.as_ref();
+    let mut out: Vec<String> = node_metric_labels()
+        .into_iter()
+        .map(|(key, _)| {
+            node_labels
+                .and_then(|l| l.get(key))
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    out.push(node.metadata.name.clone().unwrap_or_default());
+    out.push(
+        node.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+    );
+    out.push(is_managed(node).to_string());
+    out
+}
+
+/// Whether Karpenter manages the node (it belongs to a NodePool).
+fn is_managed(node: &Node) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(labels::NODEPOOL))
+}
+
+fn with_resource(labels: &[String], name: &str) -> Vec<String> {
+    let mut out = labels.to_vec();
+    out.push(resource_type(name));
+    out
+}
+
+/// The node families for `nodes` with `pods` (bound, unfinished pods count on their node).
+pub fn node_gauges(nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) -> NodeGauges {
+    #[derive(Default)]
+    struct OnNode {
+        requests: Resources,
+        limits: Resources,
+        daemon_requests: Resources,
+        daemon_limits: Resources,
+    }
+    let mut by_node: BTreeMap<&str, OnNode> = BTreeMap::new();
+    for pod in pods {
+        let (Some(node), Some(spec)) = (node_name(pod), pod.spec.as_ref()) else {
+            continue;
+        };
+        if is_terminal(pod) {
+            continue;
+        }
+        let entry = by_node.entry(node).or_default();
+        let (req, lim) = (requests(spec).unwrap_or_default(), limits(spec));
+        entry.requests.add(&req);
+        entry.limits.add(&lim);
+        if is_daemon(pod) {
+            entry.daemon_requests.add(&req);
+            entry.daemon_limits.add(&lim);
+        }
+    }
+    let mut out = NodeGauges::default();
+    let (mut all_allocatable, mut all_requests) = (Resources::default(), Resources::default());
+    for node in nodes {
+        let base = node_labels(node);
+        let status = node.status.as_ref();
+        let allocatable = resources_of(status.and_then(|s| s.allocatable.as_ref()));
+        let capacity = resources_of(status.and_then(|s| s.capacity.as_ref()));
+        let empty = OnNode::default();
+        let on = by_node
+            .get(node.metadata.name.as_deref().unwrap_or_default())
+            .unwrap_or(&empty);
+        let mut overhead = capacity.clone();
+        overhead.sub(&allocatable);
+        for (family, resources) in [
+            (&mut out.allocatable, &allocatable),
+            (&mut out.total_pod_requests, &on.requests),
+            (&mut out.total_pod_limits, &on.limits),
+            (&mut out.total_daemon_requests, &on.daemon_requests),
+            (&mut out.total_daemon_limits, &on.daemon_limits),
+            (&mut out.system_overhead, &overhead),
+        ] {
+            for (name, amount) in resources.iter() {
+                family.push(Series::new(
+                    with_resource(&base, name),
+                    scaled(name, amount),
+                ));
+            }
+        }
+        if let Some(created) = node.metadata.creation_timestamp.as_ref() {
+            out.current_lifetime_seconds
+                .push(Series::new(base.clone(), seconds_since(now, created)));
+        }
+        all_allocatable.add(&allocatable);
+        all_requests.add(&on.requests);
+    }
+    for (name, allocated) in all_allocatable.iter() {
+        if allocated > 0 {
+            out.cluster_utilization_percent.push(Series::new(
+                vec![resource_type(name)],
+                100.0 * all_requests.get(name) as f64 / allocated as f64,
+            ));
+        }
+    }
+    out
+}
+
+/// The pod families' series.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodGauges {
+    /// `karpenter_pods_state` (1 per pod): name, namespace, owner, node, scheduled, nodepool,
+    /// zone, arch, capacity_type, instance_type, phase, ready, managed.
+    pub state: Vec<Series>,
+    /// `karpenter_pods_unbound_time_seconds`: name, namespace.
+    pub unbound_time_seconds: Vec<Series>,
+    /// `karpenter_pods_unstarted_time_seconds`: name, namespace.
+    pub unstarted_time_seconds: Vec<Series>,
+}
+
+fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_))
+        .map(|c| c.status.as_str())
+}
+
+fn condition_since(pod: &Pod, type_: &str) -> Option<f64> {
+    let c = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_ && c.status == "True"))?;
+    let at = c.last_transition_time.as_ref()?;
+    let created = pod.metadata.creation_timestamp.as_ref()?;
+    Some(((at.0.as_millisecond() - created.0.as_millisecond()) as f64 / 1000.0).max(0.0))
+}
+
+fn is_started(pod: &Pod) -> bool {
+    condition_status(pod, "Ready") == Some("True")
+}
+
+/// The pod families for `pods`, with node labels from `nodes`. Finished and deleted pods have
+/// no series.
+pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) -> PodGauges {
+    let node_by_name: BTreeMap<&str, &Node> = nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, &**n)))
+        .collect();
+    let mut out = PodGauges::default();
+    for pod in pods {
+        if is_terminal(pod) {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let node = node_name(pod);
+        let node_label = |key: &str| {
+            node.and_then(|n| node_by_name.get(n))
+                .and_then(|n| n.metadata.labels.as_ref())
+                .and_then(|l| l.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let owner = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .next()
+            .map(|o| o.name.clone())
+            .unwrap_or_default();
+        let managed = node
+            .and_then(|n| node_by_name.get(n))
+            .is_some_and(|n| is_managed(n));
+        out.state.push(Series::new(
+            vec![
+                name.clone(),
+                namespace.clone(),
+                owner,
+                node.unwrap_or_default().to_string(),
+                node.is_some().to_string(),
+                node_label(labels::NODEPOOL),
+                node_label(labels::ZONE),
+                node_label(labels::ARCH),
+                node_label(labels::CAPACITY_TYPE),
+                node_label(labels::INSTANCE_TYPE),
+                pod.status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default(),
+                condition_status(pod, "Ready")
+                    .unwrap_or("False")
+                    .to_string(),
+                managed.to_string(),
+            ],
+            1.0,
+        ));
+        let Some(created) = pod.metadata.creation_timestamp.as_ref() else {
+            continue;
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if node.is_none() {
+            out.unbound_time_seconds.push(Series::new(
+                vec![name.clone(), namespace.clone()],
+                seconds_since(now, created),
+            ));
+        }
+        if !is_started(pod) {
+            out.unstarted_time_seconds.push(Series::new(
+                vec![name, namespace],
+                seconds_since(now, created),
+            ));
+        }
+    }
+    out
+}
+
+/// Pods seen before they bound or started, so that the bound and startup durations are
+/// observed once per pod, when the change is seen (a restarted controller does not report pods
+/// that were already running).
+#[derive(Debug, Default)]
+pub struct PodTransitions {
+    unbound: HashSet<String>,
+    unstarted: HashSet<String>,
+}
+
+/// Durations observed by one [`PodTransitions::observe`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodDurations {
+    /// Seconds from creation to binding (`karpenter_pods_bound_duration_seconds`).
+    pub bound: Vec<f64>,
+    /// Seconds from creation to Ready (`karpenter_pods_startup_duration_seconds`).
+    pub started: Vec<f64>,
+}
+
+impl PodTransitions {
+    /// Notes which pods are still unbound or unstarted and returns the durations of those that
+    /// bound or started since the last call.
+    pub fn observe(&mut self, pods: &[Arc<Pod>]) -> PodDurations {
+        let mut out = PodDurations::default();
+        let mut unbound = HashSet::new();
+        let mut unstarted = HashSet::new();
+        for pod in pods {
+            if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(uid) = pod.metadata.uid.clone() else {
+                continue;
+            };
+            if node_name(pod).is_none() {
+                unbound.insert(uid.clone());
+            } else if self.unbound.contains(&uid)
+                && let Some(d) = condition_since(pod, "PodScheduled")
+            {
+                out.bound.push(d);
+            }
+            if !is_started(pod) {
+                unstarted.insert(uid);
+            } else if self.unstarted.contains(&uid)
+                && let Some(d) = condition_since(pod, "Ready")
+            {
+                out.started.push(d);
+            }
+        }
+        self.unbound = unbound;
+        self.unstarted = unstarted;
+        out
+    }
+}
+
+/// The instance-type families of the cloud provider's offerings:
+/// `karpenter_cloudprovider_instance_type_offering_available` and `_price_estimate`
+/// (instance_type, capacity_type, zone), `_cpu_cores` and `_memory_bytes` (instance_type).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InstanceTypeGauges {
+    /// 1 when the offering can be launched now, else 0.
+    pub offering_available: Vec<Series>,
+    /// The offering's hourly price.
+    pub offering_price_estimate: Vec<Series>,
+    /// vCPUs per instance type.
+    pub cpu_cores: Vec<Series>,
+    /// Memory bytes per instance type.
+    pub memory_bytes: Vec<Series>,
+}
+
+/// The instance-type families for every type of every node class (a type offered to several
+/// node classes appears once).
+pub fn instance_type_gauges<'a>(
+    types: impl IntoIterator<Item = &'a InstanceType>,
+) -> InstanceTypeGauges {
+    let mut out = InstanceTypeGauges::default();
+    let mut seen = HashSet::new();
+    for it in types {
+        if !seen.insert(it.name.to_string()) {
+            continue;
+        }
+        let name = it.name.to_string();
+        out.cpu_cores.push(Series::new(
+            vec![name.clone()],
+            it.capacity.get("cpu") as f64 / 1000.0,
+        ));
+        out.memory_bytes.push(Series::new(
+            vec![name.clone()],
+            it.capacity.get("memory") as f64,
+        ));
+        for o in &it.offerings {
+            let labels = vec![
+                name.clone(),
+                o.capacity_type.label().to_string(),
+                o.zone.to_string(),
+            ];
+            out.offering_available.push(Series::new(
+                labels.clone(),
+                if o.available { 1.0 } else { 0.0 },
+            ));
+            out.offering_price_estimate
+                .push(Series::new(labels, o.price));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
+            .single()
+            .expect("valid time")
+    }
+
+    fn node() -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "labels": {"karpenter.sh/nodepool": "default", "topology.kubernetes.io/zone": "us-east-1a"}},
+                "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+                    "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"}}
+            }))
+            .expect("a node"),
+        )
+    }
+
+    fn pod(name: &str, node: Option<&str>, ready: bool, daemon: bool) -> Arc<Pod> {
+        let owners = if daemon {
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true}])
+        } else {
+            json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "r", "controller": true}])
+        };
+        let mut conditions = vec![];
+        if node.is_some() {
+            conditions.push(json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:10Z"}));
+        }
+        conditions.push(json!({"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": "2026-01-01T00:00:30Z"}));
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": name,
+                    "creationTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": owners},
+                "spec": {"nodeName": node, "containers": [{"name": "c",
+                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]},
+                "status": {"phase": if node.is_some() { "Running" } else { "Pending" }, "conditions": conditions}
+            }))
+            .expect("a pod"),
+        )
+    }
+
+    fn value(series: &[Series], last_labels: &[&str]) -> Option<f64> {
+        series
+            .iter()
+            .find(|s| {
+                s.labels.ends_with(
+                    &last_labels
+                        .iter()
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .map(|s| s.value)
+    }
+
+    #[test]
+    fn node_families_sum_the_pods_bound_to_each_node() {
+        let pods = [
+            pod("web", Some("n1"), true, false),
+            pod("agent", Some("n1"), true, true),
+            pod("pending", None, false, false),
+        ];
+        let g = node_gauges(&[node()], &pods, now());
+        let tail = |r: &str| ["n1", "", "true", r].map(String::from);
+        let get = |s: &[Series], r: &str| value(s, &tail(r).each_ref().map(String::as_str));
+        assert_eq!(get(&g.allocatable, "cpu"), Some(3.92));
+        assert_eq!(get(&g.total_pod_requests, "cpu"), Some(1.0));
+        assert_eq!(
+            get(&g.total_pod_requests, "memory"),
+            Some(2.0 * 1024.0 * 1024.0 * 1024.0)
+        );
+        assert_eq!(get(&g.total_daemon_requests, "cpu"), Some(0.5));
+        assert_eq!(
+            get(&g.total_pod_limits, "memory"),
+            Some(4.0 * 1024.0 * 1024.0 * 1024.0)
+        );
+        assert_eq!(get(&g.system_overhead, "cpu"), Some(0.08));
+        assert_eq!(
+            get(&g.system_overhead, "memory"),
+            Some(1024.0 * 1024.0 * 1024.0)
+        );
+        let lifetime = &g.current_lifetime_seconds[0];
+        assert_eq!(lifetime.value, 100.0);
+        let names: Vec<String> = node_metric_labels().into_iter().map(|(_, n)| n).collect();
+        let zone = names.iter().position(|n| n == "zone").expect("zone label");
+        assert_eq!(lifetime.labels[zone], "us-east-1a");
+        assert_eq!(
+            value(&g.cluster_utilization_percent, &["cpu"]).map(|v| (v * 100.0).round() / 100.0),
+            Some(25.51)
+        );
+    }
+
+    #[test]
+    fn pod_families_and_transitions() {
+        let nodes = [node()];
+        let g = pod_gauges(
+            &nodes,
+            &[
+                pod("pending", None, false, false),
+                pod("web", Some("n1"), true, false),
+            ],
+            now(),
+        );
+        assert_eq!(g.state.len(), 2);
+        assert_eq!(
+            g.state[1].labels,
+            [
+                "web",
+                "ns",
+                "web-1",
+                "n1",
+                "true",
+                "default",
+                "us-east-1a",
+                "",
+                "",
+                "",
+                "Running",
+                "True",
+                "true"
+            ]
+        );
+        assert_eq!(
+            g.unbound_time_seconds,
+            [Series::new(vec!["pending".into(), "ns".into()], 100.0)]
+        );
+        assert_eq!(g.unstarted_time_seconds.len(), 1);
+
+        let mut transitions = PodTransitions::default();
+        // Already running when first seen: nothing observed.
+        assert_eq!(
+            transitions.observe(&[pod("web", Some("n1"), true, false)]),
+            PodDurations::default()
+        );
+        assert_eq!(
+            transitions.observe(&[pod("p", None, false, false)]),
+            PodDurations::default()
+        );
+        assert_eq!(
+            transitions.observe(&[pod("p", Some("n1"), false, false)]),
+            PodDurations {
+                bound: vec![10.0],
+                started: vec![]
+            }
+        );
+        assert_eq!(
+            transitions.observe(&[pod("p", Some("n1"), true, false)]),
+            PodDurations {
+                bound: vec![],
+                started: vec![30.0]
+            }
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! The controller's Kubernetes clients, throttled by `KUBE_CLIENT_QPS` and `KUBE_CLIENT_BURST`.
+//!
+//! Upstream's client-go client takes a token bucket: `burst` requests may go at once, then
+//! `qps` per second on average. Operators size these to protect a busy API server (and EKS's
+//! API priority and fairness limits), so the settings must throttle here too. kube-rs has no
+//! such limiter, so [`RateLimitLayer`] adds one to the client's tower stack; every client the
+//! controller builds shares one bucket, as upstream's one client does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// A token bucket that hands out reservations: a request that finds the bucket empty waits
+/// until its token will have been refilled, and later requests queue behind it, so requests are
+/// delayed in arrival order and the long-run rate never exceeds `qps`.
+#[derive(Debug)]
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    state: Mutex<BucketState>,
+}
+
+#[derive(Debug)]
+struct BucketState {
+    /// Tokens available now; negative when reservations are queued.
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket of `burst` tokens refilled at `qps` per second. Both are at least 1 (the
+    /// settings reject 0).
+    pub fn new(qps: u32, burst: u32, now: Instant) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps: f64::from(qps.max(1)),
+            burst,
+            state: Mutex::new(BucketState {
+                tokens: burst,
+                last: now,
+            }),
+        }
+    }
+
+    /// Takes one token at `now` and returns how long the caller must wait before using it.
+    pub fn reserve(&self, now: Instant) -> Duration {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let elapsed = now.saturating_duration_since(state.last).as_secs_f64();
+        state.tokens = (state.tokens + elapsed * self.qps).min(self.burst);
+        state.last = state.last.max(now);
+        state.tokens -= 1.0;
+        if state.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-state.tokens / self.qps)
+        }
+    }
+}
+
+/// A tower layer that makes each request wait for a token of a shared [`TokenBucket`].
+#[derive(Clone, Debug)]
+pub struct RateLimitLayer {
+    bucket: Arc<TokenBucket>,
+}
+
+impl RateLimitLayer {
+    /// A layer allowing `burst` requests at once and `qps` per second on average.
+    pub fn new(qps: u32, burst: u32) -> Self {
+        Self {
+            bucket: Arc::new(TokenBucket::new(qps, burst, Instant::now())),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimited {
+            inner,
+            bucket: self.bucket.clone(),
+            wait: None,
+            permitted: false,
+        }
+    }
+}
+
+/// A service that is ready only once its next request holds a token. kube's client drives its
+/// service from one task behind a buffer (poll_ready, then call), so waiting in `poll_ready`
+/// delays requests in order without cloning the inner service.
+pub struct RateLimited<S> {
+    inner: S,
+    bucket: Arc<TokenBucket>,
+    wait: Option<Pin<Box<Sleep>>>,
+    permitted: bool,
+}
+
+impl<S, R> Service<R> for RateLimited<S>
+where
+    S: Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.permitted {
+            if self.wait.is_none() {
+                let wait = self.bucket.reserve(Instant::now());
+                if !wait.is_zero() {
+                    self.wait = Some(Box::pin(tokio::time::sleep(wait)));
+                }
+            }
+            if let Some(wait) = self.wait.as_mut() {
+                ready!(wait.as_mut().poll(cx));
+                self.wait = None;
+            }
+            self.permitted = true;
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        self.permitted = false;
+        self.inner.call(request)
+    }
+}
+
+/// A client for `config` whose requests go through `limiter`.
+pub fn client(config: kube::Config, limiter: &RateLimitLayer) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(limiter)
+        .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+    use std::future::{Ready, poll_fn, ready};
+
+    #[test]
+    fn a_full_bucket_serves_the_burst_then_qps() {
+        let start = Instant::now();
+        let bucket = TokenBucket::new(10, 3, start);
+        for _ in 0..3 {
+            assert_eq!(bucket.reserve(start), Duration::ZERO);
+        }
+        // The fourth and fifth wait 0.1 s and 0.2 s: reservations queue.
+        assert_eq!(bucket.reserve(start), Duration::from_millis(100));
+        assert_eq!(bucket.reserve(start), Duration::from_millis(200));
+        // After a second the bucket is full again (3), not 10 - 2.
+        let later = start + Duration::from_millis(1200);
+        for _ in 0..3 {
+            assert_eq!(bucket.reserve(later), Duration::ZERO);
+        }
+        assert_eq!(bucket.reserve(later), Duration::from_millis(100));
+    }
+
+    /// Records when each request reached it.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<Instant>>>);
+
+    impl Service<u32> for Recorder {
+        type Response = u32;
+        type Error = Infallible;
+        type Future = Ready<Result<u32, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: u32) -> Self::Future {
+            self.0.lock().expect("lock").push(Instant::now());
+            ready(Ok(request))
+        }
+    }
+
+    /// Real time, so only lower bounds are asserted: the limiter may never let a request
+    /// through early, however loaded the machine.
+    #[tokio::test]
+    async fn requests_through_the_layer_are_paced() {
+        let recorder = Recorder::default();
+        let layer = RateLimitLayer::new(20, 2);
+        let mut service = layer.layer(recorder.clone());
+        // A second service from the same layer shares the bucket.
+        let mut other = layer.layer(recorder.clone());
+        let start = Instant::now();
+        for i in 0..6 {
+            let svc = if i % 2 == 0 { &mut service } else { &mut other };
+            poll_fn(|cx| svc.poll_ready(cx)).await.expect("ready");
+            assert_eq!(svc.call(i).await.expect("called"), i);
+        }
+        let offsets: Vec<Duration> = recorder
+            .0
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|t| *t - start)
+            .collect();
+        assert_eq!(offsets.len(), 6);
+        // Two at once (the burst), then one every 50 ms (20 per second).
+        for (i, earliest_ms) in [0, 0, 50, 100, 150, 200].into_iter().enumerate() {
+            assert!(
+                offsets[i] >= Duration::from_millis(earliest_ms),
+                "request {i} went at {:?}, before {earliest_ms} ms",
+                offsets[i]
+            );
+        }
+    }
+}
