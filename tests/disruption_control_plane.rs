@@ -59,15 +59,27 @@ async fn client() -> Client {
 /// A `karpenter-rs run` child process, killed (SIGKILL, by PID) when dropped.
 struct Controller {
     child: Child,
+    log: PathBuf,
+}
+
+/// A port nothing listens on right now, for a child's servers: the defaults (8080, 8081) are
+/// taken whenever another controller runs on the machine, and the child would exit at once.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 impl Controller {
     fn start(name: &str) -> Self {
-        let log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let log = std::fs::File::create(log_dir.join(format!("disruption-controller-{name}.log")))
-            .expect("log file");
+        let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("disruption-controller-{name}.log"));
+        let log = std::fs::File::create(&log_path).expect("log file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
         cmd.args(["run", "--cloud-provider", "simulated"])
+            .args(["--metrics-port", &free_port().to_string()])
+            .args(["--health-probe-port", &free_port().to_string()])
             .env("KUBECONFIG", kubeconfig_path())
             .env("POD_NAME", name)
             .env("RUST_LOG", "info")
@@ -76,12 +88,23 @@ impl Controller {
         cmd.arg("--disable-leader-election");
         Self {
             child: cmd.spawn().expect("start karpenter-rs run"),
+            log: log_path,
         }
     }
 }
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        // A test that failed because the controller had exited says so, with its log.
+        if std::thread::panicking()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            eprintln!(
+                "the controller had exited ({status}); its log ({}):\n{}",
+                self.log.display(),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
