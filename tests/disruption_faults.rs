@@ -85,7 +85,7 @@ type Resp = hyper::Response<Box<DynBody>>;
 /// Seeds of the runs; each runs [`CHAOS_STEPS`] steps plus its settle phase.
 const SEEDS: [u64; 3] = [0x5eed_0001, 0x5eed_0002, 0x5eed_0003];
 /// Steps with faults and workload changes per seed.
-const CHAOS_STEPS: usize = 640;
+const CHAOS_STEPS: usize = 680;
 /// Most steps the settle phase may take before the run counts as stuck.
 const SETTLE_STEPS: usize = 400;
 /// Wall time between two steps' observations.
