@@ -726,12 +726,9 @@ fn deleting_a_nodeclaim_removes_its_node() {
         .await;
         // The termination and disruption families: three pods evicted (no disruption method
         // chose the node, so upstream's "Forceful Termination" reason), one node drained and
-        // terminated, durations observed once; budgets and method evaluations reported.
-        let (code, text) = http_get(controller.metrics_port, "/metrics")
-            .await
-            .expect("metrics");
-        assert_eq!(code, 200);
-        for expected in [
+        // terminated, durations observed once; budgets and method evaluations reported (by the
+        // disruption pass, every 10 s, once it saw the NodePool ready).
+        let expected = [
             "karpenter_pods_eviction_requests_total{code=\"200\"} 3",
             "karpenter_pods_drained_total{reason=\"Forceful Termination\"} 3",
             "karpenter_nodes_drained_total{nodepool=\"default\"} 1",
@@ -745,11 +742,26 @@ fn deleting_a_nodeclaim_removes_its_node() {
             "karpenter_nodepools_nodes_consuming_budgets{nodepool=\"default\",reason=\"Empty\"}",
             "karpenter_voluntary_disruption_eligible_nodes{reason=\"empty\"}",
             "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_bucket{consolidation_type=\"empty\",reason=\"empty\",",
-        ] {
+        ];
+        let start = Instant::now();
+        loop {
+            let (code, text) = http_get(controller.metrics_port, "/metrics")
+                .await
+                .expect("metrics");
+            assert_eq!(code, 200);
+            let missing: Vec<&str> = expected
+                .iter()
+                .copied()
+                .filter(|e| !text.contains(e))
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
             assert!(
-                text.contains(expected),
-                "{expected:?} missing from /metrics:\n{text}"
+                start.elapsed() < Duration::from_secs(30),
+                "{missing:?} missing from /metrics:\n{text}"
             );
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
         reset(&client).await;
     });
