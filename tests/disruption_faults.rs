@@ -438,7 +438,11 @@ enum Fault {
 
 impl<S> tower_service::Service<hyper::Request<kube::client::Body>> for FaultService<S>
 where
-    S: tower_service::Service<hyper::Request<kube::client::Body>, Response = Resp, Error = BoxError>,
+    S: tower_service::Service<
+            hyper::Request<kube::client::Body>,
+            Response = Resp,
+            Error = BoxError,
+        >,
     S::Future: Send + 'static,
 {
     type Response = Resp;
