@@ -191,6 +191,11 @@ pub fn evaluate(state: &State, now: DateTime<Utc>, options: Options) -> Decision
     evaluate_with(state, now, options, &mut |_, method| method())
 }
 
+/// A wrapper around each voluntary method's computation (see [`evaluate_with`]): it gets the
+/// method and the computation, and must return what the computation returns.
+pub type Around<'a> =
+    dyn FnMut(Method, &mut dyn FnMut() -> Option<Command>) -> Option<Command> + 'a;
+
 /// Evaluates disruption once, handing each voluntary method's computation to `around`, which
 /// must call it and return its result: the controller times each method there (upstream's
 /// `karpenter_voluntary_disruption_decision_evaluation_duration_seconds`) while the engine
@@ -199,7 +204,7 @@ pub fn evaluate_with(
     state: &State,
     now: DateTime<Utc>,
     options: Options,
-    around: &mut dyn FnMut(Method, &mut dyn FnMut() -> Option<Command>) -> Option<Command>,
+    around: &mut Around<'_>,
 ) -> Decision {
     Engine::new(state, now, options).run(around)
 }
@@ -412,10 +417,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn run(
-        &self,
-        around: &mut dyn FnMut(Method, &mut dyn FnMut() -> Option<Command>) -> Option<Command>,
-    ) -> Decision {
+    fn run(&self, around: &mut Around<'_>) -> Decision {
         let (cands, not_candidates) = candidates::candidates(self.state, self.now);
         let mut decision = Decision::default();
         let mut used: Vec<usize> = Vec::new();
