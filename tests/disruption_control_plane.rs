@@ -60,6 +60,7 @@ async fn client() -> Client {
 struct Controller {
     child: Child,
     log: PathBuf,
+    metrics_port: u16,
 }
 
 /// A port nothing listens on right now, for a child's servers: the defaults (8080, 8081) are
@@ -76,9 +77,10 @@ impl Controller {
         let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("disruption-controller-{name}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
+        let metrics_port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
         cmd.args(["run", "--cloud-provider", "simulated"])
-            .args(["--metrics-port", &free_port().to_string()])
+            .args(["--metrics-port", &metrics_port.to_string()])
             .args(["--health-probe-port", &free_port().to_string()])
             .env("KUBECONFIG", kubeconfig_path())
             .env("POD_NAME", name)
@@ -89,6 +91,37 @@ impl Controller {
         Self {
             child: cmd.spawn().expect("start karpenter-rs run"),
             log: log_path,
+            metrics_port,
+        }
+    }
+
+    /// Waits until the controller's `/metrics` holds every line prefix in `expected`.
+    async fn wait_for_metrics(&self, expected: &[&str]) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let start = Instant::now();
+        loop {
+            let mut text = String::new();
+            if let Ok(mut stream) =
+                tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await
+            {
+                let request =
+                    "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+                if stream.write_all(request.as_bytes()).await.is_ok() {
+                    let _ = stream.read_to_string(&mut text).await;
+                }
+            }
+            let missing: Vec<&&str> = expected
+                .iter()
+                .filter(|e| !text.lines().any(|l| l.starts_with(**e)))
+                .collect();
+            if missing.is_empty() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{missing:?} missing from /metrics:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 }
@@ -519,6 +552,23 @@ fn an_empty_node_is_removed_after_consolidate_after() {
             list::<NodeClaim>(&client).await.is_empty().then_some(())
         })
         .await;
+        // Emptiness deleted it, with upstream's labels.
+        controller
+            .wait_for_metrics(&[
+                "karpenter_voluntary_disruption_decisions_total{consolidation_type=\"empty\",decision=\"delete\",reason=\"empty\"}",
+                "karpenter_voluntary_disruption_decisions_by_nodepool_total{consolidation_type=\"empty\",decision=\"delete\",nodepool=\"default\",reason=\"empty\"}",
+                "karpenter_nodeclaims_disrupted_total{capacity_type=",
+                "karpenter_pods_disruption_initiated_total{capacity_type=",
+            ])
+            .await;
+        controller
+            .wait_for_metrics(&[
+                "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{consolidation_type=\"empty\",reason=\"empty\"}",
+                "karpenter_voluntary_disruption_eligible_nodes{reason=\"empty\"} 0",
+                "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"Empty\"}",
+                "karpenter_nodepools_nodes_consuming_budgets{nodepool=\"default\",reason=\"Empty\"} 0",
+            ])
+            .await;
         drop(controller);
         reset(&client).await;
     });
@@ -764,6 +814,19 @@ fn drift_rolls_nodes_replacement_first_within_the_budget() {
             }
         }
         println!("2 drifted nodes rolled in {:?}", start.elapsed());
+        // Drift replaced them (upstream's empty consolidation_type for drift), the drain
+        // counted their pods under the NodeClaims' DisruptionReason, budgets reported.
+        controller
+            .wait_for_metrics(&[
+                "karpenter_voluntary_disruption_decisions_total{consolidation_type=\"\",decision=\"replace\",reason=\"drifted\"}",
+                "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"default\",reason=\"drifted\"}",
+                "karpenter_nodeclaims_disrupted_total{capacity_type=",
+                "karpenter_pods_drained_total{reason=\"Drifted\"}",
+                "karpenter_pods_eviction_requests_total{code=\"200\"}",
+                "karpenter_nodes_drained_total{nodepool=\"default\"} 2",
+                "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"Drifted\"} 1",
+            ])
+            .await;
         drop(controller);
         reset(&client).await;
     });
