@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README): the whole test suite, locked to Cargo.lock.
-# - tests/control_plane.rs runs `karpenter-rs run` against a real Kubernetes control plane
+# - tests/control_plane.rs runs `karpenter-rs run` against a real Kubernetes control plane, and
+#   tests/disruption_control_plane.rs and tests/disruption_faults.rs run its controllers in process
+#   against it
 #   (hack/control-plane.sh: built from Debian packages and cached under ~/.cache/k8s-debian, about
 #   15 minutes the first time; started here and stopped by PID on exit);
 #   SKIP_CONTROL_PLANE_TESTS=1 leaves those test binaries out.
@@ -54,7 +56,7 @@ if [ "${SKIP_CONTROL_PLANE_TESTS:-}" = 1 ]; then
   only=()
   for t in tests/*.rs; do
     name=$(basename "$t" .rs)
-    case "$name" in *control_plane) ;; *) only+=(--test "$name") ;; esac
+    case "$name" in *control_plane | disruption_faults) ;; *) only+=(--test "$name") ;; esac
   done
   cargo test --locked --lib --bins "${only[@]}" "$@"
 else

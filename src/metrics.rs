@@ -59,16 +59,6 @@ pub fn count_nodeclaim_created(reason: &str, claim: &crate::apis::NodeClaim) {
         .inc();
 }
 
-/// upstream's reason label for a disruption reason: its leading word, lower-cased
-/// (`Drifted (NodePoolDrifted)` → `drifted`).
-pub fn disruption_reason_label(reason: &str) -> String {
-    reason
-        .chars()
-        .take_while(char::is_ascii_alphanumeric)
-        .collect::<String>()
-        .to_lowercase()
-}
-
 /// The label sets last published into a gauge family, so the next publication can remove the
 /// series of objects that are gone (a deleted node must not keep reporting its allocatable).
 #[derive(Debug, Default)]

@@ -683,7 +683,7 @@ fn deleting_a_nodeclaim_removes_its_node() {
     serial(async {
         let client = client().await;
         reset(&client).await;
-        let _controller = Controller::start("delete", false);
+        let controller = Controller::start("delete", false);
         let ns = namespace(&client, "delete").await;
         nodeclass(&client).await;
         nodepool(&client, "default", None).await;
@@ -724,6 +724,45 @@ fn deleting_a_nodeclaim_removes_its_node() {
                 .then_some(())
         })
         .await;
+        // The termination and disruption families: three pods evicted (no disruption method
+        // chose the node, so upstream's "Forceful Termination" reason), one node drained and
+        // terminated, durations observed once; budgets and method evaluations reported (by the
+        // disruption pass, every 10 s, once it saw the NodePool ready).
+        let expected = [
+            "karpenter_pods_eviction_requests_total{code=\"200\"} 3",
+            "karpenter_pods_drained_total{reason=\"Forceful Termination\"} 3",
+            "karpenter_nodes_drained_total{nodepool=\"default\"} 1",
+            "karpenter_nodes_terminated_total{nodepool=\"default\",zone=",
+            "karpenter_nodeclaims_terminated_total{capacity_type=\"on-demand\",nodepool=\"default\",zone=",
+            "karpenter_nodeclaims_termination_duration_seconds_count{nodepool=\"default\"} 1",
+            "karpenter_nodeclaims_instance_termination_duration_seconds_count{nodepool=\"default\"} 1",
+            "karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"} 1",
+            "karpenter_nodes_lifetime_duration_seconds_count{nodepool=\"default\"} 1",
+            "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"Drifted\"}",
+            "karpenter_nodepools_nodes_consuming_budgets{nodepool=\"default\",reason=\"Empty\"}",
+            "karpenter_voluntary_disruption_eligible_nodes{reason=\"empty\"}",
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_bucket{consolidation_type=\"empty\",reason=\"empty\",",
+        ];
+        let start = Instant::now();
+        loop {
+            let (code, text) = http_get(controller.metrics_port, "/metrics")
+                .await
+                .expect("metrics");
+            assert_eq!(code, 200);
+            let missing: Vec<&str> = expected
+                .iter()
+                .copied()
+                .filter(|e| !text.contains(e))
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{missing:?} missing from /metrics:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
         reset(&client).await;
     });
 }

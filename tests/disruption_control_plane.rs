@@ -59,15 +59,29 @@ async fn client() -> Client {
 /// A `karpenter-rs run` child process, killed (SIGKILL, by PID) when dropped.
 struct Controller {
     child: Child,
+    log: PathBuf,
+    metrics_port: u16,
+}
+
+/// A port nothing listens on right now, for a child's servers: the defaults (8080, 8081) are
+/// taken whenever another controller runs on the machine, and the child would exit at once.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 impl Controller {
     fn start(name: &str) -> Self {
-        let log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let log = std::fs::File::create(log_dir.join(format!("disruption-controller-{name}.log")))
-            .expect("log file");
+        let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("disruption-controller-{name}.log"));
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let metrics_port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"));
         cmd.args(["run", "--cloud-provider", "simulated"])
+            .args(["--metrics-port", &metrics_port.to_string()])
+            .args(["--health-probe-port", &free_port().to_string()])
             .env("KUBECONFIG", kubeconfig_path())
             .env("POD_NAME", name)
             .env("RUST_LOG", "info")
@@ -76,12 +90,54 @@ impl Controller {
         cmd.arg("--disable-leader-election");
         Self {
             child: cmd.spawn().expect("start karpenter-rs run"),
+            log: log_path,
+            metrics_port,
+        }
+    }
+
+    /// Waits until the controller's `/metrics` holds every line prefix in `expected`.
+    async fn wait_for_metrics(&self, expected: &[&str]) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let start = Instant::now();
+        loop {
+            let mut text = String::new();
+            if let Ok(mut stream) =
+                tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await
+            {
+                let request =
+                    "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+                if stream.write_all(request.as_bytes()).await.is_ok() {
+                    let _ = stream.read_to_string(&mut text).await;
+                }
+            }
+            let missing: Vec<&&str> = expected
+                .iter()
+                .filter(|e| !text.lines().any(|l| l.starts_with(**e)))
+                .collect();
+            if missing.is_empty() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{missing:?} missing from /metrics:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 }
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        // A test that failed because the controller had exited says so, with its log.
+        if std::thread::panicking()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            eprintln!(
+                "the controller had exited ({status}); its log ({}):\n{}",
+                self.log.display(),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -496,6 +552,23 @@ fn an_empty_node_is_removed_after_consolidate_after() {
             list::<NodeClaim>(&client).await.is_empty().then_some(())
         })
         .await;
+        // Emptiness deleted it, with upstream's labels.
+        controller
+            .wait_for_metrics(&[
+                "karpenter_voluntary_disruption_decisions_total{consolidation_type=\"empty\",decision=\"delete\",reason=\"empty\"}",
+                "karpenter_voluntary_disruption_decisions_by_nodepool_total{consolidation_type=\"empty\",decision=\"delete\",nodepool=\"default\",reason=\"empty\"}",
+                "karpenter_nodeclaims_disrupted_total{capacity_type=",
+                "karpenter_pods_disruption_initiated_total{capacity_type=",
+            ])
+            .await;
+        controller
+            .wait_for_metrics(&[
+                "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{consolidation_type=\"empty\",reason=\"empty\"}",
+                "karpenter_voluntary_disruption_eligible_nodes{reason=\"empty\"} 0",
+                "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"Empty\"}",
+                "karpenter_nodepools_nodes_consuming_budgets{nodepool=\"default\",reason=\"Empty\"} 0",
+            ])
+            .await;
         drop(controller);
         reset(&client).await;
     });
@@ -625,9 +698,26 @@ fn drift_rolls_nodes_replacement_first_within_the_budget() {
             .expect("change the template");
         let start = Instant::now();
         let mut most_disrupting = 0;
+        let mut seen_drifted: std::collections::BTreeSet<String> = Default::default();
+        let mut old_nodes: std::collections::BTreeSet<String> = Default::default();
         loop {
             let claims: Vec<NodeClaim> = list(&client).await;
             let nodes: Vec<Node> = list(&client).await;
+            // The Drifted condition (with upstream's reason) shows on each old NodeClaim while it
+            // waits for its turn and while it drains.
+            for c in claims.iter().filter(|c| old.contains(&c.name_any())) {
+                if let Some(n) = c.status.as_ref().and_then(|s| s.node_name.clone()) {
+                    old_nodes.insert(n);
+                }
+                let drifted = c.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Drifted" && c.status == "True" && c.reason == "NodePoolDrifted"
+                    })
+                });
+                if drifted {
+                    seen_drifted.insert(c.name_any());
+                }
+            }
             let disrupting = claims
                 .iter()
                 .filter(|c| {
@@ -690,7 +780,53 @@ fn drift_rolls_nodes_replacement_first_within_the_budget() {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         assert_eq!(most_disrupting, 1, "nodes were disrupted one at a time");
+        assert_eq!(
+            seen_drifted.len(),
+            old.len(),
+            "every old NodeClaim showed Drifted=True (NodePoolDrifted) before it went: {seen_drifted:?}"
+        );
+        // The disruption events, on the old Nodes and NodeClaims (cluster-scoped objects' events
+        // go to `default`, or to `kube-system` on this 1.20 API server).
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+        let events = events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items;
+        let old_claims: std::collections::BTreeSet<String> = old.iter().cloned().collect();
+        for reason in ["DisruptionLaunching", "DisruptionTerminating"] {
+            for (kind, names) in [("Node", &old_nodes), ("NodeClaim", &old_claims)] {
+                for name in names {
+                    assert!(
+                        events.iter().any(|e| {
+                            e.reason.as_deref() == Some(reason)
+                                && e.regarding.as_ref().is_some_and(|r| {
+                                    r.kind.as_deref() == Some(kind)
+                                        && r.name.as_deref() == Some(name.as_str())
+                                })
+                                && e.note
+                                    .as_deref()
+                                    .is_some_and(|n| n.contains("NodePoolDrifted"))
+                        }),
+                        "a {reason} event naming NodePoolDrifted on {kind} {name}"
+                    );
+                }
+            }
+        }
         println!("2 drifted nodes rolled in {:?}", start.elapsed());
+        // Drift replaced them (upstream's empty consolidation_type for drift), the drain
+        // counted their pods under the NodeClaims' DisruptionReason, budgets reported.
+        controller
+            .wait_for_metrics(&[
+                "karpenter_voluntary_disruption_decisions_total{consolidation_type=\"\",decision=\"replace\",reason=\"drifted\"}",
+                "karpenter_nodeclaims_created_total{min_values_relaxed=\"false\",nodepool=\"default\",reason=\"drifted\"}",
+                "karpenter_nodeclaims_disrupted_total{capacity_type=",
+                "karpenter_pods_drained_total{reason=\"Drifted\"}",
+                "karpenter_pods_eviction_requests_total{code=\"200\"}",
+                "karpenter_nodes_drained_total{nodepool=\"default\"} 2",
+                "karpenter_nodepools_allowed_disruptions{nodepool=\"default\",reason=\"Drifted\"} 1",
+            ])
+            .await;
         drop(controller);
         reset(&client).await;
     });
@@ -808,6 +944,259 @@ fn termination_grace_period_forces_completion_despite_the_pdb() {
                 .await
                 .is_none()
                 .then_some(())
+        })
+        .await;
+        drop(controller);
+        reset(&client).await;
+    });
+}
+
+/// A CSI PersistentVolume named `name` and, when `claim` names one, bound to that
+/// PersistentVolumeClaim of `ns` (which is created too).
+async fn volume(client: &Client, ns: &str, name: &str, claim: Option<&str>) {
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    let mut pv = json!({
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "csi": {"driver": "test.csi.k8s.io", "volumeHandle": name},
+        },
+    });
+    if let Some(c) = claim {
+        pv["spec"]["claimRef"] = json!({"namespace": ns, "name": c});
+        let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(client.clone(), ns);
+        pvcs.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": c},
+                "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": name,
+                         "resources": {"requests": {"storage": "1Gi"}}, "storageClassName": ""},
+            }))
+            .expect("pvc"),
+        )
+        .await
+        .expect("create PVC");
+    }
+    pvs.create(
+        &PostParams::default(),
+        &serde_json::from_value(pv).expect("pv"),
+    )
+    .await
+    .expect("create PV");
+}
+
+/// A VolumeAttachment of PersistentVolume `pv` to `node`, as a CSI attacher would make.
+async fn attach(client: &Client, name: &str, pv: &str, node: &str) {
+    let api: Api<k8s_openapi::api::storage::v1::VolumeAttachment> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"attacher": "test.csi.k8s.io", "nodeName": node,
+                     "source": {"persistentVolumeName": pv}},
+        }))
+        .expect("volumeattachment"),
+    )
+    .await
+    .expect("create VolumeAttachment");
+}
+
+async fn cleanup_volumes(client: &Client, names: &[&str]) {
+    let vas: Api<k8s_openapi::api::storage::v1::VolumeAttachment> = Api::all(client.clone());
+    let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client.clone());
+    for n in names {
+        let _ = vas
+            .delete(&format!("va-{n}"), &DeleteParams::default())
+            .await;
+        let _ = pvs.delete(n, &DeleteParams::default()).await;
+    }
+}
+
+fn condition(claim: &NodeClaim, type_: &str) -> Option<(String, String)> {
+    claim
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find_map(|c| (c.type_ == type_).then(|| (c.status.clone(), c.reason.clone())))
+}
+
+#[test]
+fn termination_waits_for_the_volumes_of_drained_pods_to_detach() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        cleanup_volumes(&client, &["pv-drained", "pv-kept"]).await;
+        let controller = Controller::start("volumes");
+        let ns = namespace(&client, "volumes").await;
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}),
+            json!({}),
+        )
+        .await;
+        deploy(&client, &ns, "app", 1, "1", json!({})).await;
+        let node = wait_for("the pod bound", Duration::from_secs(30), || async {
+            pods(&client, &ns).await.iter().find_map(node_of)
+        })
+        .await;
+        // One volume of a pod the drain moves, one of a pod that stays to the end (it
+        // tolerates the disruption taint, as DaemonSet-like agents do).
+        volume(&client, &ns, "pv-drained", None).await;
+        volume(&client, &ns, "pv-kept", Some("kept")).await;
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "agent"},
+                    "spec": {
+                        "nodeName": node,
+                        "terminationGracePeriodSeconds": 0,
+                        "tolerations": [{"key": "karpenter.sh/disrupted", "operator": "Exists"}],
+                        "containers": [{"name": "pause", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7"}],
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "kept"}}],
+                    },
+                }))
+                .expect("pod"),
+            )
+            .await
+            .expect("create agent pod");
+        attach(&client, "va-pv-drained", "pv-drained", &node).await;
+        attach(&client, "va-pv-kept", "pv-kept", &node).await;
+        let claims: Vec<NodeClaim> = list(&client).await;
+        let claim = claims
+            .into_iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+            .expect("the node's NodeClaim");
+        // The PVC must be bound for the drain to map the kept pod's volume.
+        wait_for("the PVC bound", Duration::from_secs(30), || async {
+            Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+                client.clone(),
+                &ns,
+            )
+            .get("kept")
+            .await
+            .ok()?
+            .status?
+            .phase
+            .filter(|p| p == "Bound")
+            .map(|_| ())
+        })
+        .await;
+        Api::<NodeClaim>::all(client.clone())
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .expect("delete NodeClaim");
+        let waiting = wait_for(
+            "VolumesDetached=Unknown (AwaitingVolumeDetachment)",
+            Duration::from_secs(30),
+            || async {
+                let c = get::<NodeClaim>(&client, &claim.name_any()).await?;
+                (condition(&c, "VolumesDetached")
+                    == Some(("Unknown".into(), "AwaitingVolumeDetachment".into())))
+                .then_some(c)
+            },
+        )
+        .await;
+        assert_eq!(
+            condition(&waiting, "Drained").map(|(s, _)| s).as_deref(),
+            Some("True"),
+            "drained before waiting for volumes"
+        );
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        assert!(
+            get::<Node>(&client, &node).await.is_some(),
+            "the attachment of the drained pod's volume holds the node"
+        );
+        Api::<k8s_openapi::api::storage::v1::VolumeAttachment>::all(client.clone())
+            .delete("va-pv-drained", &DeleteParams::default())
+            .await
+            .expect("detach");
+        // The kept pod's attachment does not hold it.
+        wait_for("the Node to go", Duration::from_secs(30), || async {
+            get::<Node>(&client, &node).await.is_none().then_some(())
+        })
+        .await;
+        wait_for("the NodeClaim to go", Duration::from_secs(30), || async {
+            get::<NodeClaim>(&client, &claim.name_any())
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        drop(controller);
+        cleanup_volumes(&client, &["pv-drained", "pv-kept"]).await;
+        reset(&client).await;
+    });
+}
+
+#[test]
+fn a_node_whose_nodeclaim_was_removed_by_force_is_collected() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start("orphan-node");
+        let ns = namespace(&client, "orphan").await;
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}),
+            json!({}),
+        )
+        .await;
+        deploy(&client, &ns, "app", 1, "1", json!({})).await;
+        let node = wait_for("the pod bound", Duration::from_secs(30), || async {
+            pods(&client, &ns).await.iter().find_map(node_of)
+        })
+        .await;
+        let claims: Vec<NodeClaim> = list(&client).await;
+        let claim = claims
+            .into_iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+            .expect("the node's NodeClaim");
+        // A user strips the NodeClaim's finalizer and deletes it: the Node keeps Karpenter's
+        // finalizer with no NodeClaim to finish it.
+        let api: Api<NodeClaim> = Api::all(client.clone());
+        api.patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("strip finalizer");
+        api.delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .expect("delete NodeClaim");
+        assert!(
+            get::<Node>(&client, &node).await.is_some_and(|n| n
+                .finalizers()
+                .iter()
+                .any(|f| f == "karpenter.sh/termination")),
+            "the node is left with the finalizer"
+        );
+        // Garbage collection deletes the node, terminates its instance (no NodeClaim owns it)
+        // and then releases the finalizer.
+        wait_for(
+            "the orphaned Node to go",
+            Duration::from_secs(120),
+            || async { get::<Node>(&client, &node).await.is_none().then_some(()) },
+        )
+        .await;
+        // The pod is planned again on new capacity (once kube-controller-manager's pod garbage
+        // collector has removed the pod bound to the vanished node, which takes it up to a
+        // minute or two).
+        wait_for("the pod bound again", Duration::from_secs(180), || async {
+            pods(&client, &ns)
+                .await
+                .iter()
+                .filter_map(node_of)
+                .find(|n| n != &node)
         })
         .await;
         drop(controller);

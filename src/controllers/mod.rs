@@ -47,6 +47,38 @@ pub struct Context {
     pub options: SimulateOptions,
     /// Retry delays for evictions refused by PodDisruptionBudgets.
     pub evictions: crate::lifecycle::termination::EvictionBackoff,
+    /// Poll periods and waits of the disruption and garbage-collection loops.
+    pub intervals: Intervals,
+}
+
+/// How often the polling controllers run and how long a disruption command waits. Production
+/// uses upstream's values ([`Intervals::default`]); tests that drive hundreds of rounds against
+/// a real API server shorten them, since every wait is wall-clock time there.
+#[derive(Clone, Copy, Debug)]
+pub struct Intervals {
+    /// Between disruption passes that found nothing to do (upstream: 10 s).
+    pub disruption_poll: std::time::Duration,
+    /// Between tainting a command's candidates and re-validating it (upstream's
+    /// `commandValidationDelay`, 15 s): pods, annotations and PDBs catch up meanwhile.
+    pub validation_delay: std::time::Duration,
+    /// How long a command's replacements may take to initialize before it is rolled back.
+    pub replacement_timeout: std::time::Duration,
+    /// Between updates of the NodeClaims' Drifted / Consolidatable conditions.
+    pub disruption_status: std::time::Duration,
+    /// Between garbage collections of instances and NodeClaims.
+    pub garbage_collection: std::time::Duration,
+}
+
+impl Default for Intervals {
+    fn default() -> Self {
+        Self {
+            disruption_poll: std::time::Duration::from_secs(10),
+            validation_delay: std::time::Duration::from_secs(15),
+            replacement_timeout: std::time::Duration::from_secs(600),
+            disruption_status: std::time::Duration::from_secs(3),
+            garbage_collection: std::time::Duration::from_secs(10),
+        }
+    }
 }
 
 impl Context {
@@ -74,6 +106,7 @@ impl Context {
             clock,
             options,
             evictions: Default::default(),
+            intervals: Intervals::default(),
         }
     }
 }
@@ -194,11 +227,47 @@ async fn lead(
         config.options,
     ));
     tracing::info!(cloud_provider = provider.name(), "starting controllers");
-    // Each task runs under its controller's name, which the cloud-provider metrics carry.
+    spawn_controllers(
+        &ctx,
+        &mut tasks,
+        config.batch,
+        &config.region,
+        aws,
+        config.observe_cluster_state,
+    );
+    // Controllers and watches run until aborted; one that returns has nothing more to do (the
+    // interruption consumer without a queue), one that panicked leaves the controller without
+    // part of its job, which a restart fixes.
+    loop {
+        match tasks.join_next().await {
+            Some(Err(e)) if e.is_panic() => {
+                tracing::error!(error = %e, "a controller panicked; exiting so the pod restarts");
+                return anyhow::anyhow!("a controller panicked: {e}");
+            }
+            Some(_) => {}
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
+/// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
+/// status controllers, the metrics controller, the stand-in kubelet (simulated cloud) and the
+/// interruption queue (AWS). Each task runs under its controller's name, which the
+/// cloud-provider metrics carry. Aborting `tasks` stops them all, as a process kill would; a
+/// fresh [`Context`] restarts them.
+pub fn spawn_controllers(
+    ctx: &Arc<Context>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    batch: crate::provisioning::BatchWindow,
+    region: &str,
+    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
+    observe_cluster_state: bool,
+) {
     use crate::metrics::in_controller;
     tasks.spawn(in_controller(
         "provisioner",
-        crate::provisioning::Provisioner::new(ctx.clone(), config.batch).run(),
+        crate::provisioning::Provisioner::new(ctx.clone(), batch).run(),
     ));
     tasks.spawn(in_controller(
         "nodeclaim.lifecycle",
@@ -217,12 +286,12 @@ async fn lead(
     tasks.spawn(in_controller("nodeclass", nodeclass::run(ctx.clone())));
     tasks.spawn(in_controller(
         "metrics",
-        metrics::run(ctx.clone(), config.observe_cluster_state),
+        metrics::run(ctx.clone(), observe_cluster_state),
     ));
-    if let Some(cloud) = simulated {
+    if let Some(cloud) = ctx.simulated.clone() {
         tasks.spawn(in_controller(
             "kubelet",
-            kubelet::run(ctx.clone(), cloud, config.region.clone()),
+            kubelet::run(ctx.clone(), cloud, region.to_string()),
         ));
     }
     if let Some(aws) = aws {
@@ -230,19 +299,6 @@ async fn lead(
             "interruption",
             interruption::run(ctx.clone(), aws),
         ));
-    }
-    // Controllers and watches run until aborted; one that returns has nothing more to do (the
-    // interruption consumer without a queue), one that panicked leaves the controller without
-    // part of its job, which a restart fixes.
-    loop {
-        match tasks.join_next().await {
-            Some(Err(e)) if e.is_panic() => {
-                tracing::error!(error = %e, "a controller panicked; exiting so the pod restarts");
-                return anyhow::anyhow!("a controller panicked: {e}");
-            }
-            Some(_) => {}
-            None => std::future::pending::<()>().await,
-        }
     }
 }
 

@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
@@ -29,8 +28,6 @@ use crate::disruption::state::State;
 pub const DRIFTED: &str = "Drifted";
 /// Condition: consolidateAfter has passed since the last pod event.
 pub const CONSOLIDATABLE: &str = "Consolidatable";
-/// How often the status is brought up to date.
-const PERIOD: Duration = Duration::from_secs(3);
 /// How often the cloud provider is asked whether a NodeClaim drifted (upstream: 5 minutes).
 const PROVIDER_DRIFT_PERIOD: chrono::Duration = chrono::Duration::minutes(5);
 
@@ -190,7 +187,7 @@ pub async fn run(ctx: Arc<Context>) {
         }
         asked.retain(|name, _| cluster.nodeclaims.iter().any(|c| &c.name_any() == name));
         provider_drift.retain(|name, _| asked.contains_key(name));
-        tokio::time::sleep(PERIOD).await;
+        tokio::time::sleep(ctx.intervals.disruption_status).await;
     }
 }
 

@@ -11,10 +11,11 @@ pub mod drift;
 pub mod state;
 pub mod validation;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::apis::labels;
 use crate::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
@@ -39,7 +40,7 @@ pub struct Options {
 }
 
 /// The method that produced a command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Method {
     /// `expireAfter` reached: forceful, outside budgets and do-not-disrupt.
     Expiration,
@@ -87,6 +88,62 @@ pub struct Command {
     pub savings: f64,
 }
 
+impl Method {
+    /// The voluntary methods, in the order each evaluation tries them (expiration is forceful
+    /// and always runs first).
+    pub const VOLUNTARY: [Method; 4] = [
+        Method::Emptiness,
+        Method::Drift,
+        Method::MultiNodeConsolidation,
+        Method::SingleNodeConsolidation,
+    ];
+
+    /// The budget reason a voluntary method's commands count against (`None` for expiration,
+    /// which budgets do not limit).
+    pub fn budget_reason(self) -> Option<DisruptionReason> {
+        match self {
+            Method::Expiration => None,
+            Method::Emptiness => Some(DisruptionReason::Empty),
+            Method::Drift => Some(DisruptionReason::Drifted),
+            Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+                Some(DisruptionReason::Underutilized)
+            }
+        }
+    }
+
+    /// Upstream's `reason` metric label: the disruption reason, lower-cased.
+    pub fn reason_label(self) -> &'static str {
+        match self {
+            Method::Expiration => "expired",
+            Method::Emptiness => "empty",
+            Method::Drift => "drifted",
+            Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => "underutilized",
+        }
+    }
+
+    /// Upstream's `consolidation_type` metric label.
+    pub fn consolidation_type(self) -> &'static str {
+        match self {
+            Method::Emptiness => "empty",
+            Method::MultiNodeConsolidation => "multi",
+            Method::SingleNodeConsolidation => "single",
+            Method::Expiration | Method::Drift => "",
+        }
+    }
+}
+
+/// A move the `Balanced` consolidation policy scored, for the `karpenter_consolidation_*`
+/// metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoredMove {
+    /// The NodePool whose policy scored it.
+    pub nodepool: String,
+    /// Savings share over disruption share.
+    pub score: f64,
+    /// Whether the score reached the threshold.
+    pub approved: bool,
+}
+
 /// Why a node was left alone.
 #[derive(Clone, Debug, Serialize)]
 pub struct Blocked {
@@ -103,6 +160,13 @@ pub struct Decision {
     pub commands: Vec<Command>,
     /// Every node not in a command, with the reason.
     pub blocked: Vec<Blocked>,
+    /// How many candidates each voluntary method could act on (the
+    /// `karpenter_voluntary_disruption_eligible_nodes` gauge).
+    #[serde(skip)]
+    pub eligible: Vec<(Method, usize)>,
+    /// Moves the `Balanced` policy scored.
+    #[serde(skip)]
+    pub scored: Vec<ScoredMove>,
 }
 
 /// The outcome of simulating pods' rescheduling without some nodes.
@@ -119,19 +183,42 @@ struct Engine<'a> {
     state: &'a State,
     now: DateTime<Utc>,
     options: Options,
+    scored: RefCell<Vec<ScoredMove>>,
 }
 
 /// Evaluates disruption once.
 pub fn evaluate(state: &State, now: DateTime<Utc>, options: Options) -> Decision {
-    Engine {
-        state,
-        now,
-        options,
-    }
-    .run()
+    evaluate_with(state, now, options, &mut |_, method| method())
 }
 
-impl Engine<'_> {
+/// A wrapper around each voluntary method's computation (see [`evaluate_with`]): it gets the
+/// method and the computation, and must return what the computation returns.
+pub type Around<'a> =
+    dyn FnMut(Method, &mut dyn FnMut() -> Option<Command>) -> Option<Command> + 'a;
+
+/// Evaluates disruption once, handing each voluntary method's computation to `around`, which
+/// must call it and return its result: the controller times each method there (upstream's
+/// `karpenter_voluntary_disruption_decision_evaluation_duration_seconds`) while the engine
+/// itself never reads a clock.
+pub fn evaluate_with(
+    state: &State,
+    now: DateTime<Utc>,
+    options: Options,
+    around: &mut Around<'_>,
+) -> Decision {
+    Engine::new(state, now, options).run(around)
+}
+
+impl<'a> Engine<'a> {
+    fn new(state: &'a State, now: DateTime<Utc>, options: Options) -> Self {
+        Self {
+            state,
+            now,
+            options,
+            scored: RefCell::new(Vec::new()),
+        }
+    }
+
     fn name(&self, c: &Candidate) -> String {
         self.state.nodes[c.node].name.to_string()
     }
@@ -318,7 +405,19 @@ impl Engine<'_> {
         }
     }
 
-    fn run(&self) -> Decision {
+    /// Whether `method` could act on the candidate at all (before budgets and simulations).
+    fn eligible(&self, c: &Candidate, method: Method) -> bool {
+        match method {
+            Method::Expiration => c.expires.is_some_and(|at| at <= self.now),
+            Method::Emptiness => c.pods.is_empty() && c.consolidatable,
+            Method::Drift => matches!(c.drift, DriftVerdict::Drifted(..)),
+            Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+                !c.pods.is_empty() && c.consolidatable && c.policy != ConsolidationPolicy::WhenEmpty
+            }
+        }
+    }
+
+    fn run(&self, around: &mut Around<'_>) -> Decision {
         let (cands, not_candidates) = candidates::candidates(self.state, self.now);
         let mut decision = Decision::default();
         let mut used: Vec<usize> = Vec::new();
@@ -346,11 +445,24 @@ impl Engine<'_> {
         }
         let live: Vec<&Candidate> = cands.iter().filter(|c| !used.contains(&c.node)).collect();
 
-        let voluntary = self
-            .emptiness(&live, &mut why)
-            .or_else(|| self.drift(&live, &mut why))
-            .or_else(|| self.multi_node(&live, &mut why))
-            .or_else(|| self.single_node(&live, &mut why));
+        decision.eligible = Method::VOLUNTARY
+            .iter()
+            .map(|&m| (m, live.iter().filter(|c| self.eligible(c, m)).count()))
+            .collect();
+        let mut voluntary = None;
+        for method in Method::VOLUNTARY {
+            let mut compute = || match method {
+                Method::Emptiness => self.emptiness(&live, &mut why),
+                Method::Drift => self.drift(&live, &mut why),
+                Method::MultiNodeConsolidation => self.multi_node(&live, &mut why),
+                Method::SingleNodeConsolidation => self.single_node(&live, &mut why),
+                Method::Expiration => None,
+            };
+            voluntary = around(method, &mut compute);
+            if voluntary.is_some() {
+                break;
+            }
+        }
         if let Some(cmd) = voluntary {
             for name in &cmd.candidates {
                 if let Some(i) = self
@@ -376,6 +488,7 @@ impl Engine<'_> {
                 reason,
             });
         }
+        decision.scored = self.scored.take();
         decision
     }
 
@@ -609,6 +722,11 @@ impl Engine<'_> {
             return Ok(());
         }
         let score = (savings / pool_cost) / (disruption / pool_disruption);
+        self.scored.borrow_mut().push(ScoredMove {
+            nodepool: pool.to_string(),
+            score,
+            approved: score >= 0.5,
+        });
         if score >= 0.5 {
             Ok(())
         } else {
@@ -707,12 +825,8 @@ pub fn explain(
     node: &str,
 ) -> Option<Explanation> {
     let n = state.nodes.iter().position(|x| x.name.as_ref() == node)?;
-    let engine = Engine {
-        state,
-        now,
-        options,
-    };
-    let decision = engine.run();
+    let engine = Engine::new(state, now, options);
+    let decision = engine.run(&mut |_, method| method());
     let (cands, _) = candidates::candidates(state, now);
     let c = cands.iter().find(|c| c.node == n);
     let sn = &state.nodes[n];

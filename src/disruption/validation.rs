@@ -1,14 +1,19 @@
 //! Re-validation of a command after the validation delay (upstream's 15 s): between the decision
 //! and the deletion, pods may have arrived, a `do-not-disrupt` annotation or a PDB may now
-//! protect a candidate, or the drift may have been reverted. The command goes ahead only if
-//! every candidate would still be chosen for the same reason.
+//! protect a candidate, the drift may have been reverted, other disruptions may have used the
+//! budget, or capacity the pods were to move to may be gone. The command goes ahead only if
+//! every candidate would still be chosen for the same reason, the budgets still allow it, and
+//! a fresh scheduling simulation still places the candidates' pods on the nodes that remain
+//! (the command's replacements included) without launching anything.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
 use crate::apis::labels;
+use crate::scheduling::scheduler;
 
+use super::budgets;
 use super::candidates::candidates;
 use super::drift::DriftVerdict;
 use super::state::State;
@@ -74,6 +79,88 @@ pub fn validate(
             ));
         }
     }
+    if let Some(reason) = cmd.method.budget_reason() {
+        within_budgets(&fresh, cmd, reason, now)?;
+    }
+    if cmd.method != Method::Expiration {
+        pods_still_fit(&fresh, cmd)?;
+    }
+    Ok(())
+}
+
+/// The budgets of the candidates' NodePools still allow them all, counting every other node
+/// that is disrupting now.
+fn within_budgets(
+    fresh: &State,
+    cmd: &Command,
+    reason: crate::apis::nodepool::DisruptionReason,
+    now: DateTime<Utc>,
+) -> Result<(), String> {
+    let mut per_pool: BTreeMap<&str, u32> = BTreeMap::new();
+    for name in &cmd.candidates {
+        let pool = fresh
+            .nodes
+            .iter()
+            .find(|n| n.name.as_ref() == name)
+            .and_then(|n| n.nodepool.as_deref())
+            .ok_or_else(|| format!("node {name} has no NodePool any more"))?;
+        *per_pool.entry(pool).or_default() += 1;
+    }
+    for (pool, wanted) in per_pool {
+        let nodepool = fresh
+            .nodepool(pool)
+            .ok_or_else(|| format!("NodePool {pool} is gone"))?;
+        let in_pool = fresh
+            .nodes
+            .iter()
+            .filter(|n| n.nodepool.as_deref() == Some(pool));
+        let (total, disrupting) =
+            in_pool.fold((0, 0), |(t, d), n| (t + 1, d + u32::from(n.disrupting)));
+        let allowance = budgets::allowance(nodepool, reason, total, disrupting, now);
+        if allowance.remaining < wanted {
+            return Err(format!(
+                "the disruption budget for {reason} of NodePool {pool} now allows {} more, the command needs {wanted}: {}",
+                allowance.remaining,
+                allowance.explanation.join("; ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The candidates' pods still fit on the nodes that stay, without new capacity: by now the
+/// command's replacements are up and count as existing nodes.
+fn pods_still_fit(fresh: &State, cmd: &Command) -> Result<(), String> {
+    let excluded: Vec<usize> = fresh
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| cmd.candidates.iter().any(|c| c.as_str() == n.name.as_ref()))
+        .map(|(i, _)| i)
+        .collect();
+    let pods: Vec<_> = fresh
+        .pods
+        .iter()
+        .filter(|p| p.node.is_some_and(|n| excluded.contains(&n)) && p.reschedulable())
+        .map(|p| p.pod.clone())
+        .collect();
+    if pods.is_empty() {
+        return Ok(());
+    }
+    let input = fresh.scheduler_input(&excluded, pods);
+    let outcome = scheduler::solve(&input);
+    if let Some((i, why)) = outcome.errors.first() {
+        return Err(format!(
+            "pod {} no longer fits anywhere: {why}",
+            input.pods[*i].key()
+        ));
+    }
+    if !outcome.nodeclaims.is_empty() {
+        return Err(format!(
+            "the candidates' pods no longer fit on the remaining nodes (they would need {} new node(s))",
+            outcome.nodeclaims.len()
+        ));
+    }
     Ok(())
 }
 
@@ -105,30 +192,44 @@ mod tests {
             .with_timezone(&Utc)
     }
 
-    /// One empty node of pool `p` (consolidateAfter 0s), tainted by the command itself, plus the
-    /// given pods bound to it.
-    fn state(pods: Vec<serde_json::Value>) -> State {
+    /// Node `name` of pool `p` with 4 CPUs, optionally tainted `karpenter.sh/disrupted`.
+    fn node(name: &str, tainted: bool) -> serde_json::Value {
+        let taints = if tainted {
+            json!([{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
+        json!({
+            "metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"karpenter.sh/nodepool": "p", "karpenter.sh/initialized": "true"}},
+            "spec": {"providerID": format!("aws:///us-east-1a/i-{name}"), "taints": taints},
+            "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        })
+    }
+
+    /// One node of pool `p` (consolidateAfter 0s, budget `budget`), tainted by the command
+    /// itself, plus `others` (each tainted if its flag says so) and the given pods bound to n1.
+    fn state_with(pods: Vec<serde_json::Value>, others: &[(&str, bool)], budget: &str) -> State {
         let pool = json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "p"},
             "spec": {
-                "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"},
+                "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+                               "budgets": [{"nodes": budget}]},
                 "template": {"spec": {
                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
                     "requirements": [],
                 }},
             },
         });
-        let node = json!({
-            "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:00Z",
-                         "labels": {"karpenter.sh/nodepool": "p", "karpenter.sh/initialized": "true"}},
-            "spec": {"providerID": "aws:///us-east-1a/i-1",
-                     "taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
-            "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
-                       "conditions": [{"type": "Ready", "status": "True"}]},
-        });
+        let mut nodes = vec![node("n1", true)];
+        nodes.extend(others.iter().map(|(n, t)| node(n, *t)));
         let cluster = Cluster {
             nodepools: vec![serde_json::from_value(pool).expect("pool")],
-            nodes: vec![serde_json::from_value(node).expect("node")],
+            nodes: nodes
+                .into_iter()
+                .map(|n| serde_json::from_value(n).expect("node"))
+                .collect(),
             pods: pods
                 .into_iter()
                 .map(|p| serde_json::from_value::<Pod>(p).expect("pod").into())
@@ -136,6 +237,11 @@ mod tests {
             ..Cluster::default()
         };
         State::from_cluster(&cluster, Vec::new(), Default::default(), now())
+    }
+
+    /// n1 with the given pods and a second, untainted node with room for them.
+    fn state(pods: Vec<serde_json::Value>) -> State {
+        state_with(pods, &[("n2", false)], "10")
     }
 
     fn pod(name: &str, annotations: serde_json::Value) -> serde_json::Value {
@@ -186,6 +292,27 @@ mod tests {
         let cmd = command(Method::SingleNodeConsolidation);
         let err = validate(&s, &cmd, &pods_to_move(&s, &cmd), now()).expect_err("protected");
         assert!(err.contains("do-not-disrupt"), "{err}");
+    }
+
+    #[test]
+    fn a_budget_used_up_meanwhile_aborts() {
+        let cmd = command(Method::Emptiness);
+        let s = state_with(vec![], &[("n2", true), ("n3", false)], "1");
+        let err = validate(&s, &cmd, &pods_to_move(&s, &cmd), now()).expect_err("budget");
+        assert!(err.contains("budget for Empty"), "{err}");
+        let s = state_with(vec![], &[("n2", false), ("n3", false)], "1");
+        assert_eq!(validate(&s, &cmd, &pods_to_move(&s, &cmd), now()), Ok(()));
+    }
+
+    #[test]
+    fn pods_that_no_longer_fit_abort_consolidation() {
+        let cmd = command(Method::SingleNodeConsolidation);
+        // The only other node is being disrupted too: nowhere for the pod to go.
+        let s = state_with(vec![pod("p", json!({}))], &[("n2", true)], "10");
+        let err = validate(&s, &cmd, &pods_to_move(&s, &cmd), now()).expect_err("no room");
+        assert!(err.contains("no longer fits"), "{err}");
+        let s = state_with(vec![pod("p", json!({}))], &[("n2", false)], "10");
+        assert_eq!(validate(&s, &cmd, &pods_to_move(&s, &cmd), now()), Ok(()));
     }
 
     #[test]

@@ -1,31 +1,39 @@
 //! Garbage collection between the cluster and the cloud, in both directions: a NodeClaim whose
 //! instance is gone (terminated outside Karpenter, or reclaimed) is deleted so its pods are
 //! planned again, and an instance no NodeClaim accounts for (a launch whose NodeClaim was lost,
-//! say in a crash between the two writes) is terminated so it does not bill forever.
+//! say in a crash between the two writes) is terminated so it does not bill forever, its Node
+//! deleted with it, as upstream's AWS garbage collection does.
 //!
-//! [`orphaned_instances`] and [`vanished_claims`] are pure; [`run`] is the loop.
+//! Nodes get the same treatment: a Node that is Karpenter's (it carries the
+//! `karpenter.sh/termination` finalizer, added at registration) but whose NodeClaim is gone —
+//! its finalizer stripped by hand, say — is deleted, as Kubernetes' garbage collector would
+//! through its NodeClaim owner reference, and once its instance is terminated (it has no
+//! NodeClaim, so the instance collection above terminates it) the finalizer comes off. Upstream
+//! leaves such a Node stuck terminating with an error; nothing is left to wait for here.
+//! Nodes Karpenter never registered are left alone.
+//!
+//! [`orphaned_instances`], [`vanished_claims`] and [`orphaned_nodes`] are pure; [`run`] is the
+//! loop.
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 
 use crate::apis::NodeClaim;
 use crate::apis::conditions;
 use crate::cloudprovider::{CloudError, Instance, InstanceState};
 use crate::controllers::Context;
 
-use super::LAUNCHED;
+use super::{LAUNCHED, termination};
 
 /// Instances younger than this are left alone: their NodeClaim may not be visible yet.
 pub const INSTANCE_GRACE: chrono::Duration = chrono::Duration::seconds(30);
 /// NodeClaims launched less than this long ago are not checked: the cloud's view may lag.
 pub const CLAIM_GRACE: chrono::Duration = chrono::Duration::minutes(1);
-/// How often garbage is collected.
-const PERIOD: Duration = Duration::from_secs(10);
 
 /// Instances (provider IDs) to terminate: running, older than [`INSTANCE_GRACE`], and claimed
 /// by no NodeClaim, neither by the NodeClaim tag nor by provider ID.
@@ -66,13 +74,93 @@ pub fn vanished_claims(claims: &[Arc<NodeClaim>], now: DateTime<Utc>) -> Vec<(St
         .collect()
 }
 
+/// Nodes to collect: carrying Karpenter's termination finalizer (so registered by it) while no
+/// NodeClaim has their provider ID or is named in their owner references.
+pub fn orphaned_nodes(nodes: &[Arc<Node>], claims: &[Arc<NodeClaim>]) -> Vec<Arc<Node>> {
+    let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+    let ids: HashSet<&str> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.provider_id.as_deref())
+        .collect();
+    nodes
+        .iter()
+        .filter(|n| termination::has_finalizer(n.as_ref()))
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_none_or(|id| !ids.contains(id))
+        })
+        .filter(|n| {
+            !n.owner_references()
+                .iter()
+                .any(|o| o.kind == "NodeClaim" && names.contains(&o.name))
+        })
+        .cloned()
+        .collect()
+}
+
 /// Runs until the task is dropped.
 pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     loop {
-        tokio::time::sleep(PERIOD).await;
+        tokio::time::sleep(ctx.intervals.garbage_collection).await;
         collect(&ctx).await;
+        if let Err(e) = collect_nodes(&ctx).await {
+            tracing::warn!(controller = "garbagecollection", error = %e, "could not collect nodes");
+        }
     }
+}
+
+/// Deletes Karpenter's Nodes whose NodeClaim is gone, and releases them once their instance
+/// is terminated.
+async fn collect_nodes(ctx: &Context) -> Result<(), crate::controllers::Error> {
+    let cached = orphaned_nodes(&ctx.state.nodes.state(), &ctx.state.nodeclaims.state());
+    if cached.is_empty() {
+        return Ok(());
+    }
+    // The cache may lag behind a NodeClaim just created: confirm with the API server.
+    let claims: Vec<Arc<NodeClaim>> = Api::<NodeClaim>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    for node in orphaned_nodes(&cached, &claims) {
+        let name = node.name_any();
+        if node.metadata.deletion_timestamp.is_none() {
+            tracing::info!(controller = "garbagecollection", node = %name, "the node's NodeClaim is gone; deleting the node");
+            match nodes.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            continue;
+        }
+        let gone = match node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) {
+            None => true,
+            Some(id) => match ctx.provider.get(id).await {
+                Ok(i) => i.state == InstanceState::Terminated,
+                Err(CloudError::NotFound(_)) => true,
+                Err(e) => {
+                    tracing::debug!(controller = "garbagecollection", node = %name, error = %e, "could not look the instance up");
+                    false
+                }
+            },
+        };
+        if gone {
+            tracing::info!(controller = "garbagecollection", node = %name, "the node's NodeClaim and instance are gone; removing its finalizer");
+            let started = node
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0));
+            termination::release_node(&node, ctx, started).await?;
+        }
+    }
+    Ok(())
 }
 
 async fn collect(ctx: &Context) {
@@ -104,13 +192,28 @@ async fn collect(ctx: &Context) {
     };
     // Read the claims again: one created since the first read must not lose its instance.
     let claims = ctx.state.nodeclaims.state();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
     for id in orphaned_instances(&instances, &claims, now) {
         tracing::info!(controller = "garbagecollection", provider_id = %id, "terminating an instance no NodeClaim owns");
         match ctx.provider.delete(&id).await {
             Ok(()) | Err(CloudError::NotFound(_)) => {}
             Err(e) => {
-                tracing::warn!(controller = "garbagecollection", provider_id = %id, error = %e, "could not terminate instance")
+                tracing::warn!(controller = "garbagecollection", provider_id = %id, error = %e, "could not terminate instance");
+                continue;
             }
+        }
+        // Its Node, if it registered one, goes too (termination releases it: the instance is
+        // gone).
+        let node = ctx.state.nodes.state().into_iter().find(|n| {
+            n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id.as_str())
+                && n.metadata.deletion_timestamp.is_none()
+        });
+        if let Some(node) = node
+            && let Err(e) = nodes
+                .delete(&node.name_any(), &DeleteParams::default())
+                .await
+        {
+            tracing::debug!(controller = "garbagecollection", node = %node.name_any(), error = %e, "could not delete the node of a collected instance");
         }
     }
 }
@@ -183,6 +286,38 @@ mod tests {
             orphaned_instances(&instances, &claims, t(100)),
             ["id-x", "id-y"]
         );
+    }
+
+    fn node(name: &str, id: &str, finalizer: bool, owner: Option<&str>) -> Arc<Node> {
+        let mut v = json!({"metadata": {"name": name}, "spec": {"providerID": id}});
+        if finalizer {
+            v["metadata"]["finalizers"] = json!(["karpenter.sh/termination"]);
+        }
+        if let Some(o) = owner {
+            v["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1",
+                "kind": "NodeClaim", "name": o, "uid": "u"}]);
+        }
+        Arc::new(serde_json::from_value(v).expect("node"))
+    }
+
+    #[test]
+    fn only_karpenters_nodes_without_a_nodeclaim_are_collected() {
+        let claims = vec![
+            claim("a", Some("id-a"), Some(0), false),
+            claim("b", None, None, false),
+        ];
+        let nodes = vec![
+            node("has-claim", "id-a", true, Some("a")),
+            node("owner-still-there", "id-b", true, Some("b")),
+            node("orphan", "id-x", true, Some("gone")),
+            node("orphan-no-owner", "id-y", true, None),
+            node("not-ours", "id-z", false, None),
+        ];
+        let names: Vec<String> = orphaned_nodes(&nodes, &claims)
+            .iter()
+            .map(|n| n.name_any())
+            .collect();
+        assert_eq!(names, ["orphan", "orphan-no-owner"]);
     }
 
     #[test]

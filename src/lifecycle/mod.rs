@@ -32,7 +32,6 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
-use crate::cloudprovider::{CloudError, InstanceState};
 use crate::controllers::{Context, Error};
 use crate::metrics::METRICS;
 
@@ -105,7 +104,7 @@ fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<Node>> {
 async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let now = ctx.clock.now();
     if claim.metadata.deletion_timestamp.is_some() {
-        return terminate(&claim, &ctx).await;
+        return termination::terminate(&claim, &ctx).await;
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let name = claim.name_any();
@@ -601,114 +600,6 @@ async fn mark_initialized(node: &Node, ctx: &Context) -> Result<(), Error> {
         )
         .await?;
     Ok(())
-}
-
-/// Deletion: record the terminationGracePeriod deadline, drain the Node (see [`termination`]),
-/// terminate the instance and wait until the cloud reports it gone, then let the Node and the
-/// NodeClaim go. Each step is read back from the objects and the cloud, so it resumes anywhere.
-async fn terminate(claim: &NodeClaim, ctx: &Context) -> Result<Action, Error> {
-    let name = claim.name_any();
-    if !termination::has_finalizer(claim) {
-        return Ok(Action::await_change());
-    }
-    if termination::record_deadline(ctx, claim).await? {
-        return Ok(Action::requeue(Duration::ZERO));
-    }
-    let node = node_of(ctx, claim);
-    let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
-    let instance = match &provider_id {
-        Some(id) => match ctx.provider.get(id).await {
-            Ok(instance) => Some(instance),
-            Err(CloudError::NotFound(_)) => None,
-            Err(e) => return Err(e.into()),
-        },
-        None => None,
-    };
-    let alive = instance
-        .as_ref()
-        .is_some_and(|i| i.state != InstanceState::Terminated);
-    // A node whose instance is gone has nothing left to drain.
-    if alive
-        && let Some(node) = &node
-        && let Some(wait) = termination::drain(ctx, claim, node).await?
-    {
-        return Ok(Action::requeue(wait));
-    }
-    if let (Some(id), Some(instance)) = (&provider_id, &instance)
-        && instance.state != InstanceState::Terminated
-    {
-        if !instance.state.is_terminating() {
-            match ctx.provider.delete(id).await {
-                Ok(()) | Err(CloudError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-            tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, provider_id = %id, "terminating instance");
-        }
-        return Ok(Action::requeue(Duration::from_secs(1)));
-    }
-    if let Some(node) = node {
-        remove_node(&node, ctx).await?;
-    }
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let finalizers: Vec<String> = claim
-        .finalizers()
-        .iter()
-        .filter(|f| *f != labels::TERMINATION_FINALIZER)
-        .cloned()
-        .collect();
-    api.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}})),
-    )
-    .await?;
-    let label = |k: &str| claim.labels().get(k).cloned().unwrap_or_default();
-    METRICS
-        .nodeclaims_terminated_total
-        .with_label_values(&[
-            &label(labels::NODEPOOL),
-            &label(labels::CAPACITY_TYPE),
-            &label(labels::ZONE),
-        ])
-        .inc();
-    tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, "deleted nodeclaim");
-    Ok(Action::await_change())
-}
-
-async fn remove_node(node: &Node, ctx: &Context) -> Result<(), Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let name = node.name_any();
-    if node
-        .finalizers()
-        .iter()
-        .any(|f| f == labels::TERMINATION_FINALIZER)
-    {
-        let finalizers: Vec<String> = node
-            .finalizers()
-            .iter()
-            .filter(|f| *f != labels::TERMINATION_FINALIZER)
-            .cloned()
-            .collect();
-        nodes
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-            )
-            .await?;
-    }
-    match nodes.delete(&name, &DeleteParams::default()).await {
-        Ok(_) => {
-            let label = |k: &str| node.labels().get(k).cloned().unwrap_or_default();
-            METRICS
-                .nodes_terminated_total
-                .with_label_values(&[&label(labels::NODEPOOL), &label(labels::ZONE)])
-                .inc();
-            Ok(())
-        }
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 #[cfg(test)]

@@ -1,30 +1,55 @@
 //! Node termination, as upstream drains: taint the Node `karpenter.sh/disrupted:NoSchedule`,
 //! evict its pods group by group (non-critical before critical, non-DaemonSet before DaemonSet)
-//! through the Eviction API so PodDisruptionBudgets are honoured, and only once it is drained
-//! let the instance go.
+//! through the Eviction API so PodDisruptionBudgets are honoured, wait for the volumes of the
+//! drained pods to detach, and only then let the instance go; once the cloud reports it
+//! terminated the Node and the NodeClaim lose their finalizers.
 //!
 //! A NodeClaim's `terminationGracePeriod` bounds how long this may take: the deadline
 //! (deletion time + grace period) is written to `karpenter.sh/nodeclaim-termination-timestamp`
 //! when deletion starts; pods are deleted early enough to finish by it (PDBs and do-not-disrupt
-//! no longer count) and at the deadline the node is terminated whatever is left.
+//! no longer count), the wait for volume detachment ends at it, and at the deadline the node is
+//! terminated whatever is left.
 //!
-//! [`drain_step`] and [`termination_deadline`] are pure (pods and time in, what to do out); the
-//! async [`drain`] carries the step out. Everything it needs after a crash is on the objects:
-//! the taint, the annotation, the pods' deletion timestamps.
+//! [`drain_step`], [`termination_deadline`] and [`blocking_attachments`] are pure (pods, volume
+//! attachments and time in, what to do out); the async [`terminate`] carries the steps out and
+//! records them in the NodeClaim's `Drained`, `VolumesDetached` and `InstanceTerminating`
+//! conditions. Everything it needs after a crash is on the objects: the taint, the annotation,
+//! the conditions, the pods' deletion timestamps.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint as K8sTaint};
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::apis::NodeClaim;
+use crate::apis::conditions::{self, Condition, FALSE, TRUE, UNKNOWN};
 use crate::apis::labels;
+use crate::cloudprovider::{CloudError, InstanceState};
 use crate::controllers::{Context, Error};
+use crate::metrics::METRICS;
+
+/// Condition: why the NodeClaim is being disrupted (`Underutilized`, `Empty`, `Drifted`,
+/// `Expired`), set by the disruption controller before it deletes the NodeClaim.
+pub const DISRUPTION_REASON: &str = "DisruptionReason";
+/// Condition: the Node's pods are drained.
+pub const DRAINED: &str = "Drained";
+/// Condition: the drained pods' volumes are detached (or the grace period ran out).
+pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+/// Condition: the instance is being terminated; its transition time starts
+/// `karpenter_nodeclaims_instance_termination_duration_seconds`.
+pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+/// The `reason` of `karpenter_pods_drained_total` for NodeClaims deleted without a disruption
+/// reason (by a user, garbage collection or liveness), as upstream labels them.
+const FORCEFUL_TERMINATION: &str = "Forceful Termination";
 
 /// Priority classes upstream drains last: the cluster cannot run without these pods.
 const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
@@ -340,51 +365,83 @@ pub async fn drain(
 ) -> Result<Option<Duration>, Error> {
     taint_node(ctx, node).await?;
     let now = ctx.clock.now();
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.name_any())))
-        .await?;
-    let drain_pods: Vec<DrainPod> = on_node
-        .items
+    let on_node = pods_on(ctx, &node.name_any()).await?;
+    let uids: HashMap<(String, String), String> = on_node
         .iter()
-        .filter_map(DrainPod::from_pod)
+        .filter_map(|p| Some(((p.namespace()?, p.name_any()), p.metadata.uid.clone()?)))
         .collect();
+    let drain_pods: Vec<DrainPod> = on_node.iter().filter_map(DrainPod::from_pod).collect();
     let step = drain_step(&drain_pods, recorded_deadline(claim), now);
     for (ns, name, grace) in &step.delete {
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
         let params = DeleteParams {
             grace_period_seconds: u32::try_from(*grace).ok(),
+            preconditions: uids
+                .get(&(ns.clone(), name.clone()))
+                .map(|uid| Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
             ..DeleteParams::default()
         };
         match api.delete(name, &params).await {
             Ok(_) => {
                 tracing::info!(controller = "node.termination", node = %node.name_any(), pod = %format!("{ns}/{name}"), grace_seconds = grace, "deleted pod to meet the terminationGracePeriod");
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
     }
     if step.drained {
         return Ok(None);
     }
+    let reason = drain_reason(claim);
     let mut wait = Duration::from_secs(1);
     for (ns, name) in &step.evict {
         let key = (ns.clone(), name.clone());
         if !ctx.evictions.ready(&key, now) {
-            wait = wait.max(Duration::from_secs(1));
             continue;
         }
         let api: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), ns);
-        match api.evict(name, &EvictParams::default()).await {
+        // The UID precondition: a pod recreated under the same name is not the one to evict.
+        let params = EvictParams {
+            delete_options: Some(DeleteParams {
+                preconditions: uids.get(&key).map(|uid| Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            }),
+            post_options: Default::default(),
+        };
+        match api.evict(name, &params).await {
             Ok(_) => {
                 ctx.evictions.forget(&key);
+                METRICS
+                    .pods_eviction_requests_total
+                    .with_label_values(&["200"])
+                    .inc();
+                METRICS
+                    .pods_drained_total
+                    .with_label_values(&[reason.as_str()])
+                    .inc();
                 tracing::info!(controller = "node.termination", node = %node.name_any(), pod = %format!("{ns}/{name}"), "evicted pod");
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => ctx.evictions.forget(&key),
-            Err(kube::Error::Api(e)) if e.code == 429 => {
-                let delay = ctx.evictions.refused(key, now);
-                tracing::info!(controller = "node.termination", node = %node.name_any(), pod = %format!("{ns}/{name}"), retry_in = ?delay, "eviction refused by a PodDisruptionBudget; retrying");
-                wait = wait.max(delay);
+            Err(kube::Error::Api(e)) => {
+                METRICS
+                    .pods_eviction_requests_total
+                    .with_label_values(&[&e.code.to_string()])
+                    .inc();
+                match e.code {
+                    // Gone already, or a different pod by now.
+                    404 | 409 => ctx.evictions.forget(&key),
+                    429 => {
+                        let delay = ctx.evictions.refused(key, now);
+                        tracing::info!(controller = "node.termination", node = %node.name_any(), pod = %format!("{ns}/{name}"), retry_in = ?delay, "eviction refused by a PodDisruptionBudget; retrying");
+                        wait = wait.max(delay);
+                    }
+                    _ => return Err(kube::Error::Api(e).into()),
+                }
             }
             Err(e) => return Err(e.into()),
         }
@@ -395,6 +452,27 @@ pub async fn drain(
     Ok(Some(wait))
 }
 
+/// The pods bound to a node, read from the API server (the drain must not act on a stale
+/// list).
+async fn pods_on(ctx: &Context, node: &str) -> Result<Vec<Pod>, Error> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    Ok(pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?
+        .items)
+}
+
+/// The `reason` of `karpenter_pods_drained_total`: the NodeClaim's `DisruptionReason`, else
+/// upstream's label for a deletion no disruption method made.
+fn drain_reason(claim: &NodeClaim) -> String {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, DISRUPTION_REASON))
+        .filter(|c| c.status == TRUE)
+        .map_or_else(|| FORCEFUL_TERMINATION.to_string(), |c| c.reason.clone())
+}
+
 /// Whether the object still carries Karpenter's termination finalizer: without it there is
 /// nothing left for termination to do.
 pub fn has_finalizer<K: Resource>(obj: &K) -> bool {
@@ -403,6 +481,402 @@ pub fn has_finalizer<K: Resource>(obj: &K) -> bool {
         .iter()
         .flatten()
         .any(|f| f == labels::TERMINATION_FINALIZER)
+}
+
+/// The VolumeAttachments (by name) that still hold the node's termination: those on `node` for
+/// a PersistentVolume, except the volumes of pods the drain leaves running (`kept_volumes`:
+/// pods tolerating the disruption taint, mirror pods, pods stuck terminating), as upstream
+/// waits only for the volumes of drained pods.
+pub fn blocking_attachments(
+    attachments: &[VolumeAttachment],
+    node: &str,
+    kept_volumes: &HashSet<String>,
+) -> Vec<String> {
+    attachments
+        .iter()
+        .filter(|va| va.spec.node_name == node)
+        .filter(|va| {
+            va.spec
+                .source
+                .persistent_volume_name
+                .as_ref()
+                .is_some_and(|pv| !kept_volumes.contains(pv))
+        })
+        .map(|va| va.name_any())
+        .collect()
+}
+
+/// The PersistentVolumes of the pods on the node the drain does not evict.
+fn kept_volumes(ctx: &Context, pods: &[Pod], now: DateTime<Utc>) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for pod in pods {
+        let stuck = pod
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .and_then(timestamp)
+            .is_some_and(|at| now >= at + STUCK_TERMINATING);
+        if DrainPod::from_pod(pod).is_some() && !stuck {
+            continue;
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let Some(pvc) = &v.persistent_volume_claim else {
+                continue;
+            };
+            if let Some(pv) = ctx
+                .state
+                .pvcs
+                .get(&ObjectRef::new(&pvc.claim_name).within(&ns))
+                .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+            {
+                out.insert(pv);
+            }
+        }
+    }
+    out
+}
+
+/// The VolumeAttachments still holding the node (see [`blocking_attachments`]).
+async fn pending_attachments(ctx: &Context, node: &Node) -> Result<Vec<String>, Error> {
+    let api: Api<VolumeAttachment> = Api::all(ctx.client.clone());
+    let attachments = api.list(&ListParams::default()).await?.items;
+    let name = node.name_any();
+    if !attachments.iter().any(|va| va.spec.node_name == name) {
+        return Ok(Vec::new());
+    }
+    let pods = pods_on(ctx, &name).await?;
+    let kept = kept_volumes(ctx, &pods, ctx.clock.now());
+    Ok(blocking_attachments(&attachments, &name, &kept))
+}
+
+/// Brings the NodeClaim's conditions up to date with `change` (which says whether it changed
+/// anything), on a fresh read and conditional on its version, so no other controller's
+/// conditions are lost; retried on a conflict. A NodeClaim that is gone needs nothing.
+pub async fn update_conditions(
+    ctx: &Context,
+    name: &str,
+    change: impl Fn(&mut Vec<Condition>) -> bool,
+) -> Result<(), Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let mut attempt = 0;
+    loop {
+        let Some(claim) = api.get_opt(name).await? else {
+            return Ok(());
+        };
+        let mut conds = claim
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        if !change(&mut conds) {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": claim.resource_version()},
+            "status": {"conditions": conds},
+        });
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 3 => attempt += 1,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The Node whose provider ID matches the claim's, from the cache.
+fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<std::sync::Arc<Node>> {
+    let id = claim.status.as_ref()?.provider_id.as_deref()?;
+    ctx.state
+        .nodes
+        .state()
+        .into_iter()
+        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+}
+
+fn seconds_since(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<f64> {
+    t.map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0)
+}
+
+async fn node_event(ctx: &Context, node: &Node, reason: &str, note: &str) {
+    let e = Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Terminating".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&e, &node.object_ref(&())).await {
+        tracing::debug!(error = %err, "could not record event");
+    }
+}
+
+/// Deletion of a NodeClaim: record the terminationGracePeriod deadline, drain the Node, wait
+/// for the drained pods' volumes to detach, terminate the instance and wait until the cloud
+/// reports it gone, then let the Node and the NodeClaim go. Each step is read back from the
+/// objects and the cloud, so it resumes anywhere.
+pub async fn terminate(claim: &NodeClaim, ctx: &Context) -> Result<Action, Error> {
+    let name = claim.name_any();
+    if !has_finalizer(claim) {
+        return Ok(Action::await_change());
+    }
+    if record_deadline(ctx, claim).await? {
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    let now = ctx.clock.now();
+    let deadline = recorded_deadline(claim);
+    let past_deadline = deadline.is_some_and(|d| now >= d);
+    let node = node_of(ctx, claim);
+    let provider_id = claim.status.as_ref().and_then(|s| s.provider_id.clone());
+    let instance = match &provider_id {
+        Some(id) => match ctx.provider.get(id).await {
+            Ok(instance) => Some(instance),
+            Err(CloudError::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        },
+        None => None,
+    };
+    let alive = instance
+        .as_ref()
+        .is_some_and(|i| i.state != InstanceState::Terminated);
+    let has = |type_: &str, status: &str| {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, type_))
+            .is_some_and(|c| c.status == status)
+    };
+    // A node whose instance is gone has nothing left to drain.
+    if alive && let Some(node) = &node {
+        if let Some(wait) = drain(ctx, claim, node).await? {
+            if !has(DRAINED, UNKNOWN) {
+                update_conditions(ctx, &name, |c| {
+                    conditions::set(c, DRAINED, UNKNOWN, "Draining", "Draining", now)
+                })
+                .await?;
+            }
+            return Ok(Action::requeue(wait));
+        }
+        if !has(DRAINED, TRUE) {
+            update_conditions(ctx, &name, |c| {
+                conditions::set(c, DRAINED, TRUE, "", "", now)
+            })
+            .await?;
+            let pool = node
+                .labels()
+                .get(labels::NODEPOOL)
+                .cloned()
+                .unwrap_or_default();
+            METRICS
+                .nodes_drained_total
+                .with_label_values(&[&pool])
+                .inc();
+        }
+        let pending = pending_attachments(ctx, node).await?;
+        if !pending.is_empty() && !past_deadline {
+            if !has(VOLUMES_DETACHED, UNKNOWN) {
+                update_conditions(ctx, &name, |c| {
+                    conditions::set(
+                        c,
+                        VOLUMES_DETACHED,
+                        UNKNOWN,
+                        "AwaitingVolumeDetachment",
+                        "AwaitingVolumeDetachment",
+                        now,
+                    )
+                })
+                .await?;
+                node_event(
+                    ctx,
+                    node,
+                    "AwaitingVolumeDetachment",
+                    &format!(
+                        "Awaiting deletion of bound VolumeAttachments ({})",
+                        pending.join(", ")
+                    ),
+                )
+                .await;
+            }
+            tracing::debug!(controller = "node.termination", node = %node.name_any(), attachments = ?pending, "waiting for volumes to detach");
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        let (status, reason) = if pending.is_empty() {
+            (TRUE, "")
+        } else {
+            (FALSE, "TerminationGracePeriodElapsed")
+        };
+        if !has(VOLUMES_DETACHED, status) {
+            update_conditions(ctx, &name, |c| {
+                conditions::set(c, VOLUMES_DETACHED, status, reason, reason, now)
+            })
+            .await?;
+        }
+    }
+    if let (Some(id), Some(instance)) = (&provider_id, &instance)
+        && instance.state != InstanceState::Terminated
+    {
+        if !instance.state.is_terminating() {
+            if !has(INSTANCE_TERMINATING, TRUE) {
+                update_conditions(ctx, &name, |c| {
+                    conditions::set(c, INSTANCE_TERMINATING, TRUE, "", "", now)
+                })
+                .await?;
+            }
+            match ctx.provider.delete(id).await {
+                Ok(()) | Err(CloudError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, provider_id = %id, "terminating instance");
+        }
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let pool = claim
+        .labels()
+        .get(labels::NODEPOOL)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(since) = claim
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, INSTANCE_TERMINATING))
+        .filter(|c| c.status == TRUE)
+        .map(|c| c.last_transition_time)
+    {
+        METRICS
+            .nodeclaims_instance_termination_duration_seconds
+            .with_label_values(&[&pool])
+            .observe(seconds_since(Some(since), now).unwrap_or_default());
+    }
+    if let Some(node) = node {
+        let started = node
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .or(claim.metadata.deletion_timestamp.as_ref())
+            .and_then(timestamp);
+        remove_node(&node, ctx, started).await?;
+    }
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let finalizers: Vec<String> = claim
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::TERMINATION_FINALIZER)
+        .cloned()
+        .collect();
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}})),
+    )
+    .await?;
+    let label = |k: &str| claim.labels().get(k).cloned().unwrap_or_default();
+    METRICS
+        .nodeclaims_terminated_total
+        .with_label_values(&[
+            &label(labels::NODEPOOL),
+            &label(labels::CAPACITY_TYPE),
+            &label(labels::ZONE),
+        ])
+        .inc();
+    if let Some(secs) = seconds_since(
+        claim
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .and_then(timestamp),
+        now,
+    ) {
+        METRICS
+            .nodeclaims_termination_duration_seconds
+            .with_label_values(&[&pool])
+            .observe(secs);
+    }
+    tracing::info!(controller = "nodeclaim.termination", nodeclaim = %name, "deleted nodeclaim");
+    Ok(Action::await_change())
+}
+
+/// Takes Karpenter's finalizer off a Node, reporting its termination; `started` is when its
+/// termination began (`karpenter_nodes_termination_duration_seconds`).
+pub async fn release_node(
+    node: &Node,
+    ctx: &Context,
+    started: Option<DateTime<Utc>>,
+) -> Result<(), Error> {
+    if !has_finalizer(node) {
+        return Ok(());
+    }
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let finalizers: Vec<String> = node
+        .finalizers()
+        .iter()
+        .filter(|f| *f != labels::TERMINATION_FINALIZER)
+        .cloned()
+        .collect();
+    match nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": node.resource_version(),
+            }})),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let now = ctx.clock.now();
+    let label = |k: &str| node.labels().get(k).cloned().unwrap_or_default();
+    let pool = label(labels::NODEPOOL);
+    METRICS
+        .nodes_terminated_total
+        .with_label_values(&[&pool, &label(labels::ZONE)])
+        .inc();
+    if let Some(secs) = seconds_since(started, now) {
+        METRICS
+            .nodes_termination_duration_seconds
+            .observe(&[&pool], secs)
+            .unwrap_or_else(|e| tracing::debug!(error = %e, "termination duration not recorded"));
+    }
+    if let Some(secs) = seconds_since(
+        node.metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(timestamp),
+        now,
+    ) {
+        METRICS
+            .nodes_lifetime_duration_seconds
+            .with_label_values(&[&pool])
+            .observe(secs);
+    }
+    Ok(())
+}
+
+/// Removes the Node once its instance is gone: the finalizer comes off (read fresh, so a
+/// conditional write does not fail on a stale copy) and the object is deleted.
+async fn remove_node(
+    node: &Node,
+    ctx: &Context,
+    started: Option<DateTime<Utc>>,
+) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let name = node.name_any();
+    let Some(fresh) = nodes.get_opt(&name).await? else {
+        return Ok(());
+    };
+    release_node(&fresh, ctx, started).await?;
+    match nodes.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]
@@ -563,6 +1037,30 @@ mod tests {
             ]);
         }
         assert!(DrainPod::from_pod(&other).is_some());
+    }
+
+    #[test]
+    fn only_attachments_of_drained_pods_volumes_hold_the_node() {
+        let va = |name: &str, node: &str, pv: Option<&str>| -> VolumeAttachment {
+            let mut source = json!({});
+            if let Some(pv) = pv {
+                source["persistentVolumeName"] = json!(pv);
+            }
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node, "source": source},
+            }))
+            .expect("va")
+        };
+        let attachments = vec![
+            va("drained", "n1", Some("pv-1")),
+            va("kept", "n1", Some("pv-agent")),
+            va("inline", "n1", None),
+            va("elsewhere", "n2", Some("pv-2")),
+        ];
+        let kept = HashSet::from(["pv-agent".to_string()]);
+        assert_eq!(blocking_attachments(&attachments, "n1", &kept), ["drained"]);
+        assert!(blocking_attachments(&attachments, "n3", &kept).is_empty());
     }
 
     #[test]
