@@ -48,7 +48,7 @@ SELECTOR = {"app.kubernetes.io/name": "karpenter", "app.kubernetes.io/instance":
 CORE_RULES = [
     {"apiGroups": ["karpenter.sh"], "resources": ["nodepools", "nodeclaims"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods", "nodes", "persistentvolumes", "persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes", "volumeattachments"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims", "nodeclaims/status"], "verbs": ["create", "delete", "patch"]},
