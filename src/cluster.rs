@@ -332,7 +332,7 @@ fn region_of_zone(zone: &str) -> Option<String> {
 }
 
 /// Whether a pod in this phase ran to completion or failed for good.
-fn phase_is_terminal(status: Option<&PodStatus>) -> bool {
+pub(crate) fn phase_is_terminal(status: Option<&PodStatus>) -> bool {
     matches!(
         status.and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")

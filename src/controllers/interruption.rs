@@ -78,7 +78,7 @@ pub async fn handle(
     }
     let queue = aws
         .interruption_queue()
-        .ok_or("no interruption queue is configured")?;
+        .ok_or("no interruption queue is configured (set INTERRUPTION_QUEUE)")?;
     queue
         .delete_message(&message.receipt_handle)
         .await

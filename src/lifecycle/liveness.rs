@@ -84,7 +84,9 @@ pub fn after_launch_failure(
         LaunchFailure::NodeClassNotFound(name) => (
             FALSE,
             "NodeClassNotFound",
-            format!("EC2NodeClass {name:?} not found"),
+            format!(
+                "EC2NodeClass {name:?} not found (spec.nodeClassRef.name): create it, or point the NodePool at an existing one"
+            ),
             false,
             WAIT_RETRY,
         ),
@@ -190,7 +192,10 @@ mod tests {
                 ..
             } => {
                 assert_eq!((status, reason), (FALSE, "NodeClassNotFound"));
-                assert_eq!(message, "EC2NodeClass \"gone\" not found");
+                assert_eq!(
+                    message,
+                    "EC2NodeClass \"gone\" not found (spec.nodeClassRef.name): create it, or point the NodePool at an existing one"
+                );
             }
             other => panic!("{other:?}"),
         }

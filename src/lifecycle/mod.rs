@@ -92,7 +92,7 @@ fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Act
 }
 
 /// The Node whose provider ID matches the claim's.
-fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<Node>> {
+pub(super) fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<Node>> {
     let id = claim.status.as_ref()?.provider_id.as_deref()?;
     ctx.state
         .nodes

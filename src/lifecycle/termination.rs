@@ -37,6 +37,8 @@ use crate::cloudprovider::{CloudError, InstanceState};
 use crate::controllers::{Context, Error};
 use crate::metrics::METRICS;
 
+use super::node_of;
+
 /// Condition: why the NodeClaim is being disrupted (`Underutilized`, `Empty`, `Drifted`,
 /// `Expired`), set by the disruption controller before it deletes the NodeClaim.
 pub const DISRUPTION_REASON: &str = "DisruptionReason";
@@ -586,16 +588,6 @@ pub async fn update_conditions(
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// The Node whose provider ID matches the claim's, from the cache.
-fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<std::sync::Arc<Node>> {
-    let id = claim.status.as_ref()?.provider_id.as_deref()?;
-    ctx.state
-        .nodes
-        .state()
-        .into_iter()
-        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
 }
 
 fn seconds_since(t: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<f64> {

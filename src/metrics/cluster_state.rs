@@ -108,10 +108,7 @@ fn is_daemon(pod: &Pod) -> bool {
 }
 
 fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
+    crate::cluster::phase_is_terminal(pod.status.as_ref())
 }
 
 fn node_name(pod: &Pod) -> Option<&str> {

@@ -337,7 +337,8 @@ impl AwsProvider {
 
     /// Keeps instance types and prices fresh in the background, so that no launch or
     /// scheduling pass ever waits for a refresh: checks every [`REFRESH_CHECK`] whether one is
-    /// due and logs what it found. Runs until the task is dropped.
+    /// due and logs what it found. Never returns: it ends with the runtime (or when its task is
+    /// aborted).
     pub async fn run_refresh(self: Arc<Self>) {
         loop {
             match self.refresh_if_due().await {
