@@ -206,7 +206,9 @@ async fn queued(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
 #[test]
 fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
     serial(async {
-        let Some(moto) = Moto::start() else { return };
+        let Some(mut moto) = Moto::start() else {
+            return;
+        };
         let client = client().await;
         let clock = Arc::new(FakeClock::new(Utc::now()));
         let queue = "karpenter-demo";
@@ -291,7 +293,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
             &unreachable,
             &recorder,
             &aws,
-            &[Arc::new(written)],
+            &[Arc::new(written.clone())],
             &messages[0],
         )
         .await
@@ -299,6 +301,38 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
         assert!(err.contains(&name), "{err}");
         assert_eq!(queued(&sqs, &url).await, 1, "the message is kept");
         assert!(claims.get_opt(&name).await.expect("get").is_some());
+
+        // Marking the spot pool fails (DescribeInstances refused): the NodeClaim is deleted all
+        // the same (the notice gives two minutes), the failure is reported and the message kept.
+        moto.fail("DescribeInstances", 1, "UnauthorizedOperation");
+        let reachable = EventRecorder::new(
+            client.clone(),
+            Reporter {
+                controller: "karpenter".into(),
+                instance: None,
+            },
+        );
+        let err = interruption::handle(
+            &client,
+            &reachable,
+            &aws,
+            &[Arc::new(written)],
+            &messages[0],
+        )
+        .await
+        .expect_err("marking fails");
+        assert!(err.contains("could not mark"), "{err}");
+        assert!(!aws.unavailable_offerings().is_unavailable(
+            &launched.instance_type,
+            &launched.zone,
+            CapacityType::Spot
+        ));
+        eventually(
+            "the NodeClaim to be deleted although marking failed",
+            || async { claims.get_opt(&name).await.expect("get").is_none() },
+        )
+        .await;
+        assert_eq!(queued(&sqs, &url).await, 1, "the message is kept");
         // Redeliver now rather than after the 20 s visibility timeout.
         sqs.change_message_visibility()
             .queue_url(&url)

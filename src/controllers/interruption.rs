@@ -99,11 +99,16 @@ async fn act(
         .interruption_received_messages_total
         .with_label_values(&[kind])
         .inc();
-    aws.record_interruption(event)
-        .await
-        .map_err(|e| format!("could not mark the interrupted offering unavailable: {e}"))?;
-    let api: Api<NodeClaim> = Api::all(client.clone());
+    // Marked before the deletions so the replacements avoid the offering; a failure to mark must
+    // not hold up the drain (a spot notice gives two minutes), so it is reported with the rest
+    // and the message is redelivered.
     let mut failed = Vec::new();
+    if let Err(e) = aws.record_interruption(event).await {
+        failed.push(format!(
+            "could not mark the interrupted offering unavailable: {e}"
+        ));
+    }
+    let api: Api<NodeClaim> = Api::all(client.clone());
     for claim in affected(event, claims) {
         let name = claim.name_any();
         let note = format!("{kind} for instances {}", event.instance_ids.join(", "));
