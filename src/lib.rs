@@ -13,6 +13,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod operator;
 pub mod provisioning;
+pub mod runtime;
 pub mod scheduling;
 pub mod simulate;
 pub mod state;

@@ -63,10 +63,11 @@ use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
 use karpenter_rs::cloudprovider::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
 };
+use karpenter_rs::controllers;
 use karpenter_rs::controllers::disruption::COMMAND_ANNOTATION;
-use karpenter_rs::controllers::{self, Context, Intervals};
 use karpenter_rs::lifecycle::garbage::INSTANCE_GRACE;
 use karpenter_rs::provisioning::BatchWindow;
+use karpenter_rs::runtime::{Context, Intervals};
 use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType};
 use karpenter_rs::simulate::SimulateOptions;
 use kube::api::{

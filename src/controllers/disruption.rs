@@ -38,11 +38,11 @@ use crate::apis::conditions;
 use crate::apis::nodepool::DisruptionReason;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::cluster::Cluster;
-use crate::controllers::{Context, Error};
 use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, budgets, validation};
 use crate::lifecycle::{INITIALIZED, termination};
 use crate::metrics::METRICS;
+use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{self, Input, Placement};
 

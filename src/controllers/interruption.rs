@@ -21,9 +21,9 @@ use crate::cloudprovider::aws::interruption::{
     InterruptionAction, InterruptionEvent, QueueMessage, parse_message,
 };
 use crate::cloudprovider::provider_id_instance;
-use crate::controllers::Context;
-use crate::controllers::events::EventRecorder;
 use crate::metrics::METRICS;
+use crate::runtime::Context;
+use crate::runtime::events::EventRecorder;
 
 /// Polls the queue until the task is dropped (SQS long polling makes this cheap).
 pub async fn run(ctx: Arc<Context>, aws: Arc<AwsProvider>) {

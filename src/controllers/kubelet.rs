@@ -26,7 +26,7 @@ use crate::apis::labels;
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::cloudprovider::simulated::{SimulatedProvider, os_image};
 use crate::cloudprovider::{Instance, InstanceState, provider_id_instance};
-use crate::controllers::Context;
+use crate::runtime::Context;
 use crate::scheduling::instance_type::CapacityType;
 
 /// Annotation on Nodes the stand-in kubelet registered.

@@ -19,10 +19,10 @@ use serde_json::json;
 use crate::apis::NodeClaim;
 use crate::apis::conditions::{self, Condition, FALSE, TRUE};
 use crate::cluster::Cluster;
-use crate::controllers::Context;
 use crate::disruption::candidates::candidates;
 use crate::disruption::drift::DriftVerdict;
 use crate::disruption::state::State;
+use crate::runtime::Context;
 
 /// Condition: the node no longer matches its NodePool or EC2NodeClass.
 pub const DRIFTED: &str = "Drifted";

@@ -17,8 +17,8 @@ use serde_json::json;
 use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::{EC2NodeClass, NodeClaim, labels};
 use crate::cloudprovider::{CloudError, NodeClassCondition, ResolveError};
-use crate::controllers::{Context, Error};
 use crate::disruption::drift;
+use crate::runtime::{Context, Error};
 
 /// Runs the EC2NodeClass controller until the stream ends.
 pub async fn run(ctx: Arc<Context>) {

@@ -22,9 +22,9 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePoolStatus;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
-use crate::controllers::{Context, Error};
 use crate::disruption::drift;
 use crate::metrics::METRICS;
+use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 
 /// Runs the NodePool controller until the stream ends.

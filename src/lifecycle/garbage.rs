@@ -26,7 +26,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use crate::apis::NodeClaim;
 use crate::apis::conditions;
 use crate::cloudprovider::{CloudError, Instance, InstanceState};
-use crate::controllers::Context;
+use crate::runtime::Context;
 
 use super::{LAUNCHED, termination};
 
@@ -114,7 +114,7 @@ pub async fn run(ctx: Arc<Context>) {
 
 /// Deletes Karpenter's Nodes whose NodeClaim is gone, and releases them once their instance
 /// is terminated.
-async fn collect_nodes(ctx: &Context) -> Result<(), crate::controllers::Error> {
+async fn collect_nodes(ctx: &Context) -> Result<(), crate::runtime::Error> {
     let cached = orphaned_nodes(&ctx.state.nodes.state(), &ctx.state.nodeclaims.state());
     if cached.is_empty() {
         return Ok(());

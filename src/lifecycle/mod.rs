@@ -32,8 +32,8 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
-use crate::controllers::{Context, Error};
 use crate::metrics::METRICS;
+use crate::runtime::{Context, Error};
 
 /// Condition: the instance exists.
 pub const LAUNCHED: &str = "Launched";

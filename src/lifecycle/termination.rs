@@ -17,7 +17,6 @@
 //! the conditions, the pods' deletion timestamps.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -34,8 +33,8 @@ use crate::apis::NodeClaim;
 use crate::apis::conditions::{self, Condition, FALSE, TRUE, UNKNOWN};
 use crate::apis::labels;
 use crate::cloudprovider::{CloudError, InstanceState};
-use crate::controllers::{Context, Error};
 use crate::metrics::METRICS;
+use crate::runtime::{Context, Error};
 
 use super::node_of;
 
@@ -232,42 +231,6 @@ pub fn drain_step(
         }
     }
     step
-}
-
-/// Per-pod retry delays for evictions a PodDisruptionBudget refused (HTTP 429): 1 s doubling to
-/// 10 s, as upstream's eviction queue. Lost on restart, which only means retrying sooner.
-#[derive(Debug, Default)]
-pub struct EvictionBackoff {
-    attempts: Mutex<HashMap<PodKey, (u32, DateTime<Utc>)>>,
-}
-
-/// A pod's namespace and name.
-type PodKey = (String, String);
-
-/// Delay before the next eviction attempt after `failures` refusals.
-pub fn eviction_delay(failures: u32) -> Duration {
-    Duration::from_secs(1u64 << failures.min(4)).min(Duration::from_secs(10))
-}
-
-impl EvictionBackoff {
-    fn ready(&self, key: &PodKey, now: DateTime<Utc>) -> bool {
-        let attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
-        attempts.get(key).is_none_or(|(_, next)| now >= *next)
-    }
-
-    fn refused(&self, key: PodKey, now: DateTime<Utc>) -> Duration {
-        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = attempts.entry(key).or_insert((0, now));
-        let delay = eviction_delay(entry.0);
-        entry.0 += 1;
-        entry.1 = now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero());
-        delay
-    }
-
-    fn forget(&self, key: &PodKey) {
-        let mut attempts = self.attempts.lock().unwrap_or_else(|e| e.into_inner());
-        attempts.remove(key);
-    }
 }
 
 /// Taints the node `karpenter.sh/disrupted:NoSchedule` and marks it for exclusion from external
@@ -1053,20 +1016,6 @@ mod tests {
         let kept = HashSet::from(["pv-agent".to_string()]);
         assert_eq!(blocking_attachments(&attachments, "n1", &kept), ["drained"]);
         assert!(blocking_attachments(&attachments, "n3", &kept).is_empty());
-    }
-
-    #[test]
-    fn eviction_retries_back_off_to_ten_seconds() {
-        let delays: Vec<u64> = (0..6).map(|n| eviction_delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 10, 10]);
-        let b = EvictionBackoff::default();
-        let key = ("ns".to_string(), "p".to_string());
-        assert!(b.ready(&key, t(0)));
-        b.refused(key.clone(), t(0));
-        assert!(!b.ready(&key, t(0)));
-        assert!(b.ready(&key, t(1)));
-        b.forget(&key);
-        assert!(b.ready(&key, t(0)));
     }
 
     #[test]

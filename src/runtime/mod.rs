@@ -1,0 +1,115 @@
+//! The runtime every controller shell shares: the [`Context`] (API clients, cluster caches,
+//! cloud provider, clock, options, event recorder), the [`Error`] a reconcile returns, and the
+//! [`Intervals`] of the polling loops. It imports no shell, so every shell can import it without
+//! a cycle.
+
+pub mod events;
+pub mod evictions;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::events::Reporter;
+
+use crate::clock::Clock;
+use crate::cloudprovider::simulated::SimulatedProvider;
+use crate::cloudprovider::{CloudError, CloudProvider};
+use crate::simulate::SimulateOptions;
+use crate::state::ClusterState;
+
+/// Everything a controller needs, shared by all of them.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// An API client that does not retry HTTP 429 itself: an eviction a PodDisruptionBudget
+    /// refuses must come back to the drain, which backs off per pod and watches the
+    /// terminationGracePeriod deadline (the default client would retry for many minutes).
+    pub eviction_client: Client,
+    /// Reflected cluster state.
+    pub state: ClusterState,
+    /// The cloud.
+    pub provider: Arc<dyn CloudProvider>,
+    /// The simulated cloud again, when that is the cloud, for the stand-in kubelet.
+    pub simulated: Option<Arc<SimulatedProvider>>,
+    /// Publishes Kubernetes events.
+    pub recorder: events::EventRecorder,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// Scheduler and disruption options.
+    pub options: SimulateOptions,
+    /// Retry delays for evictions refused by PodDisruptionBudgets.
+    pub evictions: evictions::EvictionBackoff,
+    /// Poll periods and waits of the disruption and garbage-collection loops.
+    pub intervals: Intervals,
+}
+
+/// How often the polling controllers run and how long a disruption command waits. Production
+/// uses upstream's values ([`Intervals::default`]); tests that drive hundreds of rounds against
+/// a real API server shorten them, since every wait is wall-clock time there.
+#[derive(Clone, Copy, Debug)]
+pub struct Intervals {
+    /// Between disruption passes that found nothing to do (upstream: 10 s).
+    pub disruption_poll: std::time::Duration,
+    /// Between tainting a command's candidates and re-validating it (upstream's
+    /// `commandValidationDelay`, 15 s): pods, annotations and PDBs catch up meanwhile.
+    pub validation_delay: std::time::Duration,
+    /// How long a command's replacements may take to initialize before it is rolled back.
+    pub replacement_timeout: std::time::Duration,
+    /// Between updates of the NodeClaims' Drifted / Consolidatable conditions.
+    pub disruption_status: std::time::Duration,
+    /// Between garbage collections of instances and NodeClaims.
+    pub garbage_collection: std::time::Duration,
+}
+
+impl Default for Intervals {
+    fn default() -> Self {
+        Self {
+            disruption_poll: std::time::Duration::from_secs(10),
+            validation_delay: std::time::Duration::from_secs(15),
+            replacement_timeout: std::time::Duration::from_secs(600),
+            disruption_status: std::time::Duration::from_secs(3),
+            garbage_collection: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+impl Context {
+    /// Builds the shared context; events are reported as `karpenter`, as upstream's are.
+    pub fn new(
+        client: Client,
+        eviction_client: Client,
+        state: ClusterState,
+        provider: Arc<dyn CloudProvider>,
+        simulated: Option<Arc<SimulatedProvider>>,
+        clock: Arc<dyn Clock>,
+        options: SimulateOptions,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "karpenter".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: events::EventRecorder::new(client.clone(), reporter),
+            client,
+            eviction_client,
+            state,
+            provider,
+            simulated,
+            clock,
+            options,
+            evictions: Default::default(),
+            intervals: Intervals::default(),
+        }
+    }
+}
+
+/// Why a reconcile failed; every variant is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or could not be reached.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The cloud refused or could not be reached.
+    #[error("cloud provider: {0}")]
+    Cloud(#[from] CloudError),
+}
