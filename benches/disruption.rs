@@ -16,8 +16,8 @@ use chrono::{TimeZone, Utc};
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::disruption::{self, state::State};
+use karpenter_rs::manifest;
 use karpenter_rs::simulate::{self, SimulateOptions};
-use karpenter_rs::{cluster, manifest};
 
 /// Deterministic splitmix64, so every run benchmarks the same cluster.
 struct Rng(u64);
@@ -95,7 +95,7 @@ fn state(nodes: usize, pools: usize, packed: bool, catalog: &Catalog) -> State {
     let now = Utc.with_ymd_and_hms(2026, 11, 23, 10, 0, 0).unwrap();
     let docs = manifest::parse_str(&manifests(nodes, pools, packed), Path::new("bench.yaml"))
         .expect("generated manifests parse");
-    let c = cluster::load(&docs, now).expect("generated manifests load");
+    let c = manifest::load(&docs, now).expect("generated manifests load");
     let options = SimulateOptions::default();
     let prepared = simulate::prepare(&c, catalog, &options);
     State::from_cluster(&c, prepared.input.nodepools, options.scheduler, now)

@@ -8,10 +8,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use karpenter_rs::apis::{convert, crds};
 use karpenter_rs::catalog::{self, Catalog};
+use karpenter_rs::manifest;
 use karpenter_rs::operator::settings::Settings;
 use karpenter_rs::scheduling::scheduler::Options;
 use karpenter_rs::simulate::{self, SimulateOptions};
-use karpenter_rs::{cluster, manifest};
 
 #[derive(Parser)]
 #[command(
@@ -424,7 +424,7 @@ fn run_simulate(
     let cluster = {
         // The parsed documents are done with once typed; free them before scheduling.
         let docs = manifest::read_paths(files)?;
-        cluster::load(&docs, mode.now)?
+        manifest::load(&docs, mode.now)?
     };
     for i in &cluster.ignored {
         eprintln!(

@@ -1,7 +1,7 @@
 //! `karpenter-rs simulate`: the provisioning decision the controller would make for a cluster
 //! described by manifests, computed offline with the same scheduler `run` uses.
 //!
-//! This module turns a [`Cluster`] into the scheduler's input (NodePool templates with their
+//! This module turns a [`Snapshot`] into the scheduler's input (NodePool templates with their
 //! instance types and DaemonSet overhead, existing nodes with their bound pods, pending pods),
 //! runs it, and reports every new NodeClaim, every pod's placement and the cost.
 
@@ -20,7 +20,6 @@ use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
 use crate::cloudprovider::first_launch_choice;
-use crate::cluster::{Cluster, ClusterPod};
 use crate::disruption::state::State;
 use crate::disruption::{self, Blocked, Command};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
@@ -31,6 +30,7 @@ use crate::scheduling::scheduler::{
     self, ExistingNode, Input, NodePoolTemplate, Options, Placement, PoolCache,
 };
 use crate::scheduling::taints::taint_from_k8s;
+use crate::snapshot::{ClusterPod, Snapshot};
 
 /// What `simulate` decided, in the shape `--output json` prints.
 #[derive(Clone, Debug, Serialize)]
@@ -228,7 +228,7 @@ fn claim_options<'a>(
 
 /// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
 /// yet (by name or provider ID).
-fn is_in_flight(cluster: &Cluster, claim: &crate::apis::NodeClaim) -> bool {
+fn is_in_flight(cluster: &Snapshot, claim: &crate::apis::NodeClaim) -> bool {
     let status = claim.status.as_ref();
     let registered = status
         .and_then(|s| s.node_name.as_deref())
@@ -265,7 +265,7 @@ const EPHEMERAL_TAINTS: &[(&str, &str)] = &[
 /// The taints the scheduler holds against an existing node: its own, less the ephemeral ones
 /// and, until Karpenter marks it initialized, its NodeClaim's startup taints (which something in
 /// the cluster removes once the node is ready).
-fn scheduling_taints(cluster: &Cluster, node: &core::Node) -> Vec<crate::apis::nodeclaim::Taint> {
+fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::nodeclaim::Taint> {
     let initialized = node
         .metadata
         .labels
@@ -299,7 +299,7 @@ fn scheduling_taints(cluster: &Cluster, node: &core::Node) -> Vec<crate::apis::n
 
 /// Builds the scheduler input from a cluster and the instance types its node classes offer.
 pub fn prepare(
-    cluster: &Cluster,
+    cluster: &Snapshot,
     source: &dyn InstanceTypeSource,
     options: &SimulateOptions,
 ) -> Prepared {
@@ -605,7 +605,7 @@ pub fn prepare(
 /// Adds the zone (or other topology) constraints of a pod's persistent volumes to its node
 /// requirements: a bound volume's PV node affinity, or an unbound claim's StorageClass
 /// `allowedTopologies`, so the node is launched where the volume can attach.
-fn with_volume_topology(cluster: &Cluster, k8s: &ClusterPod, mut pod: Pod) -> Result<Pod, String> {
+fn with_volume_topology(cluster: &Snapshot, k8s: &ClusterPod, mut pod: Pod) -> Result<Pod, String> {
     pod.volumes = volumes_of(cluster, k8s);
     let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
     let volumes = k8s.spec.volumes.as_ref();
@@ -715,7 +715,7 @@ fn with_volume_topology(cluster: &Cluster, k8s: &ClusterPod, mut pod: Pod) -> Re
 /// The CSI volumes a pod mounts: the bound PV's driver, or the claim's StorageClass provisioner
 /// while unbound. Claims or volumes missing from the input are skipped here (the topology step
 /// reports them).
-fn volumes_of(cluster: &Cluster, k8s: &ClusterPod) -> Vec<VolumeRef> {
+fn volumes_of(cluster: &Snapshot, k8s: &ClusterPod) -> Vec<VolumeRef> {
     let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
     let volumes = k8s.spec.volumes.as_ref();
     volumes
@@ -790,7 +790,7 @@ fn suffix(seed: &str) -> String {
 }
 
 /// Runs provisioning on a cluster.
-pub fn simulate(cluster: &Cluster, catalog: &Catalog, options: &SimulateOptions) -> Report {
+pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &SimulateOptions) -> Report {
     let prepared = prepare(cluster, catalog, options);
     let outcome = scheduler::solve(&prepared.input);
     let input = &prepared.input;
@@ -963,7 +963,7 @@ fn apply_provisioning(state: &mut State, report: &Report, now: DateTime<Utc>) {
 /// The provisioning report and the disruption state of the cluster once its planned NodeClaims
 /// have launched and its pods are placed.
 fn provisioned(
-    cluster: &Cluster,
+    cluster: &Snapshot,
     catalog: &Catalog,
     options: &SimulateOptions,
     now: DateTime<Utc>,
@@ -979,7 +979,7 @@ fn provisioned(
 /// disruption until nothing changes, the clock advancing by `step` each round, as the
 /// controller would behave.
 pub fn simulate_with_disruption(
-    cluster: &Cluster,
+    cluster: &Snapshot,
     catalog: &Catalog,
     options: &SimulateOptions,
     now: DateTime<Utc>,
@@ -1149,7 +1149,7 @@ impl Report {
 
 /// The engine's reasoning for one node after provisioning, for `simulate --explain`.
 pub fn explain(
-    cluster: &Cluster,
+    cluster: &Snapshot,
     catalog: &Catalog,
     options: &SimulateOptions,
     now: DateTime<Utc>,
@@ -1199,7 +1199,7 @@ mod tests {
             }))
             .expect("node")
         };
-        let cluster = Cluster {
+        let cluster = Snapshot {
             nodepools: Vec::new(),
             nodeclasses: Vec::new(),
             nodeclaims: vec![claim],

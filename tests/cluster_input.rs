@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, TimeZone, Utc};
-use karpenter_rs::cluster::{self, Cluster, ClusterPod as Pod, LoadError, LoadProblem};
-use karpenter_rs::manifest::{self, Document};
+use karpenter_rs::manifest::{self, Document, LoadError, LoadProblem};
+use karpenter_rs::snapshot::{ClusterPod as Pod, Snapshot};
 use pretty_assertions::assert_eq;
 
 const NODE: &str = "ip-10-0-1-1.us-west-2.compute.internal";
@@ -30,23 +30,23 @@ fn read(name: &str) -> Vec<Document> {
     manifest::read_paths(&[fixture(name)]).expect("fixture reads")
 }
 
-fn load(name: &str) -> Cluster {
-    cluster::load(&read(name), now()).unwrap_or_else(|e| panic!("{name} loads: {e}"))
+fn load(name: &str) -> Snapshot {
+    manifest::load(&read(name), now()).unwrap_or_else(|e| panic!("{name} loads: {e}"))
 }
 
 fn load_errors(name: &str) -> Vec<LoadProblem> {
-    match cluster::load(&read(name), now()) {
+    match manifest::load(&read(name), now()) {
         Ok(_) => panic!("{name} should not load"),
         Err(LoadError { problems }) => problems,
     }
 }
 
-fn from_yaml(yaml: &str) -> Result<Cluster, LoadError> {
+fn from_yaml(yaml: &str) -> Result<Snapshot, LoadError> {
     let docs = manifest::parse_str(yaml, Path::new("inline.yaml")).expect("valid YAML");
-    cluster::load(&docs, now())
+    manifest::load(&docs, now())
 }
 
-fn inline(yaml: &str) -> Cluster {
+fn inline(yaml: &str) -> Snapshot {
     from_yaml(yaml).unwrap_or_else(|e| panic!("loads: {e}"))
 }
 
@@ -54,7 +54,7 @@ fn name(pod: &Pod) -> &str {
     pod.metadata.name.as_deref().unwrap_or_default()
 }
 
-fn pods_owned_by<'a>(cluster: &'a Cluster, kind: &str) -> Vec<&'a Pod> {
+fn pods_owned_by<'a>(cluster: &'a Snapshot, kind: &str) -> Vec<&'a Pod> {
     cluster
         .pods
         .iter()
@@ -331,8 +331,8 @@ fn uids_are_unique_and_loading_is_deterministic() {
 
     // The clock only stamps creation times; names and uids do not depend on it.
     let later =
-        cluster::load(&read("mix.yaml"), now() + chrono::Duration::hours(1)).expect("loads");
-    let identity = |c: &Cluster| -> Vec<(String, String)> {
+        manifest::load(&read("mix.yaml"), now() + chrono::Duration::hours(1)).expect("loads");
+    let identity = |c: &Snapshot| -> Vec<(String, String)> {
         c.pods
             .iter()
             .map(|p| {
@@ -601,7 +601,7 @@ fn malformed_manifests_report_file_object_and_field() {
     assert!(message(6).contains("apps/v1"), "{}", message(6));
     assert!(message(7).contains("cpu limit of 1"), "{}", message(7));
 
-    let rendered = cluster::load(&read("errors/malformed.yaml"), now())
+    let rendered = manifest::load(&read("errors/malformed.yaml"), now())
         .expect_err("invalid")
         .to_string();
     assert!(

@@ -8,9 +8,9 @@ use karpenter_rs::apis::ec2nodeclass::AMIFamily;
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use karpenter_rs::disruption::{self, Method};
+use karpenter_rs::manifest;
 use karpenter_rs::scheduling::instance_type::NodeClassSettings;
 use karpenter_rs::simulate::{self, Report, SimulateOptions};
-use karpenter_rs::{cluster, manifest};
 
 const NODECLASS: &str = r#"
 apiVersion: karpenter.k8s.aws/v1
@@ -160,7 +160,7 @@ status: {{phase: Running}}
 fn run_at(docs: &[String], now: DateTime<Utc>, options: SimulateOptions) -> Report {
     let text = docs.join("\n---\n");
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
-    let c = cluster::load(&parsed, now).unwrap_or_else(|e| panic!("{e}"));
+    let c = manifest::load(&parsed, now).unwrap_or_else(|e| panic!("{e}"));
     let catalog = Catalog::bundled("us-east-1").expect("catalog");
     simulate::simulate_with_disruption(&c, &catalog, &options, now, None)
 }
@@ -468,7 +468,7 @@ fn drift_replaces_one_node_at_a_time_oldest_first() {
     // Settling rolls them all, one per round, oldest first, each replaced before removal.
     let text = docs.join("\n---\n");
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).unwrap();
-    let c = cluster::load(&parsed, monday_10()).unwrap();
+    let c = manifest::load(&parsed, monday_10()).unwrap();
     let catalog = Catalog::bundled("us-east-1").unwrap();
     let settled = simulate::simulate_with_disruption(
         &c,
@@ -536,7 +536,7 @@ fn a_hash_version_mismatch_restamps_instead_of_drifting() {
     // Explain says why.
     let text = docs.join("\n---\n");
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).unwrap();
-    let c = cluster::load(&parsed, monday_10()).unwrap();
+    let c = manifest::load(&parsed, monday_10()).unwrap();
     let catalog = Catalog::bundled("us-east-1").unwrap();
     let e = simulate::explain(&c, &catalog, &SimulateOptions::default(), monday_10(), "n1")
         .expect("n1");

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use karpenter_rs::catalog::Catalog;
+use karpenter_rs::manifest;
 use karpenter_rs::scheduling::scheduler::Options;
 use karpenter_rs::simulate::{self, Report, SimulateOptions};
-use karpenter_rs::{cluster, manifest};
 
 const NODECLASS: &str = r#"
 apiVersion: karpenter.k8s.aws/v1
@@ -62,7 +62,7 @@ spec:
 fn run_with(docs: &[String], options: Options) -> Report {
     let text = docs.join("\n---\n");
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
-    let c = cluster::load(&parsed, chrono::Utc::now()).unwrap_or_else(|e| panic!("{e}"));
+    let c = manifest::load(&parsed, chrono::Utc::now()).unwrap_or_else(|e| panic!("{e}"));
     let catalog = Catalog::bundled("us-east-1").expect("catalog");
     simulate::simulate(
         &c,

@@ -37,7 +37,6 @@ use serde_json::json;
 use crate::apis::conditions;
 use crate::apis::nodepool::DisruptionReason;
 use crate::apis::{NodeClaim, NodePool, labels};
-use crate::cluster::Cluster;
 use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, budgets, validation};
 use crate::lifecycle::{INITIALIZED, termination};
@@ -45,6 +44,7 @@ use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{self, Input, Placement};
+use crate::snapshot::Snapshot;
 
 /// Annotation on a replacement NodeClaim: the command it was launched for, as JSON
 /// ([`CommandMarker`]). Removed once the command completed.
@@ -104,7 +104,7 @@ pub async fn run(ctx: Arc<Context>) {
 
 /// The engine's state of the cluster now, with the instance types the provider offers, and the
 /// nodes nominated for pending pods.
-async fn current_state(ctx: &Context) -> (Cluster, State, BTreeSet<String>) {
+async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
     let cluster = ctx.state.snapshot();
     let types = crate::provisioning::instance_types(ctx, &cluster).await;
     let prepared = crate::simulate::prepare(&cluster, &types, &ctx.options);
@@ -136,7 +136,7 @@ pub fn nominated(input: &Input) -> BTreeSet<String> {
 }
 
 /// The NodeClaim of the Node named `node`, by node name or provider ID.
-fn claim_of<'a>(cluster: &'a Cluster, node: &str) -> Option<&'a NodeClaim> {
+fn claim_of<'a>(cluster: &'a Snapshot, node: &str) -> Option<&'a NodeClaim> {
     let provider_id = cluster
         .nodes
         .iter()
@@ -281,7 +281,7 @@ fn queue_failure(cmd: &Command) {
 /// Commands whose replacements still carry [`COMMAND_ANNOTATION`]: their controller died (or
 /// could not clear the marker). Each is finished after a fresh validation, or rolled back.
 /// Returns whether there was any.
-async fn resume_commands(ctx: &Context, cluster: &Cluster) -> Result<bool, Error> {
+async fn resume_commands(ctx: &Context, cluster: &Snapshot) -> Result<bool, Error> {
     let mut commands: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut live_markers: BTreeSet<String> = BTreeSet::new();
     for claim in &cluster.nodeclaims {
@@ -374,7 +374,7 @@ async fn clear_markers(api: &Api<NodeClaim>, names: &[String]) -> Result<(), Err
 /// being deleted, so the command that tainted them was abandoned (or its controller crashed);
 /// their NodeClaims lose a stale `DisruptionReason` condition too. Nodes without a NodeClaim are
 /// not Karpenter's to untaint.
-async fn untaint_orphans(ctx: &Context, cluster: &Cluster) -> Result<(), Error> {
+async fn untaint_orphans(ctx: &Context, cluster: &Snapshot) -> Result<(), Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for node in &cluster.nodes {
         if node.metadata.deletion_timestamp.is_some() {
@@ -446,7 +446,7 @@ async fn publish<K: Resource<DynamicType = ()>>(
 /// An event on a candidate's Node and NodeClaim.
 async fn event_on(
     ctx: &Context,
-    cluster: &Cluster,
+    cluster: &Snapshot,
     node: &str,
     type_: EventType,
     reason: &str,
@@ -475,7 +475,7 @@ fn worth_reporting(reason: &str) -> bool {
 /// `DisruptionBlocked` events, once per node and reason.
 async fn report_blocked(
     ctx: &Context,
-    cluster: &Cluster,
+    cluster: &Snapshot,
     blocked: &[disruption::Blocked],
     reported: &mut HashMap<String, String>,
 ) {
@@ -515,7 +515,7 @@ fn termination_mode(claim: &NodeClaim) -> &'static str {
 /// candidate whose NodeClaim was just deleted.
 fn count_disrupted(
     state: &State,
-    cluster: &Cluster,
+    cluster: &Snapshot,
     method: Method,
     node: &str,
     claim: &NodeClaim,
@@ -588,7 +588,7 @@ fn recorded_reason(method: Method) -> String {
 /// (termination still honours PDBs until the terminationGracePeriod).
 async fn expire(
     ctx: &Context,
-    cluster: &Cluster,
+    cluster: &Snapshot,
     state: &State,
     cmd: &Command,
 ) -> Result<bool, Error> {
@@ -641,7 +641,7 @@ fn requests_of(state: &State, pods: &[String]) -> Resources {
 /// whether the candidates were deleted.
 async fn execute(
     ctx: &Context,
-    cluster: &Cluster,
+    cluster: &Snapshot,
     state: &State,
     cmd: &Command,
 ) -> Result<bool, Error> {
@@ -759,7 +759,7 @@ async fn execute(
 /// deleted.
 async fn complete(
     ctx: &Context,
-    cluster: &Cluster,
+    cluster: &Snapshot,
     cmd: &Command,
     launched: &[String],
     pods_before: &BTreeMap<String, usize>,
@@ -827,7 +827,7 @@ async fn complete(
 }
 
 /// Gives up on a command: an event saying why, then [`rollback`].
-async fn abandon(ctx: &Context, cluster: &Cluster, cmd: &Command, launched: &[String], why: &str) {
+async fn abandon(ctx: &Context, cluster: &Snapshot, cmd: &Command, launched: &[String], why: &str) {
     tracing::info!(controller = "disruption", command = ?cmd.candidates, reason = %why, "abandoning disruption command");
     for node in &cmd.candidates {
         event_on(

@@ -18,11 +18,11 @@ use serde_json::json;
 
 use crate::apis::NodeClaim;
 use crate::apis::conditions::{self, Condition, FALSE, TRUE};
-use crate::cluster::Cluster;
 use crate::disruption::candidates::candidates;
 use crate::disruption::drift::DriftVerdict;
 use crate::disruption::state::State;
 use crate::runtime::Context;
+use crate::snapshot::Snapshot;
 
 /// Condition: the node no longer matches its NodePool or EC2NodeClass.
 pub const DRIFTED: &str = "Drifted";
@@ -195,7 +195,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// NodeClaims drifted in ways only it can see.
 async fn ask_provider(
     ctx: &Context,
-    cluster: &Cluster,
+    cluster: &Snapshot,
     now: DateTime<Utc>,
     asked: &mut HashMap<String, DateTime<Utc>>,
     found: &mut HashMap<String, String>,

@@ -1,5 +1,5 @@
 //! The cluster as the disruption engine sees it: nodes with their NodeClaim facts, price and bound
-//! pods, pods with what protects them, NodePools and PDBs — built from a [`Cluster`] and mutable
+//! pods, pods with what protects them, NodePools and PDBs — built from a [`Snapshot`] and mutable
 //! so `simulate --settle` can apply commands round after round.
 
 use std::collections::BTreeMap;
@@ -15,12 +15,12 @@ use crate::apis::ec2nodeclass::EC2NodeClass;
 use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaim, Taint};
 use crate::apis::nodepool::NodePool;
-use crate::cluster::Cluster;
 use crate::scheduling::instance_type::{CapacityType, InstanceType};
 use crate::scheduling::pod::{Pod, Selector};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{ExistingNode, Input, NodePoolTemplate, Options};
 use crate::scheduling::taints::taint_from_k8s;
+use crate::snapshot::Snapshot;
 
 /// What the engine knows about a node's NodeClaim.
 #[derive(Clone, Debug, Default)]
@@ -150,7 +150,7 @@ impl State {
     /// Builds the state from loaded manifests. `templates` come from the provisioning
     /// preparation (instance types per NodePool).
     pub fn from_cluster(
-        cluster: &Cluster,
+        cluster: &Snapshot,
         templates: Vec<NodePoolTemplate>,
         options: Options,
         now: DateTime<Utc>,

@@ -182,7 +182,7 @@ pub fn pods_to_move(state: &State, cmd: &Command) -> BTreeMap<String, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::Cluster;
+    use crate::snapshot::Snapshot;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
@@ -224,7 +224,7 @@ mod tests {
         });
         let mut nodes = vec![node("n1", true)];
         nodes.extend(others.iter().map(|(n, t)| node(n, *t)));
-        let cluster = Cluster {
+        let cluster = Snapshot {
             nodepools: vec![serde_json::from_value(pool).expect("pool")],
             nodes: nodes
                 .into_iter()
@@ -234,7 +234,7 @@ mod tests {
                 .into_iter()
                 .map(|p| serde_json::from_value::<Pod>(p).expect("pod").into())
                 .collect(),
-            ..Cluster::default()
+            ..Snapshot::default()
         };
         State::from_cluster(&cluster, Vec::new(), Default::default(), now())
     }

@@ -108,7 +108,7 @@ fn is_daemon(pod: &Pod) -> bool {
 }
 
 fn is_terminal(pod: &Pod) -> bool {
-    crate::cluster::phase_is_terminal(pod.status.as_ref())
+    crate::snapshot::phase_is_terminal(pod.status.as_ref())
 }
 
 fn node_name(pod: &Pod) -> Option<&str> {

@@ -18,7 +18,6 @@ use tokio::sync::Notify;
 use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimSpec, Operator, ResourceRequirements};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
-use crate::cluster::Cluster;
 use crate::controllers::nodepool::runtime_validate;
 use crate::disruption::drift;
 use crate::metrics::METRICS;
@@ -27,6 +26,7 @@ use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::requirements::Requirement;
 use crate::scheduling::scheduler;
 use crate::simulate::{self, SimulateOptions};
+use crate::snapshot::Snapshot;
 
 /// How long the provisioner waits for more pod events before it plans (`BATCH_IDLE_DURATION`),
 /// and the longest a batch may grow (`BATCH_MAX_DURATION`).
@@ -59,7 +59,7 @@ pub struct Plan {
 /// Plans NodeClaims for the pending pods of a snapshot, given the instance types each node
 /// class offers (by EC2NodeClass name).
 pub fn plan(
-    cluster: &Cluster,
+    cluster: &Snapshot,
     types: &HashMap<String, Arc<Vec<InstanceType>>>,
     options: &SimulateOptions,
 ) -> Plan {
@@ -101,7 +101,7 @@ pub fn plan(
 /// with the reason: invalid pools ([`runtime_validate`]; upstream provisions only from ready
 /// pools) and pools whose EC2NodeClass is being deleted (its finalizer waits for the class's
 /// NodeClaims to go, so new ones would hold it forever).
-pub fn drop_unusable_pools(cluster: &mut Cluster) -> Vec<(String, String)> {
+pub fn drop_unusable_pools(cluster: &mut Snapshot) -> Vec<(String, String)> {
     let terminating: HashSet<String> = cluster
         .nodeclasses
         .iter()
@@ -169,7 +169,7 @@ pub(crate) fn replacement_nodeclaim(
 /// whose types cannot be read are left out (and logged), so one broken class stops nothing else.
 pub(crate) async fn instance_types(
     ctx: &Context,
-    cluster: &Cluster,
+    cluster: &Snapshot,
 ) -> HashMap<String, Arc<Vec<InstanceType>>> {
     let mut types = HashMap::new();
     for class in &cluster.nodeclasses {
@@ -354,7 +354,7 @@ impl Provisioner {
         Ok(created.len())
     }
 
-    async fn report_unschedulable(&self, cluster: &Cluster, pod_key: &str, reason: &str) {
+    async fn report_unschedulable(&self, cluster: &Snapshot, pod_key: &str, reason: &str) {
         let Some((ns, name)) = pod_key.split_once('/') else {
             return;
         };
@@ -459,7 +459,7 @@ mod tests {
             {"key": "a", "effect": "NoSchedule"},
             {"key": "a", "effect": "NoSchedule"},
         ]);
-        let mut cluster = Cluster {
+        let mut cluster = Snapshot {
             nodepools: vec![
                 pool("good", "default", json!([])),
                 pool("invalid", "default", twice),

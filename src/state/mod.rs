@@ -1,5 +1,5 @@
 //! The controller's view of the cluster: one reflector (watch + in-memory store) per kind the
-//! core reads, and [`ClusterState::snapshot`], which hands the pure core the same [`Cluster`]
+//! core reads, and [`ClusterState::snapshot`], which hands the pure core the same [`Snapshot`]
 //! that `simulate` builds from manifests — one model, one code path.
 //!
 //! Objects are stored without `managedFields` (often the largest part of an object and never
@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
-use crate::cluster::{self, Cluster};
+use crate::snapshot::{self, Snapshot};
 
 /// Reflected stores of every kind the core reads.
 #[derive(Clone)]
@@ -273,8 +273,8 @@ impl ClusterState {
 
     /// The cluster as the pure core sees it, in a stable order (by namespace and name) so the
     /// same cluster always gives the same decisions.
-    pub fn snapshot(&self) -> Cluster {
-        Cluster {
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
             nodepools: sorted(&self.nodepools),
             nodeclasses: sorted(&self.nodeclasses),
             nodeclaims: sorted(&self.nodeclaims),
@@ -348,7 +348,7 @@ fn awaiting_scheduler(pod: &Pod) -> bool {
 /// Whether a pod is one the provisioner must find room for: kube-scheduler found no node for it
 /// and it is not a DaemonSet pod, finished, or being deleted.
 pub fn is_provisionable(pod: &Pod) -> bool {
-    !awaiting_scheduler(pod) && cluster::is_pending(pod)
+    !awaiting_scheduler(pod) && snapshot::is_pending(pod)
 }
 
 #[cfg(test)]

@@ -1,0 +1,281 @@
+//! The snapshot: an immutable view of the cluster that the pure core reads — nodes, NodeClaims,
+//! pods, NodePools, EC2NodeClasses, DaemonSets, PDBs and volumes — whether it was loaded from
+//! manifests ([`crate::manifest`]) or taken from the controller's caches ([`crate::state`]).
+//!
+//! Besides the objects it holds the single answers to the questions every consumer asks of them
+//! (which NodeClaim a Node belongs to, whether a pod is pending or a DaemonSet pod, which taints
+//! are ephemeral) and the two adapters that build the core's inputs from it:
+//! [`scheduling_input`] for the scheduler, [`disruption_input`] for the disruption engine.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodStatus,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+
+use crate::apis::nodeclaim::Operator;
+use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
+
+/// Namespace of namespaced objects that do not name one, as with `kubectl apply` without `-n`.
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
+/// Well-known node label carrying the cloud region.
+const REGION_LABEL: &str = "topology.kubernetes.io/region";
+/// Well-known node label carrying the availability zone.
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Everything simulate (and later the controller's state) reads about a cluster.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// NodePools, validated like the API server would. Pools whose `nodeClassRef` names no
+    /// EC2NodeClass here are kept: the scheduler reports them per pool (see
+    /// [`Snapshot::nodeclass_of`]).
+    pub nodepools: Vec<NodePool>,
+    /// EC2NodeClasses, validated.
+    pub nodeclasses: Vec<EC2NodeClass>,
+    /// NodeClaims, validated: capacity Karpenter already launched.
+    pub nodeclaims: Vec<NodeClaim>,
+    /// Nodes as given.
+    pub nodes: Vec<Node>,
+    /// Bare Pods in input order, then the pods workloads expand to, in input order.
+    pub pods: Vec<ClusterPod>,
+    /// DaemonSets; their pods are not expanded, the scheduler adds them to every node instead.
+    pub daemonsets: Vec<DaemonSet>,
+    /// `policy/v1` PodDisruptionBudgets.
+    pub pdbs: Vec<PodDisruptionBudget>,
+    /// PersistentVolumes.
+    pub persistent_volumes: Vec<PersistentVolume>,
+    /// PersistentVolumeClaims given, then those StatefulSets' `volumeClaimTemplates` create.
+    pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    /// StorageClasses.
+    pub storage_classes: Vec<StorageClass>,
+    /// CSINodes (per-node volume attach limits).
+    pub csi_nodes: Vec<CSINode>,
+    /// Objects that were read but do not affect what the controller does, so users can see
+    /// nothing was silently dropped.
+    pub ignored: Vec<Ignored>,
+}
+
+/// A pod as the core reads it: metadata of its own, and a spec and status that the replicas of
+/// one workload share. The spec is most of a pod's memory, so 20,000 replicas of a few hundred
+/// Deployments cost their names and labels rather than 20,000 copies of their templates.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterPod {
+    /// Name, namespace, labels, owners, timestamps.
+    pub metadata: ObjectMeta,
+    /// The spec, shared with the pod's siblings where they have the same one.
+    pub spec: Arc<PodSpec>,
+    /// The status (phase, conditions), shared like the spec; `None` when the API gave none.
+    pub status: Option<Arc<PodStatus>>,
+}
+
+impl From<Pod> for ClusterPod {
+    fn from(pod: Pod) -> Self {
+        Self {
+            metadata: pod.metadata,
+            spec: Arc::new(pod.spec.unwrap_or_default()),
+            status: pod.status.map(Arc::new),
+        }
+    }
+}
+
+/// A `ClusterPod` is a Pod to the API: events and object references name it as one.
+impl Resource for ClusterPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        Pod::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl ClusterPod {
+    /// The node the pod is bound to; an empty `nodeName` is no binding.
+    pub fn node_name(&self) -> Option<&str> {
+        self.spec.node_name.as_deref().filter(|n| !n.is_empty())
+    }
+
+    /// Whether the pod ran to completion or failed for good.
+    pub fn is_terminal(&self) -> bool {
+        phase_is_terminal(self.status.as_deref())
+    }
+
+    /// Whether the pod waits for capacity (see [`Snapshot::pending_pods`]).
+    pub fn is_pending(&self) -> bool {
+        pod_is_pending(&self.metadata, Some(&self.spec), self.status.as_deref())
+    }
+
+    /// `namespace/name`, as reports name pods.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(DEFAULT_NAMESPACE),
+            self.metadata.name.as_deref().unwrap_or_default()
+        )
+    }
+}
+
+/// An object `load` skipped, and why; reported to the user, never fatal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ignored {
+    /// The file and document it came from.
+    pub source: String,
+    /// `Kind/name`.
+    pub object: String,
+    /// Why it does not matter, or what to do instead.
+    pub reason: String,
+}
+
+impl Snapshot {
+    /// Pods the provisioner must find room for: not bound to a node, not nominated to one by
+    /// preemption, not finished, not being deleted, not DaemonSet pods (those follow nodes), and
+    /// either marked unschedulable by the
+    /// scheduler (`PodScheduled=False`, reason `Unschedulable`) or not yet looked at (no
+    /// `PodScheduled` condition). Scheduling-gated pods are excluded, as Karpenter excludes them.
+    pub fn pending_pods(&self) -> Vec<&ClusterPod> {
+        self.pods.iter().filter(|pod| pod.is_pending()).collect()
+    }
+
+    /// Pods occupying each node, by node name: bound and not finished (finished pods free their
+    /// resources). Nodes without such pods are absent.
+    pub fn bound_pods(&self) -> BTreeMap<&str, Vec<&ClusterPod>> {
+        let mut by_node: BTreeMap<&str, Vec<&ClusterPod>> = BTreeMap::new();
+        for pod in &self.pods {
+            if let Some(node) = pod.node_name()
+                && !pod.is_terminal()
+            {
+                by_node.entry(node).or_default().push(pod);
+            }
+        }
+        by_node
+    }
+
+    /// The EC2NodeClass called `name`, if loaded.
+    pub fn nodeclass(&self, name: &str) -> Option<&EC2NodeClass> {
+        self.nodeclasses
+            .iter()
+            .find(|class| class.metadata.name.as_deref() == Some(name))
+    }
+
+    /// The EC2NodeClass a NodePool's `nodeClassRef` resolves to; `None` when it names another
+    /// group or kind, or a class that was not loaded — the scheduler reports such pools.
+    pub fn nodeclass_of(&self, pool: &NodePool) -> Option<&EC2NodeClass> {
+        let reference = &pool.spec.template.spec.node_class_ref;
+        let ours = reference.group == EC2NodeClass::group(&())
+            && reference.kind == EC2NodeClass::kind(&());
+        ours.then(|| self.nodeclass(&reference.name)).flatten()
+    }
+
+    /// The AWS region the manifests describe, for picking prices and offerings without asking
+    /// the user: the first node's `topology.kubernetes.io/region` label, else the region of the
+    /// first zone a NodePool requires (`topology.kubernetes.io/zone In [us-west-2a]` →
+    /// `us-west-2`), else of the first node's zone label.
+    pub fn region_hint(&self) -> Option<String> {
+        let node_labels = |key: &'static str| {
+            self.nodes
+                .iter()
+                .filter_map(move |node| node.metadata.labels.as_ref()?.get(key))
+        };
+        if let Some(region) = node_labels(REGION_LABEL).find(|r| !r.is_empty()) {
+            return Some(region.clone());
+        }
+        let required_zones = self
+            .nodepools
+            .iter()
+            .flat_map(|pool| &pool.spec.template.spec.requirements)
+            .filter(|req| req.key == ZONE_LABEL && req.operator == Operator::In)
+            .flat_map(|req| &req.values);
+        required_zones
+            .chain(node_labels(ZONE_LABEL))
+            .find_map(|zone| region_of_zone(zone))
+    }
+}
+
+/// `us-west-2a` → `us-west-2`, `us-gov-west-1b` → `us-gov-west-1`, Local Zone `us-west-2-lax-1a`
+/// → `us-west-2`; `None` for zone IDs (`usw2-az1`), which do not spell their region.
+fn region_of_zone(zone: &str) -> Option<String> {
+    let parts: Vec<&str> = zone.split('-').collect();
+    let number = parts
+        .iter()
+        .position(|p| p.starts_with(|c: char| c.is_ascii_digit()))?;
+    let words = &parts[..number];
+    if words.len() < 2
+        || words
+            .iter()
+            .any(|w| w.is_empty() || !w.bytes().all(|b| b.is_ascii_lowercase()))
+    {
+        return None;
+    }
+    let digits: String = parts[number]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some(format!("{}-{digits}", words.join("-")))
+}
+
+/// Whether a pod in this phase ran to completion or failed for good.
+pub(crate) fn phase_is_terminal(status: Option<&PodStatus>) -> bool {
+    matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether a pod waits for capacity (see [`Snapshot::pending_pods`]).
+pub fn is_pending(pod: &Pod) -> bool {
+    pod_is_pending(&pod.metadata, pod.spec.as_ref(), pod.status.as_ref())
+}
+
+/// [`is_pending`] over a pod's parts, for both pod representations.
+fn pod_is_pending(meta: &ObjectMeta, spec: Option<&PodSpec>, status: Option<&PodStatus>) -> bool {
+    let daemon = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
+    let scheduled = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "PodScheduled"));
+    let unschedulable = scheduled
+        .is_none_or(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
+    let preempting = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let bound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    !bound
+        && !preempting
+        && !phase_is_terminal(status)
+        && meta.deletion_timestamp.is_none()
+        && !daemon
+        && unschedulable
+}
