@@ -438,9 +438,12 @@ pub fn prepare(
         if let Some(l) = &limits_list {
             for (resource, amount) in l.iter() {
                 if resource == "nodes" {
-                    nodes_limit = Some(amount - used_nodes);
+                    nodes_limit = Some(amount.saturating_sub(used_nodes));
                 } else {
-                    limits.push((resource.to_string(), amount - used.get(resource)));
+                    limits.push((
+                        resource.to_string(),
+                        amount.saturating_sub(used.get(resource)),
+                    ));
                 }
             }
         }
