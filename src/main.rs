@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use karpenter_rs::apis::duration::parse_go_duration;
 use karpenter_rs::apis::{convert, crds};
 use karpenter_rs::catalog::{self, Catalog};
 use karpenter_rs::manifest;
@@ -79,8 +80,8 @@ enum Command {
         /// Repeat disruption rounds (with re-provisioning) until nothing changes.
         #[arg(long)]
         settle: bool,
-        /// Simulated time between rounds for --settle (e.g. 15s, 5m).
-        #[arg(long, default_value = "15s", value_parser = parse_step)]
+        /// Simulated time between rounds for --settle (a Go duration, e.g. 15s, 5m, 1.5h).
+        #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
         step: std::time::Duration,
         /// The simulated current time (RFC 3339); default now.
         #[arg(long, value_parser = parse_now)]
@@ -334,9 +335,7 @@ fn main() -> ExitCode {
             };
             let mode = Mode {
                 disruption: disruption || settle || explain.is_some(),
-                settle: settle.then(|| {
-                    chrono::Duration::from_std(step).unwrap_or(chrono::Duration::seconds(15))
-                }),
+                settle: settle.then_some(step),
                 now: now.unwrap_or_else(chrono::Utc::now),
                 explain,
             };
@@ -382,13 +381,9 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 /// What `simulate` runs beyond provisioning.
 struct Mode {
     disruption: bool,
-    settle: Option<chrono::Duration>,
+    settle: Option<std::time::Duration>,
     now: chrono::DateTime<chrono::Utc>,
     explain: Option<String>,
-}
-
-fn parse_step(s: &str) -> Result<std::time::Duration, String> {
-    karpenter_rs::apis::duration::parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn parse_now(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {

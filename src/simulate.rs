@@ -14,6 +14,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use serde::Serialize;
 
+use crate::apis::duration;
 use crate::apis::ec2nodeclass::{AMIFamily, EC2NodeClass};
 use crate::apis::labels;
 use crate::apis::nodeclaim::Operator;
@@ -437,9 +438,12 @@ pub fn prepare(
         if let Some(l) = &limits_list {
             for (resource, amount) in l.iter() {
                 if resource == "nodes" {
-                    nodes_limit = Some(amount - used_nodes);
+                    nodes_limit = Some(amount.saturating_sub(used_nodes));
                 } else {
-                    limits.push((resource.to_string(), amount - used.get(resource)));
+                    limits.push((
+                        resource.to_string(),
+                        amount.saturating_sub(used.get(resource)),
+                    ));
                 }
             }
         }
@@ -983,7 +987,7 @@ pub fn simulate_with_disruption(
     catalog: &Catalog,
     options: &SimulateOptions,
     now: DateTime<Utc>,
-    settle: Option<chrono::Duration>,
+    settle: Option<std::time::Duration>,
 ) -> Report {
     let (mut report, mut state) = provisioned(cluster, catalog, options, now);
     let before = state.cost();
@@ -1017,8 +1021,9 @@ pub fn simulate_with_disruption(
                 }
             }
         }
-        match settle {
-            Some(step) if rounds < 100 => clock += step,
+        match settle.map(|step| duration::saturating_add(clock, step)) {
+            // A clock that reached the far future cannot advance: settling stops there.
+            Some(next) if rounds < 100 && next < duration::NEVER => clock = next,
             _ => break,
         }
     }

@@ -475,7 +475,7 @@ fn drift_replaces_one_node_at_a_time_oldest_first() {
         &catalog,
         &SimulateOptions::default(),
         monday_10(),
-        Some(chrono::Duration::seconds(15)),
+        Some(std::time::Duration::from_secs(15)),
     );
     let order: Vec<&str> = settled
         .disruptions

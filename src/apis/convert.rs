@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::crds;
-use super::duration::format_duration;
+use super::duration::{self, format_duration};
 use super::ec2nodeclass::AMIFamily;
 use super::labels::{
     ARCH, CAPACITY_TYPE, DO_NOT_DISRUPT, LEGACY_DO_NOT_CONSOLIDATE, LEGACY_DO_NOT_EVICT,
@@ -594,8 +594,12 @@ impl Ctx<'_> {
         })
     }
 
-    fn seconds(&self, field: &str, value: Value) -> Result<u64, ConvertError> {
-        value.as_u64().ok_or_else(|| {
+    /// A v1alpha5 `ttlSeconds*` field as the v1 duration it becomes. A number of seconds longer
+    /// than a Go duration can hold is an error rather than clamped with a warning: v1 would
+    /// store a value no Karpenter can read, and a clamped one would still be a made-up number
+    /// in the user's manifest where removing the field (`Never`) says what they meant.
+    fn ttl(&self, field: &str, value: Value) -> Result<String, ConvertError> {
+        let seconds = value.as_u64().ok_or_else(|| {
             self.error(
                 field,
                 format!(
@@ -603,7 +607,19 @@ impl Ctx<'_> {
                     type_of(&value)
                 ),
             )
-        })
+        })?;
+        let d = StdDuration::from_secs(seconds);
+        if d > duration::MAX {
+            return Err(self.error(
+                field,
+                format!(
+                    "{seconds} seconds is longer than {} seconds (about 292 years), the longest duration v1 \
+                     can hold; use a smaller number, or remove the field, which converts to Never",
+                    duration::MAX.as_secs()
+                ),
+            ));
+        }
+        Ok(format_duration(d))
     }
 
     /// A map whose values are all strings, as the v1alpha1 selectors are.
@@ -656,10 +672,6 @@ fn name_of(obj: &Object) -> String {
 /// Single-line JSON for quoting a value in a warning.
 fn compact(value: Option<&Value>) -> String {
     value.map_or_else(|| "none".to_string(), Value::to_string)
-}
-
-fn seconds_to_duration(seconds: u64) -> String {
-    format_duration(StdDuration::from_secs(seconds))
 }
 
 /// Metadata for an object of a new kind (or a copy): only what the user wrote, without the
@@ -792,8 +804,8 @@ fn provisioner(
                     consolidation = Some(ctx.boolean("spec.consolidation.enabled", enabled)?);
                 }
             }
-            "ttlSecondsAfterEmpty" => ttl_empty = Some(ctx.seconds(&field, v)?),
-            "ttlSecondsUntilExpired" => ttl_expired = Some(ctx.seconds(&field, v)?),
+            "ttlSecondsAfterEmpty" => ttl_empty = Some(ctx.ttl(&field, v)?),
+            "ttlSecondsUntilExpired" => ttl_expired = Some(ctx.ttl(&field, v)?),
             "providerRef" => provider_ref = Some(ctx.map(&field, v)?),
             "provider" => provider = Some(ctx.map(&field, v)?),
             "kubeletConfiguration" => {
@@ -856,12 +868,9 @@ fn provisioner(
         (Some(true), None) => {
             disruption.insert("consolidationPolicy".into(), "WhenUnderutilized".into());
         }
-        (_, Some(seconds)) => {
+        (_, Some(after)) => {
             disruption.insert("consolidationPolicy".into(), "WhenEmpty".into());
-            disruption.insert(
-                "consolidateAfter".into(),
-                seconds_to_duration(seconds).into(),
-            );
+            disruption.insert("consolidateAfter".into(), after.into());
         }
         (_, None) => {
             disruption.insert("consolidationPolicy".into(), "WhenEmpty".into());
@@ -877,8 +886,8 @@ fn provisioner(
         }
     }
     match ttl_expired {
-        Some(seconds) => {
-            disruption.insert("expireAfter".into(), seconds_to_duration(seconds).into());
+        Some(expire) => {
+            disruption.insert("expireAfter".into(), expire.into());
         }
         None => {
             disruption.insert("expireAfter".into(), "Never".into());

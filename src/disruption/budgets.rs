@@ -1,8 +1,9 @@
 //! Disruption budgets: how many of a NodePool's nodes may be voluntarily disrupting at once for a
 //! reason, at a moment in time (cron windows are evaluated in UTC, as upstream does).
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
+use crate::apis::duration;
 use crate::apis::nodepool::{BudgetNodes, DisruptionReason, NodePool};
 
 /// The budget arithmetic for one NodePool and reason, kept for explanations.
@@ -51,12 +52,11 @@ pub fn allowance(
                 let window = budget
                     .duration
                     .as_ref()
-                    .map(|d| Duration::from_std(d.get()).unwrap_or(Duration::zero()))
-                    .unwrap_or(Duration::zero());
+                    .map_or(std::time::Duration::ZERO, |d| d.get());
                 // Upstream's rule: active iff the first start after (now - duration) is not
                 // after now, i.e. the window [start, start + duration) contains now.
                 schedule
-                    .after(&(now - window))
+                    .after(&duration::saturating_sub(now, window))
                     .next()
                     .is_some_and(|start| start <= now)
             }

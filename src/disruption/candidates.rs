@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::apis::labels;
 use crate::apis::nodepool::ConsolidationPolicy;
+use crate::apis::{duration, labels};
 
 use super::drift::{self, DriftInput, DriftVerdict};
 use super::state::{State, lifetime_remaining};
@@ -38,14 +38,15 @@ pub struct Candidate {
     pub has_tgp: bool,
 }
 
-/// Parses a pod's `karpenter.sh/do-not-disrupt`: `"true"`, or a duration measured from the pod's
-/// start. Invalid values protect nothing (upstream emits an event and ignores them).
+/// Parses a pod's `karpenter.sh/do-not-disrupt`: `"true"`, or a Go duration (`30m`, `1.5h`)
+/// measured from the pod's start. Invalid values, including durations beyond Go's range, protect
+/// nothing (upstream emits an event and ignores them).
 fn do_not_disrupt_active(value: &str, started: DateTime<Utc>, now: DateTime<Utc>) -> bool {
     if value == "true" {
         return true;
     }
-    match crate::apis::duration::parse_duration(value) {
-        Ok(d) => now < started + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::zero()),
+    match duration::parse_go_duration(value) {
+        Ok(d) => now < duration::saturating_add(started, d),
         Err(_) => false,
     }
 }
@@ -163,15 +164,13 @@ pub fn candidates(state: &State, now: DateTime<Utc>) -> (Vec<Candidate>, Vec<(us
         };
         let expire_after = claim
             .map(|c| match c.expire_after {
-                Some(d) => crate::apis::duration::NillableDuration::After(
-                    crate::apis::duration::Duration::from_std(d),
-                ),
-                None => crate::apis::duration::NillableDuration::Never,
+                Some(d) => duration::NillableDuration::After(duration::Duration::from_std(d)),
+                None => duration::NillableDuration::Never,
             })
             .unwrap_or_else(|| pool.spec.template.spec.expire_after.clone());
-        let expires = expire_after.get().map(|d| {
-            node.created + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::zero())
-        });
+        let expires = expire_after
+            .get()
+            .map(|d| duration::saturating_add(node.created, d));
         let (consolidatable, consolidatable_in) = match pool.spec.disruption.consolidate_after.get()
         {
             None => (false, None),
@@ -180,8 +179,7 @@ pub fn candidates(state: &State, now: DateTime<Utc>) -> (Vec<Candidate>, Vec<(us
                     .and_then(|c| c.last_pod_event)
                     .unwrap_or(node.created)
                     .max(node.created);
-                let ready_at =
-                    since + chrono::Duration::from_std(after).unwrap_or(chrono::Duration::zero());
+                let ready_at = duration::saturating_add(since, after);
                 (now >= ready_at, Some((ready_at - now).num_seconds().max(0)))
             }
         };

@@ -31,7 +31,7 @@ use serde_json::json;
 
 use crate::apis::NodeClaim;
 use crate::apis::conditions::{self, Condition, FALSE, TRUE, UNKNOWN};
-use crate::apis::labels;
+use crate::apis::{duration, labels};
 use crate::cloudprovider::{CloudError, InstanceState};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
@@ -56,7 +56,7 @@ const FORCEFUL_TERMINATION: &str = "Forceful Termination";
 const CRITICAL_PRIORITY_CLASSES: &[&str] = &["system-cluster-critical", "system-node-critical"];
 /// Pods still terminating this long after their deletion timestamp no longer hold the drain up
 /// (a kubelet that will never confirm them must not block termination forever).
-const STUCK_TERMINATING: chrono::Duration = chrono::Duration::minutes(1);
+const STUCK_TERMINATING: Duration = Duration::from_secs(60);
 /// Annotation that marks a static (mirror) pod, which the API cannot evict.
 const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
@@ -91,7 +91,7 @@ pub fn termination_deadline(claim: &NodeClaim) -> Option<DateTime<Utc>> {
         .as_ref()
         .and_then(timestamp)?;
     let grace = claim.spec.termination_grace_period.as_ref()?.get();
-    Some(deleted + chrono::Duration::from_std(grace).ok()?)
+    Some(duration::saturating_add(deleted, grace))
 }
 
 /// The deadline as recorded on the NodeClaim, falling back to computing it, so a deadline once
@@ -208,7 +208,10 @@ pub fn drain_step(
     }
     let holding: Vec<&DrainPod> = pods
         .iter()
-        .filter(|p| p.deleting.is_none_or(|at| now < at + STUCK_TERMINATING))
+        .filter(|p| {
+            p.deleting
+                .is_none_or(|at| now < duration::saturating_add(at, STUCK_TERMINATING))
+        })
         .collect();
     let Some(group) = holding.iter().map(|p| p.group()).min() else {
         step.drained = true;
@@ -219,10 +222,14 @@ pub fn drain_step(
             step.waiting += 1;
             continue;
         }
-        let delete_at = deadline.map(|d| d - chrono::Duration::seconds(p.grace_seconds));
+        // A negative grace period (the API server raises it to 1) counts as none, so the delete
+        // time is never after the deadline and the clamp below has a valid range.
+        let grace = p.grace_seconds.max(0);
+        let delete_at = deadline
+            .map(|d| duration::saturating_sub(d, Duration::from_secs(grace.unsigned_abs())));
         match (deadline, delete_at) {
             (Some(d), Some(at)) if now >= at => {
-                let left = (d - now).num_seconds().clamp(0, p.grace_seconds);
+                let left = (d - now).num_seconds().clamp(0, grace);
                 step.delete
                     .push((p.namespace.clone(), p.name.clone(), left));
             }
@@ -480,7 +487,7 @@ fn kept_volumes(ctx: &Context, pods: &[Pod], now: DateTime<Utc>) -> HashSet<Stri
             .deletion_timestamp
             .as_ref()
             .and_then(timestamp)
-            .is_some_and(|at| now >= at + STUCK_TERMINATING);
+            .is_some_and(|at| now >= duration::saturating_add(at, STUCK_TERMINATING));
         if DrainPod::from_pod(pod).is_some() && !stuck {
             continue;
         }
@@ -959,6 +966,29 @@ mod tests {
     }
 
     #[test]
+    fn absurd_pod_grace_periods_neither_panic_nor_move_the_deletion_past_the_deadline() {
+        let deadline = Some(t(100));
+        let pods = |grace_seconds| {
+            vec![DrainPod {
+                do_not_disrupt: true,
+                grace_seconds,
+                ..pod("p")
+            }]
+        };
+        // Longer than time itself: deleted at once, with what is left before the deadline.
+        let huge = drain_step(&pods(i64::MAX), deadline, t(0));
+        assert_eq!(huge.delete, [("default".into(), "p".into(), 100)]);
+        // Negative counts as none: deleted at the deadline, not before, and with no grace.
+        let negative = drain_step(&pods(-5), deadline, t(99));
+        assert!(
+            negative.delete.is_empty() && negative.waiting == 1,
+            "{negative:?}"
+        );
+        let at = drain_step(&pods(-5), deadline, t(100));
+        assert_eq!(at.delete, [("default".into(), "p".into(), 0)]);
+    }
+
+    #[test]
     fn mirror_finished_and_tolerating_pods_are_left_alone() {
         let base: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
@@ -1047,5 +1077,9 @@ mod tests {
         claim.spec.termination_grace_period = None;
         claim.metadata.annotations = None;
         assert_eq!(termination_deadline(&claim), None);
+        // The longest grace Go allows is a deadline about 292 years out, not "now".
+        claim.spec.termination_grace_period = Some("2562047h".parse().expect("in range"));
+        let far = DateTime::parse_from_rfc3339("2318-04-12T23:00:00Z").expect("t");
+        assert_eq!(termination_deadline(&claim), Some(far.with_timezone(&Utc)));
     }
 }

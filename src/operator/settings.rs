@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, FromArgMatches, ValueEnum};
 
+use crate::apis::duration::parse_go_duration;
+
 /// `FEATURE_GATES` when it is unset: upstream's gates and defaults.
 pub const DEFAULT_FEATURE_GATES: &str = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
 
@@ -176,86 +178,6 @@ pub fn parse_bool(input: &str) -> Result<bool, String> {
             "{input:?} is not a boolean; use true or false (1, t, T, TRUE, True, 0, f, F, FALSE and False also work)"
         )),
     }
-}
-
-/// Parses durations the way Go's `time.ParseDuration` does (`10s`, `1m30s`, `500ms`, `1.5h`,
-/// `0`), because upstream's duration settings are Go durations and existing values files use
-/// that syntax. Negative durations are rejected: no setting means anything by them.
-pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
-    let bad = |why: &str| {
-        format!(
-            "{input:?} is not a duration: {why}; write a number and a unit (ns, us, ms, s, m, h), repeated, e.g. 10s, 1m30s or 500ms"
-        )
-    };
-    let (negative, unsigned) = match input.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, input.strip_prefix('+').unwrap_or(input)),
-    };
-    if unsigned == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if unsigned.is_empty() {
-        return Err(bad("it is empty"));
-    }
-    let mut total_nanos: u128 = 0;
-    let mut rest = unsigned;
-    while !rest.is_empty() {
-        let int_len = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let (int_digits, after_int) = rest.split_at(int_len);
-        let (frac_digits, after_number) = match after_int.strip_prefix('.') {
-            Some(after_dot) => {
-                let frac_len = after_dot
-                    .find(|c: char| !c.is_ascii_digit())
-                    .unwrap_or(after_dot.len());
-                after_dot.split_at(frac_len)
-            }
-            None => ("", after_int),
-        };
-        if int_digits.is_empty() && frac_digits.is_empty() {
-            return Err(bad("a unit has no number before it"));
-        }
-        let unit_len = after_number
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after_number.len());
-        let (unit, after_unit) = after_number.split_at(unit_len);
-        let unit_nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            "" => return Err(bad("a number has no unit")),
-            _ => return Err(bad(&format!("{unit:?} is not a unit"))),
-        };
-        let too_large = || bad("it is too large");
-        let int: u128 = if int_digits.is_empty() {
-            0
-        } else {
-            int_digits.parse().map_err(|_| too_large())?
-        };
-        let mut nanos = int.checked_mul(unit_nanos).ok_or_else(too_large)?;
-        // Fraction digits beyond nanosecond precision cannot change the result.
-        let mut scale = unit_nanos;
-        for digit in frac_digits.bytes() {
-            scale /= 10;
-            nanos += u128::from(digit - b'0') * scale;
-        }
-        total_nanos = total_nanos.checked_add(nanos).ok_or_else(too_large)?;
-        rest = after_unit;
-    }
-    if negative && total_nanos > 0 {
-        return Err(bad("it is negative"));
-    }
-    // Go durations are signed 64-bit nanoseconds (about 292 years).
-    if total_nanos > i64::MAX as u128 {
-        return Err(bad("it is too large"));
-    }
-    let secs = (total_nanos / 1_000_000_000) as u64;
-    let subsec = (total_nanos % 1_000_000_000) as u32;
-    Ok(Duration::new(secs, subsec))
 }
 
 /// Every setting of `karpenter-rs run`. Field names follow the flags (`cluster_name` is
@@ -883,32 +805,21 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_like_go() {
-        let ok = |s: &str| parse_go_duration(s).unwrap_or_else(|e| panic!("{s}: {e}"));
-        assert_eq!(ok("10s"), Duration::from_secs(10));
-        assert_eq!(ok("1m30s"), Duration::from_secs(90));
-        assert_eq!(ok("500ms"), Duration::from_millis(500));
-        assert_eq!(ok("1.5h"), Duration::from_secs(5400));
-        assert_eq!(ok("2h45m0.5s"), Duration::from_millis(9_900_500));
-        assert_eq!(ok(".5s"), Duration::from_millis(500));
-        assert_eq!(ok("1us"), Duration::from_micros(1));
-        assert_eq!(ok("1\u{b5}s"), Duration::from_micros(1));
-        assert_eq!(ok("3ns"), Duration::from_nanos(3));
-        assert_eq!(ok("0"), Duration::ZERO);
-        assert_eq!(ok("+5m"), Duration::from_secs(300));
-        assert_eq!(ok("-0s"), Duration::ZERO);
-        for (bad, why) in [
-            ("", "it is empty"),
-            ("10", "a number has no unit"),
-            ("1x", "\"x\" is not a unit"),
-            ("-1s", "it is negative"),
-            ("s", "a unit has no number before it"),
-            ("3000000h", "it is too large"),
-        ] {
-            let err = parse_go_duration(bad).expect_err(bad);
-            assert!(err.contains(why), "{bad:?}: {err}");
-            assert!(err.contains("e.g. 10s, 1m30s or 500ms"), "{err}");
-        }
+    fn durations_are_go_durations_within_go_range() {
+        let s = settings(&[
+            "--batch-max-duration",
+            "1.5m",
+            "--batch-idle-duration",
+            "500ms",
+        ]);
+        assert_eq!(s.batch_max_duration, Duration::from_secs(90));
+        assert_eq!(s.batch_idle_duration, Duration::from_millis(500));
+        let err = parse(&[], &[("BATCH_MAX_DURATION", "3000000h")]).expect_err("above Go's range");
+        assert!(
+            err.to_string()
+                .contains("longer than 2562047h47m16.854775807s"),
+            "{err}"
+        );
         let err = parse(&["--batch-idle-duration", "5"], &[]).expect_err("no unit");
         assert!(err.to_string().contains("--batch-idle-duration"), "{err}");
     }

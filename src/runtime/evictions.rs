@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::apis::duration;
+
 /// Per-pod retry delays for evictions a PodDisruptionBudget refused (HTTP 429): 1 s doubling to
 /// 10 s, as upstream's eviction queue. Lost on restart, which only means retrying sooner.
 #[derive(Debug, Default)]
@@ -33,7 +35,7 @@ impl EvictionBackoff {
         let entry = attempts.entry(key).or_insert((0, now));
         let delay = eviction_delay(entry.0);
         entry.0 += 1;
-        entry.1 = now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero());
+        entry.1 = duration::saturating_add(now, delay);
         delay
     }
 

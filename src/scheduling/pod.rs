@@ -525,7 +525,7 @@ pub fn requests(spec: &core::PodSpec) -> Result<Resources, String> {
     for (name, q) in spec.overhead.iter().flatten() {
         let amount =
             resources::parse_quantity(name, &q.0).map_err(|e| format!("spec.overhead: {e}"))?;
-        total.set(name, total.get(name) + amount);
+        total.set(name, total.get(name).saturating_add(amount));
     }
     total.pods = 1;
     Ok(total)

@@ -7,7 +7,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube_quantity::ParsedQuantity;
 
 /// Resource name of CPU.
 pub const CPU: &str = "cpu";
@@ -101,27 +100,33 @@ impl Resources {
         }
     }
 
-    /// Adds `other` into `self`.
+    /// Adds `other` into `self`, saturating: requests that sum past `i64::MAX` (an absurd
+    /// quantity, or many containers near the limit) stay at the maximum, which fits no node,
+    /// instead of wrapping negative and fitting every node.
     pub fn add(&mut self, other: &Resources) {
-        self.cpu += other.cpu;
-        self.memory += other.memory;
-        self.pods += other.pods;
-        self.ephemeral_storage += other.ephemeral_storage;
+        self.cpu = self.cpu.saturating_add(other.cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.pods = self.pods.saturating_add(other.pods);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
         for (name, amount) in &other.extended {
             let current = self.get(name);
-            self.set(name, current + amount);
+            self.set(name, current.saturating_add(*amount));
         }
     }
 
-    /// Subtracts `other` from `self` (amounts may go negative).
+    /// Subtracts `other` from `self` (amounts may go negative), saturating like [`Self::add`].
     pub fn sub(&mut self, other: &Resources) {
-        self.cpu -= other.cpu;
-        self.memory -= other.memory;
-        self.pods -= other.pods;
-        self.ephemeral_storage -= other.ephemeral_storage;
+        self.cpu = self.cpu.saturating_sub(other.cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.pods = self.pods.saturating_sub(other.pods);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
         for (name, amount) in &other.extended {
             let current = self.get(name);
-            self.set(name, current - amount);
+            self.set(name, current.saturating_sub(*amount));
         }
     }
 
@@ -254,19 +259,74 @@ impl fmt::Display for Resources {
 }
 
 /// Parses a quantity for a resource into our integer unit: millicores for CPU, bytes for
-/// memory and storage, whole units (rounded up) for everything else.
+/// memory and storage, whole units (rounded up) for everything else. A valid quantity too large
+/// for that unit (`cpu: 1Ei` is about 1.2e21 millicores) saturates at `i64::MAX`: no node offers
+/// that much, so the pod is reported as fitting no instance type rather than as malformed.
 pub fn parse_quantity(resource: &str, value: &str) -> Result<i64, QuantityError> {
     let err = || QuantityError {
         resource: resource.to_string(),
         value: value.to_string(),
     };
-    let parsed = ParsedQuantity::try_from(value.trim()).map_err(|_| err())?;
-    let base = parsed.to_bytes_f64().ok_or_else(err)?;
+    let base = quantity_value(value.trim()).ok_or_else(err)?;
     let scaled = if resource == CPU { base * 1000.0 } else { base };
-    if !scaled.is_finite() || scaled.abs() > 9.0e18 {
-        return Err(err());
-    }
+    // `as` saturates at the bounds of i64, infinity included.
     Ok(scaled.ceil() as i64)
+}
+
+/// The value of a Kubernetes quantity in base units (cores, bytes, counts), or `None` when the
+/// text is not a quantity: a signed decimal number, then nothing, a decimal suffix (`n` … `E`),
+/// a binary one (`Ki` … `Ei`) or a decimal exponent (`e3`, `E-2`). Parsed here rather than with
+/// `kube_quantity`, which takes the `E` of `1E` and `1Ei` for an exponent and rejects them.
+pub fn quantity_value(text: &str) -> Option<f64> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let number_len = unsigned
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(number_len);
+    if !number.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let number: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 2f64.powi(10),
+        "Mi" => 2f64.powi(20),
+        "Gi" => 2f64.powi(30),
+        "Ti" => 2f64.powi(40),
+        "Pi" => 2f64.powi(50),
+        "Ei" => 2f64.powi(60),
+        _ => {
+            let exponent = suffix.strip_prefix(['e', 'E'])?;
+            let digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // Past ±400 every power of ten is already 0 or infinite as an f64.
+            let exponent = exponent
+                .parse::<i32>()
+                .unwrap_or(if exponent.starts_with('-') {
+                    i32::MIN
+                } else {
+                    i32::MAX
+                });
+            10f64.powi(exponent.clamp(-400, 400))
+        }
+    };
+    // Zero times an infinite scale is zero, not NaN.
+    let value = if number == 0.0 { 0.0 } else { number * scale };
+    Some(if negative { -value } else { value })
 }
 
 /// Formats an amount the way `kubectl` users read it (`1500m`, `4Gi`, `110`).
@@ -317,9 +377,45 @@ mod tests {
         assert_eq!(parse_quantity(MEMORY, "128974848").unwrap(), 128_974_848);
         assert_eq!(parse_quantity(PODS, "110").unwrap(), 110);
         assert_eq!(parse_quantity(NVIDIA_GPU, "1").unwrap(), 1);
-        let e = parse_quantity(MEMORY, "lots").unwrap_err();
-        assert!(e.to_string().contains("memory"), "{e}");
-        assert!(e.to_string().contains("\"lots\""), "{e}");
+        assert_eq!(parse_quantity(MEMORY, "1Ei").unwrap(), 1 << 60);
+        assert_eq!(
+            parse_quantity(MEMORY, "2E").unwrap(),
+            2_000_000_000_000_000_000
+        );
+        assert_eq!(parse_quantity(MEMORY, "1.5e3").unwrap(), 1500);
+        assert_eq!(parse_quantity(MEMORY, "+5.").unwrap(), 5);
+        assert_eq!(parse_quantity(CPU, ".5").unwrap(), 500);
+        assert_eq!(parse_quantity(CPU, "1E-3").unwrap(), 1);
+        assert_eq!(parse_quantity(CPU, "0e999").unwrap(), 0);
+        for bad in [
+            "lots", "", ".", "1.2.3", "1e", "1e1.5", "1Xi", "1 Gi", "0x10", "inf", "--1",
+        ] {
+            let e = parse_quantity(MEMORY, bad).unwrap_err();
+            assert!(e.to_string().contains("memory"), "{e}");
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn huge_quantities_saturate_instead_of_failing_or_wrapping() {
+        for huge in ["1Ei", "9223372036854775807", "8E", "1e30", "1e999"] {
+            assert_eq!(parse_quantity(CPU, huge).unwrap(), i64::MAX, "{huge}");
+        }
+        assert_eq!(parse_quantity(MEMORY, "8Ei").unwrap(), i64::MAX);
+        assert_eq!(parse_quantity(MEMORY, "-1e999").unwrap(), i64::MIN);
+        let near = Resources::cpu_memory(i64::MAX - 1, i64::MAX - 1);
+        let mut sum = Resources::ZERO;
+        for _ in 0..100 {
+            sum.add(&near);
+        }
+        assert_eq!(sum, Resources::cpu_memory(i64::MAX, i64::MAX));
+        assert!(!sum.fits(&Resources::cpu_memory(i64::MAX - 1, i64::MAX)));
+        let mut gpus = Resources::ZERO;
+        gpus.set(NVIDIA_GPU, i64::MAX);
+        assert_eq!(gpus.plus(&gpus).get(NVIDIA_GPU), i64::MAX);
+        let mut left = Resources::cpu_memory(i64::MIN + 1, 0);
+        left.sub(&Resources::cpu_memory(10, 0));
+        assert_eq!(left.cpu, i64::MIN, "subtraction saturates too");
     }
 
     #[test]

@@ -1220,11 +1220,12 @@ impl<'a> Solver<'a> {
             })
             .collect();
         let template = &mut self.pools[p].template;
+        // Saturating: a limit written hugely negative must stay exhausted, not wrap to plenty.
         for ((_, remaining), charge) in template.limits.iter_mut().zip(charges) {
-            *remaining -= charge;
+            *remaining = remaining.saturating_sub(charge);
         }
         if let Some(n) = template.nodes_limit.as_mut() {
-            *n -= 1;
+            *n = n.saturating_sub(1);
         }
     }
 

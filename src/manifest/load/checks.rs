@@ -220,10 +220,8 @@ impl Loader {
             let request = requests
                 .entry(resource.clone())
                 .or_insert_with(|| limit.clone());
-            if let (Ok(r), Ok(l)) = (
-                ParsedQuantity::try_from(request.0.as_str()),
-                ParsedQuantity::try_from(limit.0.as_str()),
-            ) && r > l
+            if let (Some(r), Some(l)) = (quantity_value(&request.0), quantity_value(&limit.0))
+                && r > l
             {
                 let message = format!(
                     "Invalid value: {:?}: must be less than or equal to {resource} limit of {}",
@@ -243,15 +241,15 @@ impl Loader {
     ) -> bool {
         let mut valid = true;
         for (name, Quantity(q)) in list.into_iter().flatten() {
-            let message = match ParsedQuantity::try_from(q.as_str()) {
-                Err(_) => format!(
+            let message = match quantity_value(q) {
+                None => format!(
                     "Invalid value: {q:?}: quantities must match the regular expression \
                      '{QUANTITY_PATTERN}', e.g. 500m, 2 or 1.5Gi"
                 ),
-                Ok(_) if q.starts_with('-') => {
+                Some(_) if q.starts_with('-') => {
                     format!("Invalid value: {q:?}: must be greater than or equal to 0")
                 }
-                Ok(_) => continue,
+                Some(_) => continue,
             };
             self.problem(at, format!("{path}.{name}"), message);
             valid = false;

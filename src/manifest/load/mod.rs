@@ -35,12 +35,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use kube_quantity::ParsedQuantity;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::apis::validation::{Kind, validate_value};
 use crate::manifest::{Document, Source};
+use crate::scheduling::resources::quantity_value;
 use crate::snapshot::{ClusterPod, DEFAULT_NAMESPACE, Ignored, Snapshot};
 use workloads::{apply_default_class, default_storage_class};
 
