@@ -17,7 +17,7 @@ use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::disruption::{self, state::State};
 use karpenter_rs::manifest;
-use karpenter_rs::simulate::{self, SimulateOptions};
+use karpenter_rs::snapshot::EngineOptions;
 
 /// Deterministic splitmix64, so every run benchmarks the same cluster.
 struct Rng(u64);
@@ -96,9 +96,14 @@ fn state(nodes: usize, pools: usize, packed: bool, catalog: &Catalog) -> State {
     let docs = manifest::parse_str(&manifests(nodes, pools, packed), Path::new("bench.yaml"))
         .expect("generated manifests parse");
     let c = manifest::load(&docs, now).expect("generated manifests load");
-    let options = SimulateOptions::default();
-    let prepared = simulate::prepare(&c, catalog, &options);
-    State::from_cluster(&c, prepared.input.nodepools, options.scheduler, now)
+    let options = EngineOptions::default();
+    let prepared = karpenter_rs::snapshot::scheduling_input::prepare(&c, catalog, &options);
+    karpenter_rs::snapshot::disruption_input::disruption_state(
+        &c,
+        prepared.input.nodepools,
+        options.scheduler,
+        now,
+    )
 }
 
 fn bench(c: &mut Criterion) {

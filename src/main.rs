@@ -12,7 +12,8 @@ use karpenter_rs::catalog::{self, Catalog};
 use karpenter_rs::manifest;
 use karpenter_rs::operator::settings::Settings;
 use karpenter_rs::scheduling::scheduler::Options;
-use karpenter_rs::simulate::{self, SimulateOptions};
+use karpenter_rs::simulate;
+use karpenter_rs::snapshot::EngineOptions;
 
 #[derive(Parser)]
 #[command(
@@ -266,7 +267,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 idle: settings.batch_idle_duration,
                 max: settings.batch_max_duration,
             },
-            options: SimulateOptions {
+            options: EngineOptions {
                 scheduler: Options {
                     ignore_preferences: matches!(
                         settings.preference_policy,
@@ -323,7 +324,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let options = SimulateOptions {
+            let options = EngineOptions {
                 scheduler: Options {
                     ignore_preferences: matches!(preference_policy, PreferencePolicy::Ignore),
                     min_values_best_effort: matches!(
@@ -413,7 +414,7 @@ fn run_simulate(
     output: Output,
     region: Option<String>,
     catalog_file: Option<&Path>,
-    options: &SimulateOptions,
+    options: &EngineOptions,
     mode: &Mode,
 ) -> anyhow::Result<()> {
     let cluster = {

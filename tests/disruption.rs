@@ -10,7 +10,8 @@ use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use karpenter_rs::disruption::{self, Method};
 use karpenter_rs::manifest;
 use karpenter_rs::scheduling::instance_type::NodeClassSettings;
-use karpenter_rs::simulate::{self, Report, SimulateOptions};
+use karpenter_rs::simulate::{self, Report};
+use karpenter_rs::snapshot::EngineOptions;
 
 const NODECLASS: &str = r#"
 apiVersion: karpenter.k8s.aws/v1
@@ -157,7 +158,7 @@ status: {{phase: Running}}
     )
 }
 
-fn run_at(docs: &[String], now: DateTime<Utc>, options: SimulateOptions) -> Report {
+fn run_at(docs: &[String], now: DateTime<Utc>, options: EngineOptions) -> Report {
     let text = docs.join("\n---\n");
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
     let c = manifest::load(&parsed, now).unwrap_or_else(|e| panic!("{e}"));
@@ -166,7 +167,7 @@ fn run_at(docs: &[String], now: DateTime<Utc>, options: SimulateOptions) -> Repo
 }
 
 fn run(docs: &[String]) -> Report {
-    run_at(docs, monday_10(), SimulateOptions::default())
+    run_at(docs, monday_10(), EngineOptions::default())
 }
 
 fn commands(r: &Report) -> &[disruption::Command] {
@@ -387,7 +388,7 @@ fn spot_is_not_replaced_by_spot_unless_15_cheaper_types_exist() {
     );
     // Gate on: plenty of cheaper spot types exist for a 500m pod, so it is replaced, with the
     // 15 cheapest as options.
-    let options = SimulateOptions {
+    let options = EngineOptions {
         disruption: disruption::Options { spot_to_spot: true },
         ..Default::default()
     };
@@ -441,7 +442,7 @@ fn a_business_hours_budget_blocks_drift_inside_the_window_only() {
         blocked_reason(&inside, "n1")
     );
     let evening = Utc.with_ymd_and_hms(2026, 11, 23, 18, 0, 0).unwrap();
-    let outside = run_at(&docs, evening, SimulateOptions::default());
+    let outside = run_at(&docs, evening, EngineOptions::default());
     let cmd = &commands(&outside)[0];
     assert_eq!(cmd.method, Method::Drift);
     assert_eq!(cmd.reason, "NodePoolDrifted");
@@ -473,7 +474,7 @@ fn drift_replaces_one_node_at_a_time_oldest_first() {
     let settled = simulate::simulate_with_disruption(
         &c,
         &catalog,
-        &SimulateOptions::default(),
+        &EngineOptions::default(),
         monday_10(),
         Some(std::time::Duration::from_secs(15)),
     );
@@ -538,8 +539,8 @@ fn a_hash_version_mismatch_restamps_instead_of_drifting() {
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).unwrap();
     let c = manifest::load(&parsed, monday_10()).unwrap();
     let catalog = Catalog::bundled("us-east-1").unwrap();
-    let e = simulate::explain(&c, &catalog, &SimulateOptions::default(), monday_10(), "n1")
-        .expect("n1");
+    let e =
+        simulate::explain(&c, &catalog, &EngineOptions::default(), monday_10(), "n1").expect("n1");
     assert!(
         e.status
             .iter()

@@ -69,7 +69,7 @@ use karpenter_rs::lifecycle::garbage::INSTANCE_GRACE;
 use karpenter_rs::provisioning::BatchWindow;
 use karpenter_rs::runtime::{Context, Intervals};
 use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType};
-use karpenter_rs::simulate::SimulateOptions;
+use karpenter_rs::snapshot::EngineOptions;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
@@ -708,7 +708,7 @@ impl Process {
             provider,
             Some(cloud.clone()),
             obs.clock.clone(),
-            SimulateOptions::default(),
+            EngineOptions::default(),
         );
         ctx.intervals = Intervals {
             disruption_poll: Duration::from_millis(500),

@@ -14,7 +14,8 @@ use karpenter_rs::catalog::Catalog;
 use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use karpenter_rs::disruption::{Command, Method};
 use karpenter_rs::manifest;
-use karpenter_rs::simulate::{self, Report, SimulateOptions};
+use karpenter_rs::simulate::{self, Report};
+use karpenter_rs::snapshot::EngineOptions;
 
 const NODECLASS: &str = r#"
 apiVersion: karpenter.k8s.aws/v1
@@ -140,7 +141,7 @@ fn load(docs: &[String], now: DateTime<Utc>) -> Result<karpenter_rs::snapshot::S
 fn disrupt(docs: &[String], now: DateTime<Utc>, settle: Option<Duration>) -> Report {
     let c = load(docs, now).unwrap_or_else(|e| panic!("{e}"));
     let catalog = Catalog::bundled("us-east-1").expect("catalog");
-    simulate::simulate_with_disruption(&c, &catalog, &SimulateOptions::default(), now, settle)
+    simulate::simulate_with_disruption(&c, &catalog, &EngineOptions::default(), now, settle)
 }
 
 fn commands(r: &Report) -> &[Command] {
@@ -163,7 +164,7 @@ fn blocked_reason<'a>(r: &'a Report, node: &str) -> &'a str {
 fn explain_status(docs: &[String], node: &str) -> Vec<String> {
     let c = load(docs, monday_10()).unwrap_or_else(|e| panic!("{e}"));
     let catalog = Catalog::bundled("us-east-1").expect("catalog");
-    simulate::explain(&c, &catalog, &SimulateOptions::default(), monday_10(), node)
+    simulate::explain(&c, &catalog, &EngineOptions::default(), monday_10(), node)
         .expect("node is known")
         .status
 }
@@ -454,7 +455,7 @@ spec:
         )
         .unwrap_or_else(|e| panic!("cpu {cpu} is a valid quantity: {e}"));
         let catalog = Catalog::bundled("us-east-1").expect("catalog");
-        let r = simulate::simulate(&c, &catalog, &SimulateOptions::default());
+        let r = simulate::simulate(&c, &catalog, &EngineOptions::default());
         assert!(r.nodeclaims.is_empty(), "cpu {cpu}: {:#?}", r.nodeclaims);
         assert_eq!(r.unschedulable.len(), 1, "cpu {cpu}");
         let reason = &r.unschedulable[0].reason;
@@ -492,7 +493,7 @@ spec:
     let c = load(&[NODECLASS.to_string(), pool, deployment], monday_10())
         .unwrap_or_else(|e| panic!("{e}"));
     let catalog = Catalog::bundled("us-east-1").expect("catalog");
-    let r = simulate::simulate(&c, &catalog, &SimulateOptions::default());
+    let r = simulate::simulate(&c, &catalog, &EngineOptions::default());
     assert!(r.nodeclaims.is_empty(), "{:#?}", r.nodeclaims);
     assert_eq!(r.unschedulable.len(), 1);
     let reason = &r.unschedulable[0].reason;

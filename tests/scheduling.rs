@@ -7,7 +7,8 @@ use std::path::Path;
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::manifest;
 use karpenter_rs::scheduling::scheduler::Options;
-use karpenter_rs::simulate::{self, Report, SimulateOptions};
+use karpenter_rs::simulate::{self, Report};
+use karpenter_rs::snapshot::EngineOptions;
 
 const NODECLASS: &str = r#"
 apiVersion: karpenter.k8s.aws/v1
@@ -67,7 +68,7 @@ fn run_with(docs: &[String], options: Options) -> Report {
     simulate::simulate(
         &c,
         &catalog,
-        &SimulateOptions {
+        &EngineOptions {
             scheduler: options,
             ..Default::default()
         },

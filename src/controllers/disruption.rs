@@ -107,9 +107,9 @@ pub async fn run(ctx: Arc<Context>) {
 async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
     let cluster = ctx.state.snapshot();
     let types = crate::provisioning::instance_types(ctx, &cluster).await;
-    let prepared = crate::simulate::prepare(&cluster, &types, &ctx.options);
+    let prepared = crate::snapshot::scheduling_input::prepare(&cluster, &types, &ctx.options);
     let nominated = nominated(&prepared.input);
-    let state = State::from_cluster(
+    let state = crate::snapshot::disruption_input::disruption_state(
         &cluster,
         prepared.input.nodepools,
         ctx.options.scheduler,

@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::cloudprovider::CloudProvider;
 use crate::cloudprovider::simulated::SimulatedProvider;
 use crate::runtime::Context;
-use crate::simulate::SimulateOptions;
+use crate::snapshot::EngineOptions;
 use crate::state::ClusterState;
 
 /// What `run` needs beyond the cloud provider.
@@ -35,7 +35,7 @@ pub struct RunConfig {
     /// Provisioning batch windows.
     pub batch: crate::provisioning::BatchWindow,
     /// Scheduler and disruption options.
-    pub options: SimulateOptions,
+    pub options: EngineOptions,
     /// The client evictions go through (see [`Context::eviction_client`]).
     pub eviction_client: Client,
     /// Publish the per-node and per-pod metrics (off with

@@ -166,7 +166,12 @@ pub async fn run(ctx: Arc<Context>) {
             .collect();
         let changed_nodes = events.observe(&pods);
         ask_provider(&ctx, &cluster, now, &mut asked, &mut provider_drift).await;
-        let state = State::from_cluster(&cluster, Vec::new(), ctx.options.scheduler, now);
+        let state = crate::snapshot::disruption_input::disruption_state(
+            &cluster,
+            Vec::new(),
+            ctx.options.scheduler,
+            now,
+        );
         let want = desired(&state, now);
         for claim in &cluster.nodeclaims {
             if claim.metadata.deletion_timestamp.is_some() {

@@ -1,26 +1,23 @@
 //! The cluster as the disruption engine sees it: nodes with their NodeClaim facts, price and bound
-//! pods, pods with what protects them, NodePools and PDBs — built from a [`Snapshot`] and mutable
+//! pods, pods with what protects them, NodePools and PDBs — built from a snapshot by
+//! [`crate::snapshot::disruption_input`] and mutable
 //! so `simulate --settle` can apply commands round after round.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::apis::duration::NillableDuration;
 use crate::apis::ec2nodeclass::EC2NodeClass;
 use crate::apis::labels;
-use crate::apis::nodeclaim::{NodeClaim, Taint};
+use crate::apis::nodeclaim::Taint;
 use crate::apis::nodepool::NodePool;
 use crate::scheduling::instance_type::{CapacityType, InstanceType};
 use crate::scheduling::pod::{Pod, Selector};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{ExistingNode, Input, NodePoolTemplate, Options};
-use crate::scheduling::taints::taint_from_k8s;
-use crate::snapshot::Snapshot;
 
 /// What the engine knows about a node's NodeClaim.
 #[derive(Clone, Debug, Default)]
@@ -131,7 +128,7 @@ pub struct State {
     pub options: Options,
 }
 
-fn resolve_int_or_percent(v: &IntOrString, total: i64, round_up: bool) -> i64 {
+pub(crate) fn resolve_int_or_percent(v: &IntOrString, total: i64, round_up: bool) -> i64 {
     match v {
         IntOrString::Int(n) => i64::from(*n),
         IntOrString::String(s) => {
@@ -147,77 +144,6 @@ fn resolve_int_or_percent(v: &IntOrString, total: i64, round_up: bool) -> i64 {
 }
 
 impl State {
-    /// Builds the state from loaded manifests. `templates` come from the provisioning
-    /// preparation (instance types per NodePool).
-    pub fn from_cluster(
-        cluster: &Snapshot,
-        templates: Vec<NodePoolTemplate>,
-        options: Options,
-        now: DateTime<Utc>,
-    ) -> Self {
-        let by_type: BTreeMap<&str, &InstanceType> = templates
-            .iter()
-            .flat_map(|t| t.instance_types.iter())
-            .map(|it| (it.name.as_ref(), it))
-            .collect();
-        let mut nodes = Vec::new();
-        for node in &cluster.nodes {
-            let labels_ = node.metadata.labels.clone().unwrap_or_default();
-            let name = node.metadata.name.clone().unwrap_or_default();
-            let claim = cluster.nodeclaims.iter().find(|c| {
-                let status = c.status.as_ref();
-                status.and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
-                    || (status.and_then(|s| s.provider_id.as_deref()).is_some()
-                        && status.and_then(|s| s.provider_id.as_deref())
-                            == node.spec.as_ref().and_then(|s| s.provider_id.as_deref()))
-            });
-            nodes.push(state_node(node, &labels_, claim, &by_type, now));
-        }
-        let index: BTreeMap<&str, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.as_ref(), i))
-            .collect();
-        let mut pods = Vec::new();
-        for p in &cluster.pods {
-            let Ok(pod) = Pod::from_parts(&p.metadata, &p.spec) else {
-                continue;
-            };
-            let status = p.status.as_deref();
-            let phase = status.and_then(|s| s.phase.as_deref());
-            let node = p
-                .spec
-                .node_name
-                .as_deref()
-                .and_then(|n| index.get(n).copied());
-            pods.push(StatePod {
-                pod,
-                node,
-                started: status
-                    .and_then(|s| s.start_time.as_ref())
-                    .or(p.metadata.creation_timestamp.as_ref())
-                    .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-                    .unwrap_or(now),
-                finished: matches!(phase, Some("Succeeded" | "Failed"))
-                    || p.metadata.deletion_timestamp.is_some(),
-            });
-        }
-        let pdbs = cluster
-            .pdbs
-            .iter()
-            .filter_map(|pdb| resolve_pdb(pdb, &pods))
-            .collect();
-        Self {
-            nodepools: cluster.nodepools.clone(),
-            nodeclasses: cluster.nodeclasses.clone(),
-            templates,
-            nodes,
-            pods,
-            pdbs,
-            options,
-        }
-    }
-
     /// The NodePool named `name`.
     pub fn nodepool(&self, name: &str) -> Option<&NodePool> {
         self.nodepools
@@ -266,144 +192,6 @@ impl State {
             options: self.options,
         }
     }
-}
-
-fn state_node(
-    node: &core::Node,
-    labels_: &BTreeMap<String, String>,
-    claim: Option<&NodeClaim>,
-    by_type: &BTreeMap<&str, &InstanceType>,
-    now: DateTime<Utc>,
-) -> StateNode {
-    let status = node.status.as_ref();
-    let allocatable = status
-        .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
-        .and_then(|l| Resources::from_list(l).ok())
-        .unwrap_or_default();
-    let capacity_type = labels_
-        .get(labels::CAPACITY_TYPE)
-        .and_then(|c| CapacityType::from_label(c))
-        .unwrap_or(CapacityType::OnDemand);
-    let zone = labels_.get(labels::ZONE);
-    let price = labels_
-        .get(labels::INSTANCE_TYPE)
-        .and_then(|t| by_type.get(t.as_str()))
-        .and_then(|it| {
-            it.cheapest_offering(|o| {
-                o.capacity_type == capacity_type && zone.is_none_or(|z| o.zone.as_ref() == z)
-            })
-            .or_else(|| it.cheapest_offering(|o| o.capacity_type == capacity_type))
-        })
-        .map(|o| o.price);
-    let taints: Vec<Taint> = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|t| taint_from_k8s(t).ok())
-        .collect();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let created = node
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-        .unwrap_or(now);
-    let claim_facts = claim.map(|c| ClaimFacts {
-        name: c.metadata.name.clone().unwrap_or_default(),
-        annotations: c.metadata.annotations.clone().unwrap_or_default(),
-        image_id: c.status.as_ref().and_then(|s| s.image_id.clone()),
-        termination_grace_period: c.spec.termination_grace_period.as_ref().map(|d| d.get()),
-        expire_after: c.spec.expire_after.get(),
-        last_pod_event: c.status.as_ref().and_then(|s| s.last_pod_event_time),
-        drifted_since: c
-            .status
-            .as_ref()
-            .and_then(|s| crate::apis::conditions::find(&s.conditions, "Drifted"))
-            .filter(|c| c.status == crate::apis::conditions::TRUE)
-            .map(|c| c.last_transition_time),
-        provider_drift: c
-            .status
-            .as_ref()
-            .and_then(|s| crate::apis::conditions::find(&s.conditions, "Drifted"))
-            .filter(|c| c.status == crate::apis::conditions::TRUE)
-            .filter(|c| super::drift::DriftReason::from_provider(&c.reason).is_some())
-            .map(|c| c.reason.clone()),
-        subnet_id: None,
-        security_groups: None,
-    });
-    StateNode {
-        name: Arc::from(node.metadata.name.clone().unwrap_or_default()),
-        nodepool: labels_.get(labels::NODEPOOL).cloned(),
-        labels: labels_.clone(),
-        annotations: node.metadata.annotations.clone().unwrap_or_default(),
-        disrupting: node.metadata.deletion_timestamp.is_some()
-            || claim.is_some_and(|c| c.metadata.deletion_timestamp.is_some())
-            || taints.iter().any(|t| t.key == labels::DISRUPTED_TAINT_KEY),
-        taints,
-        allocatable,
-        price,
-        capacity_type,
-        created,
-        initialized: ready && labels_.get(labels::INITIALIZED).is_none_or(|v| v == "true"),
-        claim: claim_facts,
-    }
-}
-
-fn resolve_pdb(pdb: &PodDisruptionBudget, pods: &[StatePod]) -> Option<Pdb> {
-    let namespace = pdb
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let spec = pdb.spec.as_ref()?;
-    let selector = spec
-        .selector
-        .as_ref()
-        .and_then(|s| Selector::from_k8s(s).ok())?;
-    let matching: Vec<&StatePod> = pods
-        .iter()
-        .filter(|p| {
-            !p.finished && p.pod.namespace.as_ref() == namespace && selector.matches(&p.pod.labels)
-        })
-        .collect();
-    let expected = matching.len() as i64;
-    let healthy = matching.iter().filter(|p| p.node.is_some()).count() as i64;
-    let allowed = match pdb
-        .status
-        .as_ref()
-        .map(|s| i64::from(s.disruptions_allowed))
-    {
-        Some(a)
-            if pdb
-                .status
-                .as_ref()
-                .is_some_and(|s| s.observed_generation.is_some()) =>
-        {
-            a
-        }
-        _ => {
-            if let Some(max) = &spec.max_unavailable {
-                resolve_int_or_percent(max, expected, true) - (expected - healthy)
-            } else if let Some(min) = &spec.min_available {
-                healthy - resolve_int_or_percent(min, expected, true)
-            } else {
-                healthy - expected
-            }
-        }
-    };
-    Some(Pdb {
-        name: format!(
-            "{namespace}/{}",
-            pdb.metadata.name.as_deref().unwrap_or_default()
-        ),
-        namespace,
-        selector,
-        allowed,
-    })
 }
 
 /// Node lifetime left as a fraction of `expireAfter` (1 when it never expires), which scales a

@@ -236,7 +236,12 @@ mod tests {
                 .collect(),
             ..Snapshot::default()
         };
-        State::from_cluster(&cluster, Vec::new(), Default::default(), now())
+        crate::snapshot::disruption_input::disruption_state(
+            &cluster,
+            Vec::new(),
+            Default::default(),
+            now(),
+        )
     }
 
     /// n1 with the given pods and a second, untainted node with room for them.

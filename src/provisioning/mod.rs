@@ -25,8 +25,9 @@ use crate::runtime::Context;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::requirements::Requirement;
 use crate::scheduling::scheduler;
-use crate::simulate::{self, SimulateOptions};
+use crate::snapshot::EngineOptions;
 use crate::snapshot::Snapshot;
+use crate::snapshot::scheduling_input;
 
 /// How long the provisioner waits for more pod events before it plans (`BATCH_IDLE_DURATION`),
 /// and the longest a batch may grow (`BATCH_MAX_DURATION`).
@@ -61,9 +62,9 @@ pub struct Plan {
 pub fn plan(
     cluster: &Snapshot,
     types: &HashMap<String, Arc<Vec<InstanceType>>>,
-    options: &SimulateOptions,
+    options: &EngineOptions,
 ) -> Plan {
-    let prepared = simulate::prepare(cluster, types, options);
+    let prepared = scheduling_input::prepare(cluster, types, options);
     let input = &prepared.input;
     let outcome = scheduler::solve(input);
     let mut out = Plan::default();
@@ -139,7 +140,7 @@ pub(crate) fn replacement_nodeclaim(
     replacement: &crate::disruption::Replacement,
     requests: crate::scheduling::resources::Resources,
 ) -> NodeClaim {
-    let mut requirements = simulate::template_requirements(pool);
+    let mut requirements = scheduling_input::template_requirements(pool);
     if !replacement.capacity_type.is_empty() {
         requirements.add_requirement(Requirement::new(
             labels::CAPACITY_TYPE,

@@ -14,7 +14,7 @@ use kube::runtime::events::Reporter;
 use crate::clock::Clock;
 use crate::cloudprovider::simulated::SimulatedProvider;
 use crate::cloudprovider::{CloudError, CloudProvider};
-use crate::simulate::SimulateOptions;
+use crate::snapshot::EngineOptions;
 use crate::state::ClusterState;
 
 /// Everything a controller needs, shared by all of them.
@@ -36,7 +36,7 @@ pub struct Context {
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// Scheduler and disruption options.
-    pub options: SimulateOptions,
+    pub options: EngineOptions,
     /// Retry delays for evictions refused by PodDisruptionBudgets.
     pub evictions: evictions::EvictionBackoff,
     /// Poll periods and waits of the disruption and garbage-collection loops.
@@ -82,7 +82,7 @@ impl Context {
         provider: Arc<dyn CloudProvider>,
         simulated: Option<Arc<SimulatedProvider>>,
         clock: Arc<dyn Clock>,
-        options: SimulateOptions,
+        options: EngineOptions,
     ) -> Self {
         let reporter = Reporter {
             controller: "karpenter".into(),

@@ -7,6 +7,9 @@
 //! are ephemeral) and the two adapters that build the core's inputs from it:
 //! [`scheduling_input`] for the scheduler, [`disruption_input`] for the disruption engine.
 
+pub mod disruption_input;
+pub mod scheduling_input;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -278,4 +281,13 @@ fn pod_is_pending(meta: &ObjectMeta, spec: Option<&PodSpec>, status: Option<&Pod
         && meta.deletion_timestamp.is_none()
         && !daemon
         && unschedulable
+}
+
+/// The pure core's settings, the same in `simulate` and `run`.
+#[derive(Clone, Debug, Default)]
+pub struct EngineOptions {
+    /// Scheduler options.
+    pub scheduler: crate::scheduling::scheduler::Options,
+    /// Disruption engine options.
+    pub disruption: crate::disruption::Options,
 }

@@ -1,0 +1,768 @@
+//! The adapter from a [`Snapshot`] to the scheduler's [`Input`]: NodePool templates with their
+//! instance types and DaemonSet overhead, existing nodes and in-flight NodeClaims with their bound
+//! pods, and the pending pods with their volume topology. `simulate`, the provisioner and the
+//! disruption controller all build their scheduler input here, so they plan alike.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+use serde::Serialize;
+
+use crate::apis::ec2nodeclass::EC2NodeClass;
+use crate::apis::labels;
+use crate::apis::nodeclaim::Operator;
+use crate::apis::nodepool::NodePool;
+use crate::catalog::Catalog;
+use crate::scheduling::instance_type::{InstanceType, NodeClassSettings};
+use crate::scheduling::pod::{Pod, VolumeRef};
+use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
+use crate::scheduling::resources::Resources;
+use crate::scheduling::scheduler::{self, ExistingNode, Input, NodePoolTemplate, PoolCache};
+use crate::scheduling::taints::taint_from_k8s;
+use crate::snapshot::{ClusterPod, Snapshot};
+
+use super::EngineOptions;
+
+/// A pod that stays pending.
+#[derive(Clone, Debug, Serialize)]
+pub struct Unschedulable {
+    /// `namespace/name`.
+    pub pod: String,
+    /// What to change so it can be scheduled.
+    pub reason: String,
+}
+
+/// A NodePool that cannot be used.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodePoolReport {
+    /// Its name.
+    pub name: String,
+    /// Why it is not used.
+    pub reason: String,
+}
+
+/// Prepared scheduler input plus what is needed to report on it.
+pub struct Prepared {
+    /// The scheduler input.
+    pub input: Input,
+    /// Pods that could not even be converted, with the reason.
+    pub invalid_pods: Vec<Unschedulable>,
+    /// NodePools left out.
+    pub skipped_pools: Vec<NodePoolReport>,
+}
+
+/// Requirements a NodePool's template imposes, with upstream's implicit ones.
+pub fn template_requirements(pool: &NodePool) -> Requirements {
+    let spec = &pool.spec.template.spec;
+    let mut reqs = Requirements::from_node_selector_requirements(&spec.requirements);
+    reqs.add(&Requirements::from_labels(
+        &pool.spec.template.metadata.labels,
+    ));
+    reqs.add_requirement(Requirement::new(
+        labels::NODEPOOL,
+        Operator::In,
+        [pool.metadata.name.as_deref().unwrap_or_default()],
+        None,
+    ));
+    // Like upstream's AWS provider, a pool that does not choose a capacity type gets on-demand.
+    if reqs.get(labels::CAPACITY_TYPE).is_none() {
+        reqs.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            [labels::CAPACITY_TYPE_ON_DEMAND],
+            None,
+        ));
+    }
+    reqs
+}
+
+fn node_resources(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> Resources {
+    list.and_then(|l| Resources::from_list(l).ok())
+        .unwrap_or_default()
+}
+
+/// Where [`prepare`] finds the instance types a node class can launch: the bundled catalog
+/// offline, the cloud provider's answers (fetched before the pure core runs) in the controller.
+pub trait InstanceTypeSource {
+    /// Instance types of a node class, its overhead applied; empty when unknown.
+    fn for_nodeclass(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>>;
+}
+
+impl InstanceTypeSource for Catalog {
+    fn for_nodeclass(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>> {
+        Arc::new(self.instance_types(&NodeClassSettings::for_nodeclass(nodeclass)))
+    }
+}
+
+/// Instance types by EC2NodeClass name, as the controller fetched them from the cloud provider.
+impl InstanceTypeSource for HashMap<String, Arc<Vec<InstanceType>>> {
+    fn for_nodeclass(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>> {
+        nodeclass
+            .metadata
+            .name
+            .as_ref()
+            .and_then(|name| self.get(name))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// The instance types a NodeClaim may become: the one its `node.kubernetes.io/instance-type`
+/// label names once launched, else every option its requirements allow.
+fn claim_options<'a>(
+    claim: &crate::apis::NodeClaim,
+    types: &'a [InstanceType],
+) -> Vec<&'a InstanceType> {
+    if let Some(t) = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::INSTANCE_TYPE))
+    {
+        return types.iter().filter(|it| *it.name == **t).collect();
+    }
+    let reqs = Requirements::from_node_selector_requirements(&claim.spec.requirements);
+    types
+        .iter()
+        .filter(|it| {
+            reqs.get(labels::INSTANCE_TYPE)
+                .is_some_and(|r| r.has(&it.name))
+        })
+        .collect()
+}
+
+/// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
+/// yet (by name or provider ID).
+fn is_in_flight(cluster: &Snapshot, claim: &crate::apis::NodeClaim) -> bool {
+    let status = claim.status.as_ref();
+    let registered = status
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| {
+            cluster
+                .nodes
+                .iter()
+                .any(|node| node.metadata.name.as_deref() == Some(n))
+        })
+        || status
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|id| {
+                cluster.nodes.iter().any(|node| {
+                    node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id)
+                })
+            });
+    !registered && claim.metadata.deletion_timestamp.is_none()
+}
+
+/// Taints a node is not kept from pods by, as upstream's known ephemeral taints: set while the
+/// kubelet or the cloud controller starts up, and Karpenter's own `karpenter.sh/unregistered`,
+/// which registration removes. A node carrying one is about to take pods; planning around it
+/// would launch a second node for the same pods.
+const EPHEMERAL_TAINTS: &[(&str, &str)] = &[
+    ("node.kubernetes.io/not-ready", "NoSchedule"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"),
+    (
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "NoSchedule",
+    ),
+    (labels::UNREGISTERED_TAINT_KEY, "NoExecute"),
+];
+
+/// The taints the scheduler holds against an existing node: its own, less the ephemeral ones
+/// and, until Karpenter marks it initialized, its NodeClaim's startup taints (which something in
+/// the cluster removes once the node is ready).
+fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::nodeclaim::Taint> {
+    let initialized = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::INITIALIZED))
+        .is_some_and(|v| v == "true");
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    let startup: &[crate::apis::nodeclaim::Taint] = match provider_id {
+        Some(id) if !initialized => cluster
+            .nodeclaims
+            .iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+            .map(|c| c.spec.startup_taints.as_slice())
+            .unwrap_or_default(),
+        _ => &[],
+    };
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            !EPHEMERAL_TAINTS.contains(&(t.key.as_str(), t.effect.as_str()))
+                && !startup
+                    .iter()
+                    .any(|s| s.key == t.key && s.effect.as_str() == t.effect)
+        })
+        .filter_map(|t| taint_from_k8s(t).ok())
+        .collect()
+}
+
+/// Builds the scheduler input from a cluster and the instance types its node classes offer.
+pub fn prepare(
+    cluster: &Snapshot,
+    source: &dyn InstanceTypeSource,
+    options: &EngineOptions,
+) -> Prepared {
+    let bound = cluster.bound_pods();
+    let mut invalid_pods = Vec::new();
+    let mut skipped_pools = Vec::new();
+    let mut types_by_class: HashMap<String, (Arc<Vec<InstanceType>>, Arc<PoolCache>)> =
+        HashMap::new();
+
+    let daemon_pods: Vec<Pod> = cluster
+        .daemonsets
+        .iter()
+        .filter_map(|ds| {
+            let template = ds.spec.as_ref()?.template.clone();
+            let pod = core::Pod {
+                metadata: template.metadata.unwrap_or_default(),
+                spec: template.spec,
+                status: None,
+            };
+            Pod::from_k8s(&pod).ok()
+        })
+        .collect();
+
+    // Current usage per NodePool, for limits.
+    let mut usage: HashMap<String, (Resources, i64)> = HashMap::new();
+    for node in &cluster.nodes {
+        if let Some(pool) = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+        {
+            let entry = usage.entry(pool.clone()).or_default();
+            entry.0.add(&node_resources(
+                node.status.as_ref().and_then(|s| s.capacity.as_ref()),
+            ));
+            entry.1 += 1;
+        }
+    }
+    // In-flight NodeClaims count against limits too, or rounds before their Nodes register would
+    // overshoot: launched ones with their capacity, others with their largest option's.
+    for claim in cluster
+        .nodeclaims
+        .iter()
+        .filter(|c| is_in_flight(cluster, c))
+    {
+        let Some(pool) = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+        else {
+            continue;
+        };
+        let capacity = match claim.status.as_ref().and_then(|s| s.capacity.as_ref()) {
+            Some(c) => node_resources(Some(c)),
+            None => {
+                let types = cluster
+                    .nodeclass(&claim.spec.node_class_ref.name)
+                    .map(|class| {
+                        types_by_class
+                            .entry(class.metadata.name.clone().unwrap_or_default())
+                            .or_insert_with(|| (source.for_nodeclass(class), Arc::default()))
+                            .0
+                            .clone()
+                    })
+                    .unwrap_or_default();
+                claim_options(claim, &types)
+                    .iter()
+                    .fold(Resources::default(), |acc, it| acc.max(&it.capacity))
+            }
+        };
+        let entry = usage.entry(pool.clone()).or_default();
+        entry.0.add(&capacity);
+        entry.1 += 1;
+    }
+
+    let mut nodepools = Vec::new();
+    for pool in &cluster.nodepools {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        if pool.spec.replicas.is_some() {
+            skipped_pools.push(NodePoolReport {
+                name,
+                reason: "static NodePool (spec.replicas set): not used for pending pods".into(),
+            });
+            continue;
+        }
+        let Some(nodeclass) = cluster.nodeclass_of(pool) else {
+            let r = &pool.spec.template.spec.node_class_ref;
+            skipped_pools.push(NodePoolReport {
+                name,
+                reason: format!(
+                    "its nodeClassRef names {}/{} (group {}), which is not in the input; add the EC2NodeClass manifest",
+                    r.kind, r.name, r.group
+                ),
+            });
+            continue;
+        };
+        // Pools on the same node class share instance types, and so the derived caches.
+        let (instance_types, cache) = types_by_class
+            .entry(nodeclass.metadata.name.clone().unwrap_or_default())
+            .or_insert_with(|| (source.for_nodeclass(nodeclass), Arc::default()))
+            .clone();
+        let requirements = template_requirements(pool);
+        let taints: Vec<_> = pool.spec.template.spec.taints.clone();
+        let mut daemon_overhead = Resources::default();
+        let mut daemon_host_ports = Vec::new();
+        for d in &daemon_pods {
+            let d_reqs = Requirements::for_pod(
+                &d.node_selector,
+                &d.required_terms
+                    .first()
+                    .map(|t| vec![t.as_slice()])
+                    .unwrap_or_default(),
+            );
+            let tolerated = scheduler::daemon_tolerates(&d.tolerations, &taints);
+            if tolerated
+                && requirements.is_compatible(
+                    &d_reqs,
+                    &crate::scheduling::requirements::AllowUndefined::well_known_labels(),
+                )
+            {
+                daemon_overhead.add(&d.requests);
+                daemon_host_ports.extend(d.host_ports.iter().cloned());
+            }
+        }
+        let (used, used_nodes) = usage.get(&name).cloned().unwrap_or_default();
+        let limits_list = pool
+            .spec
+            .limits
+            .as_ref()
+            .and_then(|l| Resources::from_list(l).ok());
+        let mut limits = Vec::new();
+        let mut nodes_limit = None;
+        if let Some(l) = &limits_list {
+            for (resource, amount) in l.iter() {
+                if resource == "nodes" {
+                    nodes_limit = Some(amount.saturating_sub(used_nodes));
+                } else {
+                    limits.push((
+                        resource.to_string(),
+                        amount.saturating_sub(used.get(resource)),
+                    ));
+                }
+            }
+        }
+        nodepools.push(NodePoolTemplate {
+            name: Arc::from(name.as_str()),
+            weight: pool.spec.weight.unwrap_or(0),
+            requirements,
+            taints,
+            instance_types,
+            daemon_overhead,
+            daemon_host_ports,
+            limits,
+            nodes_limit,
+            cache,
+        });
+    }
+
+    let mut existing = Vec::new();
+    for node in &cluster.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let spec = node.spec.as_ref();
+        if node.metadata.deletion_timestamp.is_some()
+            || spec.and_then(|s| s.unschedulable) == Some(true)
+        {
+            continue;
+        }
+        let pods: Vec<Pod> = bound
+            .get(name.as_str())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Pod::from_parts(&p.metadata, &p.spec).ok().map(|mut pod| {
+                    pod.volumes = volumes_of(cluster, p);
+                    pod
+                })
+            })
+            .collect();
+        let volume_limits: BTreeMap<String, i64> = cluster
+            .csi_nodes
+            .iter()
+            .filter(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+            .flat_map(|c| c.spec.drivers.iter())
+            .filter_map(|d| {
+                let count = d.allocatable.as_ref()?.count?;
+                Some((d.name.clone(), i64::from(count)))
+            })
+            .collect();
+        let mut requested = Resources::default();
+        for p in &pods {
+            requested.add(&p.requests);
+        }
+        let status = node.status.as_ref();
+        let allocatable = node_resources(
+            status
+                .and_then(|s| s.allocatable.as_ref())
+                .or_else(|| status.and_then(|s| s.capacity.as_ref())),
+        );
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        existing.push(ExistingNode {
+            name: Arc::from(name.as_str()),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: scheduling_taints(cluster, node),
+            allocatable,
+            requested,
+            pods,
+            initialized: ready,
+            volume_limits,
+        });
+    }
+
+    // NodeClaims launched (or launching) whose Node has not registered yet are capacity too, as
+    // upstream's in-flight nodes: their daemon overhead is expected, their taints apply, startup
+    // taints do not.
+    for claim in &cluster.nodeclaims {
+        let status = claim.status.as_ref();
+        if !is_in_flight(cluster, claim) {
+            continue;
+        }
+        let mut node_labels = claim.metadata.labels.clone().unwrap_or_default();
+        node_labels.extend(
+            Requirements::from_node_selector_requirements(&claim.spec.requirements).labels(),
+        );
+        let claim_types = cluster
+            .nodeclass(&claim.spec.node_class_ref.name)
+            .map(|class| {
+                types_by_class
+                    .entry(class.metadata.name.clone().unwrap_or_default())
+                    .or_insert_with(|| (source.for_nodeclass(class), Arc::default()))
+                    .0
+                    .clone()
+            })
+            .unwrap_or_default();
+        // Not launched yet: count on the least any of its instance types offers, which still
+        // holds the pods it was planned for (every option fits them).
+        let options = claim_options(claim, &claim_types);
+        let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
+            Some(a) => node_resources(Some(a)),
+            None => match options.split_first() {
+                Some((first, rest)) => rest.iter().fold(first.allocatable.clone(), |acc, it| {
+                    acc.min(&it.allocatable)
+                }),
+                None => continue,
+            },
+        };
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let pool = node_labels.get(labels::NODEPOOL).cloned();
+        let daemon = pool
+            .and_then(|p| nodepools.iter().find(|t| t.name.as_ref() == p))
+            .map(|t| t.daemon_overhead.clone())
+            .unwrap_or_default();
+        node_labels.insert(labels::HOSTNAME.into(), name.clone());
+        existing.push(ExistingNode {
+            name: Arc::from(name.as_str()),
+            labels: node_labels,
+            taints: claim.spec.taints.clone(),
+            allocatable,
+            requested: daemon,
+            pods: Vec::new(),
+            initialized: false,
+            volume_limits: Default::default(),
+        });
+    }
+
+    let pending = cluster.pending_pods();
+    let mut pods = Vec::with_capacity(pending.len());
+    // Replicas carry identical labels: keep one copy per distinct label set.
+    let mut label_sets: HashSet<Arc<BTreeMap<String, String>>> = HashSet::new();
+    for p in pending {
+        match Pod::from_parts(&p.metadata, &p.spec)
+            .and_then(|pod| with_volume_topology(cluster, p, pod))
+        {
+            Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
+            Ok(mut pod) => {
+                match label_sets.get(&pod.labels) {
+                    Some(shared) => pod.labels = shared.clone(),
+                    None => {
+                        label_sets.insert(pod.labels.clone());
+                    }
+                }
+                pods.push(pod);
+            }
+            Err(reason) => invalid_pods.push(Unschedulable {
+                pod: p.key(),
+                reason,
+            }),
+        }
+    }
+
+    Prepared {
+        input: Input {
+            nodepools,
+            existing,
+            pods,
+            options: options.scheduler,
+        },
+        invalid_pods,
+        skipped_pools,
+    }
+}
+
+/// Adds the zone (or other topology) constraints of a pod's persistent volumes to its node
+/// requirements: a bound volume's PV node affinity, or an unbound claim's StorageClass
+/// `allowedTopologies`, so the node is launched where the volume can attach.
+fn with_volume_topology(cluster: &Snapshot, k8s: &ClusterPod, mut pod: Pod) -> Result<Pod, String> {
+    pod.volumes = volumes_of(cluster, k8s);
+    let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
+    let volumes = k8s.spec.volumes.as_ref();
+    for (i, volume) in volumes.into_iter().flatten().enumerate() {
+        let Some(claim_ref) = &volume.persistent_volume_claim else {
+            continue;
+        };
+        let field = format!("spec.volumes[{i}].persistentVolumeClaim.claimName");
+        let pvc = cluster
+            .persistent_volume_claims
+            .iter()
+            .find(|c| {
+                c.metadata.name.as_deref() == Some(claim_ref.claim_name.as_str())
+                    && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{field}: PersistentVolumeClaim {namespace}/{} is not in the input; add it so its volume's zone is known",
+                    claim_ref.claim_name
+                )
+            })?;
+        let spec = pvc.spec.as_ref();
+        let terms: Vec<Vec<NodeSelectorExpression>> = match spec
+            .and_then(|s| s.volume_name.as_deref())
+        {
+            Some(pv_name) => {
+                let pv = cluster
+                    .persistent_volumes
+                    .iter()
+                    .find(|pv| pv.metadata.name.as_deref() == Some(pv_name))
+                    .ok_or_else(|| format!("{field}: PersistentVolume {pv_name} bound to the claim is not in the input"))?;
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.node_affinity.as_ref())
+                    .and_then(|a| a.required.as_ref())
+                    .map(|r| {
+                        r.node_selector_terms
+                            .iter()
+                            .map(|t| {
+                                volume_expressions(
+                                    t.match_expressions.as_deref().unwrap_or_default(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+            None => {
+                let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
+                let class = class_name.and_then(|n| {
+                    cluster
+                        .storage_classes
+                        .iter()
+                        .find(|c| c.metadata.name.as_deref() == Some(n))
+                });
+                if class.and_then(|c| c.volume_binding_mode.as_deref()) == Some("Immediate") {
+                    return Err(format!(
+                        "{field}: claim {} uses StorageClass {} with Immediate binding and is not bound yet; Karpenter waits until it is bound to a volume",
+                        claim_ref.claim_name,
+                        class_name.unwrap_or_default()
+                    ));
+                }
+                class
+                    .and_then(|c| c.allowed_topologies.as_ref())
+                    .map(|topologies| {
+                        topologies
+                            .iter()
+                            .map(|t| {
+                                t.match_label_expressions
+                                    .iter()
+                                    .flatten()
+                                    .map(|e| NodeSelectorExpression {
+                                        key: e.key.clone(),
+                                        operator: Operator::In,
+                                        values: e.values.clone(),
+                                    })
+                                    .collect()
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+        };
+        if terms.is_empty() {
+            continue;
+        }
+        // (pod terms) AND (volume terms): every combination of one term from each side.
+        let pod_terms = if pod.required_terms.is_empty() {
+            vec![Vec::new()]
+        } else {
+            std::mem::take(&mut pod.required_terms)
+        };
+        pod.required_terms = pod_terms
+            .iter()
+            .flat_map(|p| {
+                terms.iter().map(move |v| {
+                    let mut t = p.clone();
+                    t.extend(v.iter().cloned());
+                    t
+                })
+            })
+            .collect();
+    }
+    Ok(pod)
+}
+
+/// The CSI volumes a pod mounts: the bound PV's driver, or the claim's StorageClass provisioner
+/// while unbound. Claims or volumes missing from the input are skipped here (the topology step
+/// reports them).
+fn volumes_of(cluster: &Snapshot, k8s: &ClusterPod) -> Vec<VolumeRef> {
+    let namespace = k8s.metadata.namespace.as_deref().unwrap_or("default");
+    let volumes = k8s.spec.volumes.as_ref();
+    volumes
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .filter_map(|claim_ref| {
+            let pvc = cluster.persistent_volume_claims.iter().find(|c| {
+                c.metadata.name.as_deref() == Some(claim_ref.claim_name.as_str())
+                    && c.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })?;
+            let spec = pvc.spec.as_ref()?;
+            match spec.volume_name.as_deref() {
+                Some(pv_name) => {
+                    let pv = cluster
+                        .persistent_volumes
+                        .iter()
+                        .find(|pv| pv.metadata.name.as_deref() == Some(pv_name))?;
+                    let driver = pv.spec.as_ref()?.csi.as_ref()?.driver.clone();
+                    Some(VolumeRef {
+                        driver: Arc::from(driver),
+                        id: Arc::from(pv_name),
+                    })
+                }
+                None => {
+                    let class = spec.storage_class_name.as_deref().and_then(|n| {
+                        cluster
+                            .storage_classes
+                            .iter()
+                            .find(|c| c.metadata.name.as_deref() == Some(n))
+                    })?;
+                    Some(VolumeRef {
+                        driver: Arc::from(class.provisioner.as_str()),
+                        id: Arc::from(format!("pvc/{namespace}/{}", claim_ref.claim_name)),
+                    })
+                }
+            }
+        })
+        .collect()
+}
+
+fn volume_expressions(list: &[core::NodeSelectorRequirement]) -> Vec<NodeSelectorExpression> {
+    list.iter()
+        .filter_map(|e| {
+            let operator = match e.operator.as_str() {
+                "In" => Operator::In,
+                "NotIn" => Operator::NotIn,
+                "Exists" => Operator::Exists,
+                "DoesNotExist" => Operator::DoesNotExist,
+                _ => return None,
+            };
+            Some(NodeSelectorExpression {
+                key: e.key.clone(),
+                operator,
+                values: e.values.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn ephemeral_and_pending_startup_taints_do_not_keep_pods_off_a_node() {
+        let claim: crate::apis::NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [],
+                "startupTaints": [{"key": "example.com/cni-not-ready", "effect": "NoSchedule"}],
+            },
+            "status": {"providerID": "aws:///us-east-1a/i-0123"},
+        }))
+        .expect("claim");
+        let node = |initialized: bool| -> core::Node {
+            let labels = if initialized {
+                json!({"karpenter.sh/initialized": "true"})
+            } else {
+                json!({})
+            };
+            serde_json::from_value(json!({
+                "metadata": {"name": "n", "labels": labels},
+                "spec": {
+                    "providerID": "aws:///us-east-1a/i-0123",
+                    "taints": [
+                        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+                        {"key": "example.com/cni-not-ready", "effect": "NoSchedule"},
+                        {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
+                    ],
+                },
+            }))
+            .expect("node")
+        };
+        let cluster = Snapshot {
+            nodepools: Vec::new(),
+            nodeclasses: Vec::new(),
+            nodeclaims: vec![claim],
+            nodes: Vec::new(),
+            pods: Vec::new(),
+            daemonsets: Vec::new(),
+            pdbs: Vec::new(),
+            persistent_volumes: Vec::new(),
+            persistent_volume_claims: Vec::new(),
+            storage_classes: Vec::new(),
+            csi_nodes: Vec::new(),
+            ignored: Vec::new(),
+        };
+        let keys = |taints: Vec<crate::apis::nodeclaim::Taint>| -> Vec<String> {
+            taints
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect.as_str()))
+                .collect()
+        };
+        assert_eq!(
+            keys(scheduling_taints(&cluster, &node(false))),
+            [
+                "node.kubernetes.io/not-ready:NoExecute",
+                "dedicated:NoSchedule"
+            ]
+        );
+        assert_eq!(
+            keys(scheduling_taints(&cluster, &node(true))),
+            [
+                "node.kubernetes.io/not-ready:NoExecute",
+                "example.com/cni-not-ready:NoSchedule",
+                "dedicated:NoSchedule"
+            ],
+            "once initialized, a startup taint still there is a real one"
+        );
+    }
+}
