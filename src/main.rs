@@ -133,10 +133,10 @@ fn run(settings: Settings) -> anyhow::Result<()> {
     use karpenter_rs::cloudprovider::aws;
     use karpenter_rs::cloudprovider::instrumented::Instrumented;
     use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
+    use karpenter_rs::controllers::provisioning::BatchWindow;
     use karpenter_rs::controllers::{self, RunConfig};
     use karpenter_rs::operator::http::{self, Readiness, Routes};
     use karpenter_rs::operator::{kube_client, logging, settings::CloudProviderKind};
-    use karpenter_rs::provisioning::BatchWindow;
 
     if let Err(invalid) = settings.validate() {
         anyhow::bail!("{invalid}");

@@ -65,8 +65,8 @@ use karpenter_rs::cloudprovider::{
 };
 use karpenter_rs::controllers;
 use karpenter_rs::controllers::disruption::COMMAND_ANNOTATION;
-use karpenter_rs::lifecycle::garbage::INSTANCE_GRACE;
-use karpenter_rs::provisioning::BatchWindow;
+use karpenter_rs::controllers::nodeclaim::garbage::INSTANCE_GRACE;
+use karpenter_rs::controllers::provisioning::BatchWindow;
 use karpenter_rs::runtime::{Context, Intervals};
 use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType};
 use karpenter_rs::snapshot::EngineOptions;

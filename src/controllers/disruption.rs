@@ -37,9 +37,9 @@ use serde_json::json;
 use crate::apis::conditions;
 use crate::apis::nodepool::DisruptionReason;
 use crate::apis::{NodeClaim, NodePool, labels};
+use crate::controllers::nodeclaim::{INITIALIZED, termination};
 use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, budgets, validation};
-use crate::lifecycle::{INITIALIZED, termination};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
@@ -106,7 +106,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// nodes nominated for pending pods.
 async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
     let cluster = ctx.state.snapshot();
-    let types = crate::provisioning::instance_types(ctx, &cluster).await;
+    let types = crate::controllers::provisioning::instance_types(ctx, &cluster).await;
     let prepared = crate::snapshot::scheduling_input::prepare(&cluster, &types, &ctx.options);
     let nominated = nominated(&prepared.input);
     let state = crate::snapshot::disruption_input::disruption_state(
@@ -710,7 +710,7 @@ async fn execute(
             rollback(ctx, cmd, &launched).await;
             return Ok(false);
         };
-        let mut claim = crate::provisioning::replacement_nodeclaim(
+        let mut claim = crate::controllers::provisioning::replacement_nodeclaim(
             pool,
             cluster.nodeclass_of(pool),
             r,
@@ -854,7 +854,7 @@ async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) {
         let Some(n) = ctx.state.nodes.get(&ObjectRef::<Node>::new(node)) else {
             continue;
         };
-        let claim = crate::lifecycle::claim_of_node(&ctx.state.nodeclaims, &n);
+        let claim = crate::controllers::nodeclaim::claim_of_node(&ctx.state.nodeclaims, &n);
         let deleting = match &claim {
             Some(name) => api
                 .get_opt(name)

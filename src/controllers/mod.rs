@@ -9,9 +9,10 @@ pub mod interruption;
 pub mod kubelet;
 pub mod leader;
 pub mod metrics;
-pub mod nodeclaim_disruption;
+pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod provisioning;
 
 use std::sync::Arc;
 
@@ -33,7 +34,7 @@ pub struct RunConfig {
     /// This replica's identity in the Lease.
     pub identity: String,
     /// Provisioning batch windows.
-    pub batch: crate::provisioning::BatchWindow,
+    pub batch: crate::controllers::provisioning::BatchWindow,
     /// Scheduler and disruption options.
     pub options: EngineOptions,
     /// The client evictions go through (see [`Context::eviction_client`]).
@@ -161,7 +162,7 @@ async fn lead(
 pub fn spawn_controllers(
     ctx: &Arc<Context>,
     tasks: &mut tokio::task::JoinSet<()>,
-    batch: crate::provisioning::BatchWindow,
+    batch: crate::controllers::provisioning::BatchWindow,
     region: &str,
     aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
     observe_cluster_state: bool,
@@ -169,20 +170,20 @@ pub fn spawn_controllers(
     use crate::metrics::in_controller;
     tasks.spawn(in_controller(
         "provisioner",
-        crate::provisioning::Provisioner::new(ctx.clone(), batch).run(),
+        crate::controllers::provisioning::Provisioner::new(ctx.clone(), batch).run(),
     ));
     tasks.spawn(in_controller(
         "nodeclaim.lifecycle",
-        crate::lifecycle::run(ctx.clone()),
+        crate::controllers::nodeclaim::run(ctx.clone()),
     ));
     tasks.spawn(in_controller("disruption", disruption::run(ctx.clone())));
     tasks.spawn(in_controller(
         "nodeclaim.disruption",
-        nodeclaim_disruption::run(ctx.clone()),
+        nodeclaim::disruption::run(ctx.clone()),
     ));
     tasks.spawn(in_controller(
         "nodeclaim.garbagecollection",
-        crate::lifecycle::garbage::run(ctx.clone()),
+        crate::controllers::nodeclaim::garbage::run(ctx.clone()),
     ));
     tasks.spawn(in_controller("nodepool", nodepool::run(ctx.clone())));
     tasks.spawn(in_controller("nodeclass", nodeclass::run(ctx.clone())));

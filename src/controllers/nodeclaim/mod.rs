@@ -8,6 +8,7 @@
 //! and from the cloud, so a restarted controller continues where the last one stopped; launches
 //! are idempotent per NodeClaim in the provider.
 
+pub mod disruption;
 pub mod garbage;
 pub mod liveness;
 pub mod termination;
