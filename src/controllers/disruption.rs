@@ -135,18 +135,13 @@ pub fn nominated(input: &Input) -> BTreeSet<String> {
         .collect()
 }
 
-/// The NodeClaim of the Node named `node`, by node name or provider ID.
+/// The NodeClaim of the Node named `node`.
 fn claim_of<'a>(cluster: &'a Snapshot, node: &str) -> Option<&'a NodeClaim> {
-    let provider_id = cluster
+    let node = cluster
         .nodes
         .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(node))
-        .and_then(|n| n.spec.as_ref()?.provider_id.clone());
-    cluster.nodeclaims.iter().find(|c| {
-        let status = c.status.as_ref();
-        status.and_then(|s| s.node_name.as_deref()) == Some(node)
-            || (provider_id.is_some() && status.and_then(|s| s.provider_id.clone()) == provider_id)
-    })
+        .find(|n| n.metadata.name.as_deref() == Some(node))?;
+    crate::snapshot::joins::claim_of(&cluster.nodeclaims, node)
 }
 
 /// `karpenter_nodepools_allowed_disruptions` (the tightest active budget's node count, as
@@ -894,7 +889,7 @@ async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) {
         let used = node_name.is_some_and(|n| {
             ctx.state.pods.state().iter().any(|p| {
                 p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.as_str())
-                    && !p.owner_references().iter().any(|o| o.kind == "DaemonSet")
+                    && !crate::snapshot::is_daemon_pod(&p.metadata)
             })
         });
         if used {

@@ -99,14 +99,6 @@ fn limits(spec: &PodSpec) -> Resources {
     sum.max(&init_peak)
 }
 
-fn is_daemon(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
-}
-
 fn is_terminal(pod: &Pod) -> bool {
     crate::snapshot::phase_is_terminal(pod.status.as_ref())
 }
@@ -184,7 +176,7 @@ pub fn node_gauges(nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) -
         let (req, lim) = (requests(spec).unwrap_or_default(), limits(spec));
         entry.requests.add(&req);
         entry.limits.add(&lim);
-        if is_daemon(pod) {
+        if crate::snapshot::is_daemon_pod(&pod.metadata) {
             entry.daemon_requests.add(&req);
             entry.daemon_limits.add(&lim);
         }

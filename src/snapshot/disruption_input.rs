@@ -36,14 +36,7 @@ pub fn disruption_state(
     let mut nodes = Vec::new();
     for node in &cluster.nodes {
         let labels_ = node.metadata.labels.clone().unwrap_or_default();
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let claim = cluster.nodeclaims.iter().find(|c| {
-            let status = c.status.as_ref();
-            status.and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
-                || (status.and_then(|s| s.provider_id.as_deref()).is_some()
-                    && status.and_then(|s| s.provider_id.as_deref())
-                        == node.spec.as_ref().and_then(|s| s.provider_id.as_deref()))
-        });
+        let claim = super::joins::claim_of(&cluster.nodeclaims, node);
         nodes.push(state_node(node, &labels_, claim, &by_type, now));
     }
     let index: BTreeMap<&str, usize> = nodes

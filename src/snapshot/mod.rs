@@ -8,7 +8,9 @@
 //! [`scheduling_input`] for the scheduler, [`disruption_input`] for the disruption engine.
 
 pub mod disruption_input;
+pub mod joins;
 pub mod scheduling_input;
+pub mod taints;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -257,13 +259,18 @@ pub fn is_pending(pod: &Pod) -> bool {
     pod_is_pending(&pod.metadata, pod.spec.as_ref(), pod.status.as_ref())
 }
 
-/// [`is_pending`] over a pod's parts, for both pod representations.
-fn pod_is_pending(meta: &ObjectMeta, spec: Option<&PodSpec>, status: Option<&PodStatus>) -> bool {
-    let daemon = meta
-        .owner_references
+/// Whether a pod belongs to a DaemonSet (any owner reference of that kind, as upstream's
+/// `IsOwnedByDaemonSet`): such pods follow nodes instead of asking for them, and are drained last.
+pub fn is_daemon_pod(meta: &ObjectMeta) -> bool {
+    meta.owner_references
         .iter()
         .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
+        .any(|o| o.kind == "DaemonSet")
+}
+
+/// [`is_pending`] over a pod's parts, for both pod representations.
+fn pod_is_pending(meta: &ObjectMeta, spec: Option<&PodSpec>, status: Option<&PodStatus>) -> bool {
+    let daemon = is_daemon_pod(meta);
     let scheduled = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|conditions| conditions.iter().find(|c| c.type_ == "PodScheduled"));

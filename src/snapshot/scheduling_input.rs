@@ -138,38 +138,9 @@ fn claim_options<'a>(
 /// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
 /// yet (by name or provider ID).
 fn is_in_flight(cluster: &Snapshot, claim: &crate::apis::NodeClaim) -> bool {
-    let status = claim.status.as_ref();
-    let registered = status
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| {
-            cluster
-                .nodes
-                .iter()
-                .any(|node| node.metadata.name.as_deref() == Some(n))
-        })
-        || status
-            .and_then(|s| s.provider_id.as_deref())
-            .is_some_and(|id| {
-                cluster.nodes.iter().any(|node| {
-                    node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id)
-                })
-            });
-    !registered && claim.metadata.deletion_timestamp.is_none()
+    super::joins::node_of(&cluster.nodes, claim).is_none()
+        && claim.metadata.deletion_timestamp.is_none()
 }
-
-/// Taints a node is not kept from pods by, as upstream's known ephemeral taints: set while the
-/// kubelet or the cloud controller starts up, and Karpenter's own `karpenter.sh/unregistered`,
-/// which registration removes. A node carrying one is about to take pods; planning around it
-/// would launch a second node for the same pods.
-const EPHEMERAL_TAINTS: &[(&str, &str)] = &[
-    ("node.kubernetes.io/not-ready", "NoSchedule"),
-    ("node.kubernetes.io/unreachable", "NoSchedule"),
-    (
-        "node.cloudprovider.kubernetes.io/uninitialized",
-        "NoSchedule",
-    ),
-    (labels::UNREGISTERED_TAINT_KEY, "NoExecute"),
-];
 
 /// The taints the scheduler holds against an existing node: its own, less the ephemeral ones
 /// and, until Karpenter marks it initialized, its NodeClaim's startup taints (which something in
@@ -181,15 +152,12 @@ fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::
         .as_ref()
         .and_then(|l| l.get(labels::INITIALIZED))
         .is_some_and(|v| v == "true");
-    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-    let startup: &[crate::apis::nodeclaim::Taint] = match provider_id {
-        Some(id) if !initialized => cluster
-            .nodeclaims
-            .iter()
-            .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+    let startup: &[crate::apis::nodeclaim::Taint] = if initialized {
+        &[]
+    } else {
+        super::joins::claim_of(&cluster.nodeclaims, node)
             .map(|c| c.spec.startup_taints.as_slice())
-            .unwrap_or_default(),
-        _ => &[],
+            .unwrap_or_default()
     };
     node.spec
         .as_ref()
@@ -197,7 +165,7 @@ fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::
         .into_iter()
         .flatten()
         .filter(|t| {
-            !EPHEMERAL_TAINTS.contains(&(t.key.as_str(), t.effect.as_str()))
+            !super::taints::is_ephemeral(&t.key, &t.effect)
                 && !startup
                     .iter()
                     .any(|s| s.key == t.key && s.effect.as_str() == t.effect)

@@ -45,7 +45,7 @@ pub fn orphaned_instances(
     let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
     let ids: HashSet<&str> = claims
         .iter()
-        .filter_map(|c| c.status.as_ref()?.provider_id.as_deref())
+        .filter_map(|c| crate::snapshot::joins::claim_provider_id(c))
         .collect();
     instances
         .iter()
@@ -80,7 +80,7 @@ pub fn orphaned_nodes(nodes: &[Arc<Node>], claims: &[Arc<NodeClaim>]) -> Vec<Arc
     let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
     let ids: HashSet<&str> = claims
         .iter()
-        .filter_map(|c| c.status.as_ref()?.provider_id.as_deref())
+        .filter_map(|c| crate::snapshot::joins::claim_provider_id(c))
         .collect();
     nodes
         .iter()
@@ -205,7 +205,7 @@ async fn collect(ctx: &Context) {
         // Its Node, if it registered one, goes too (termination releases it: the instance is
         // gone).
         let node = ctx.state.nodes.state().into_iter().find(|n| {
-            n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id.as_str())
+            crate::snapshot::joins::node_provider_id(n) == Some(id.as_str())
                 && n.metadata.deletion_timestamp.is_none()
         });
         if let Some(node) = node

@@ -35,6 +35,7 @@ use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
+use crate::snapshot::{joins, taints};
 
 /// Condition: the instance exists.
 pub const LAUNCHED: &str = "Launched";
@@ -46,15 +47,6 @@ pub const INITIALIZED: &str = "Initialized";
 pub const READY: &str = "Ready";
 
 pub use liveness::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
-
-/// Taints a node carries while it is coming up or going away, which say nothing about whether
-/// it is initialized.
-const EPHEMERAL_TAINTS: &[&str] = &[
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-    "node.cloudprovider.kubernetes.io/uninitialized",
-    labels::UNREGISTERED_TAINT_KEY,
-];
 
 /// Runs the NodeClaim lifecycle controller until the stream ends.
 pub async fn run(ctx: Arc<Context>) {
@@ -74,17 +66,12 @@ pub async fn run(ctx: Arc<Context>) {
         .await;
 }
 
-/// The NodeClaim a Node belongs to, by provider ID.
+/// The NodeClaim a Node belongs to.
 pub fn claim_of_node(
     store: &kube::runtime::reflector::Store<NodeClaim>,
     node: &Node,
 ) -> Option<String> {
-    let id = node.spec.as_ref()?.provider_id.as_deref()?;
-    store
-        .state()
-        .iter()
-        .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
-        .map(|c| c.name_any())
+    joins::claim_of(&store.state(), node).map(|c| c.name_any())
 }
 
 fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Action {
@@ -92,14 +79,9 @@ fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Act
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The Node whose provider ID matches the claim's.
+/// The claim's Node, once it joined.
 pub(super) fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<Node>> {
-    let id = claim.status.as_ref()?.provider_id.as_deref()?;
-    ctx.state
-        .nodes
-        .state()
-        .into_iter()
-        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+    joins::node_of(&ctx.state.nodes.state(), claim).cloned()
 }
 
 async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -566,7 +548,7 @@ pub fn initialization(claim: &NodeClaim, node: &Node) -> (bool, String) {
             .startup_taints
             .iter()
             .any(|s| s.key == t.key && s.effect.as_str() == t.effect)
-            || EPHEMERAL_TAINTS.contains(&t.key.as_str())
+            || taints::is_ephemeral(&t.key, &t.effect)
     }) {
         return (false, format!("StartupTaint {:?} still exists", t.key));
     }

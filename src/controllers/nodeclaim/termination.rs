@@ -159,7 +159,7 @@ impl DrainPod {
                 .priority_class_name
                 .as_deref()
                 .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c)),
-            daemon: pod.owner_references().iter().any(|o| o.kind == "DaemonSet"),
+            daemon: crate::snapshot::is_daemon_pod(&pod.metadata),
             do_not_disrupt: pod
                 .annotations()
                 .get(labels::DO_NOT_DISRUPT)
