@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use karpenter_rs::apis::crds;
 use karpenter_rs::apis::duration::parse_go_duration;
-use karpenter_rs::apis::{convert, crds};
 use karpenter_rs::catalog::{self, Catalog};
-use karpenter_rs::manifest;
+use karpenter_rs::manifest::{self, legacy};
 use karpenter_rs::operator::settings::Settings;
 use karpenter_rs::scheduling::scheduler::Options;
 use karpenter_rs::simulate;
@@ -356,7 +356,7 @@ fn main() -> ExitCode {
             default_role,
         } => report(run_convert(
             &files,
-            &convert::Options {
+            &legacy::Options {
                 default_instance_profile,
                 default_role,
             },
@@ -468,9 +468,9 @@ fn run_simulate(
     Ok(())
 }
 
-fn run_convert(files: &[PathBuf], options: &convert::Options) -> anyhow::Result<()> {
+fn run_convert(files: &[PathBuf], options: &legacy::Options) -> anyhow::Result<()> {
     let docs = manifest::read_paths(files)?;
-    let conversion = convert::convert_with(&docs, options)?;
+    let conversion = legacy::convert_with(&docs, options)?;
     for w in &conversion.warnings {
         eprintln!("warning: {w}");
     }

@@ -1,13 +1,13 @@
-//! Golden tests for `karpenter_rs::apis::convert`: each directory under
+//! Golden tests for `karpenter_rs::manifest::legacy`: each directory under
 //! `tests/fixtures/convert/` holds an `input.yaml` written for an older Karpenter API and the
 //! `expected.yaml` v1 objects it must become; objects are compared as parsed values, not text.
 
 use std::path::{Path, PathBuf};
 
-use karpenter_rs::apis::convert::{
+use karpenter_rs::apis::validation::{Kind, validate_value};
+use karpenter_rs::manifest::legacy::{
     Conversion, ConvertError, Options, Warning, convert, convert_with,
 };
-use karpenter_rs::apis::validation::{Kind, validate_value};
 use karpenter_rs::manifest::{self, Document};
 use pretty_assertions::assert_eq;
 use serde_json::Value;

@@ -8,12 +8,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
-use karpenter_rs::apis::convert::{Options, convert_with};
 use karpenter_rs::apis::duration;
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use karpenter_rs::disruption::{Command, Method};
 use karpenter_rs::manifest;
+use karpenter_rs::manifest::legacy::{Options, convert_with};
 use karpenter_rs::simulate::{self, Report};
 use karpenter_rs::snapshot::EngineOptions;
 

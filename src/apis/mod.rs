@@ -3,7 +3,6 @@
 //! the converter from earlier API versions.
 
 pub mod conditions;
-pub mod convert;
 pub mod crds;
 pub mod duration;
 pub mod ec2nodeclass;

@@ -1,6 +1,7 @@
 //! Reading the YAML manifests users already have: files, directories or stdin, each holding one
 //! or more documents, with every error naming the file and document it came from.
 
+pub mod legacy;
 pub mod load;
 
 pub use load::{LoadError, LoadProblem, load};
