@@ -12,10 +12,12 @@
 #   python3 >= 3.10 and pip (Helm itself comes as a PyPI wheel). With the control plane, they also
 #   helm-install the chart into it and run the controller with the chart's RBAC.
 #   SKIP_CHART_TESTS=1 skips them.
+# Every part runs even when an earlier one failed (cargo test with --no-fail-fast, so every test
+# binary too); the last line sums up which parts failed, and the exit status is then non-zero.
+# If the control plane does not come up, that is a failed part and the tests needing it stay out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
-
 
 # ensure_venv DIR REQUIREMENTS: a venv at DIR with REQUIREMENTS installed (again only when the
 # file changes).
@@ -51,35 +53,78 @@ if [ "${SKIP_AWS_TESTS:-}" != 1 ]; then
   export MOTO_PYTHON
 fi
 
+# The parts that failed, for the summary.
+failed=()
+
+# part NAME COMMAND...: runs COMMAND in a subshell with errexit in force (it would be off inside
+# an `if` or `||`), leaves its exit status in $part_status and records NAME as failed when it
+# fails.
+part_status=0
+part() {
+  local name=$1
+  shift
+  set +e
+  (set -e; "$@")
+  part_status=$?
+  set -e
+  if [ "$part_status" != 0 ]; then failed+=("$name"); fi
+}
+
+# cargo test over every target even after one fails, its output kept in $cargo_log to name the
+# failed targets in the summary.
+cargo_log="$target/cargo-test.log"
+cargo_test() {
+  mkdir -p "$target"
+  cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$cargo_log"
+}
+
 control_plane=
-if [ "${SKIP_CONTROL_PLANE_TESTS:-}" = 1 ]; then
+if [ "${SKIP_CONTROL_PLANE_TESTS:-}" != 1 ]; then
+  K8S_RUN="${K8S_RUN:-$(mkdir -p "$target" && cd "$target" && pwd)/k8s-run}"
+  export K8S_RUN
+  trap 'hack/control-plane.sh down' EXIT
+  part "control plane (hack/control-plane.sh up)" hack/control-plane.sh up
+  if [ "$part_status" = 0 ]; then control_plane=1; fi
+fi
+
+if [ -n "$control_plane" ]; then
+  export KARPENTER_RS_TEST_KUBECONFIG="$K8S_RUN/admin.kubeconfig"
+  part "cargo test" cargo_test "$@"
+else
+  # Without a control plane (skipped, or it did not come up), the binaries that need one stay out.
   only=()
   for t in tests/*.rs; do
     name=$(basename "$t" .rs)
     case "$name" in *control_plane | disruption_faults) ;; *) only+=(--test "$name") ;; esac
   done
-  cargo test --locked --lib --bins "${only[@]}" "$@"
-else
-  K8S_RUN="${K8S_RUN:-$(mkdir -p "$target" && cd "$target" && pwd)/k8s-run}"
-  export K8S_RUN
-  trap 'hack/control-plane.sh down' EXIT
-  hack/control-plane.sh up
-  KARPENTER_RS_TEST_KUBECONFIG="$K8S_RUN/admin.kubeconfig" cargo test --locked "$@"
-  control_plane=1
+  part "cargo test" cargo_test --lib --bins "${only[@]}" "$@"
+fi
+if [ "$part_status" != 0 ]; then
+  # cargo names each failed target as `--test NAME` (or `--lib`, `--bin NAME`, `--doc`).
+  targets=$(grep -oE '`--(lib|bins?|doc|bin [^`]+|test [^`]+)`' "$cargo_log" | tr -d '`' | sort -u |
+    paste -sd, - | sed 's/,/, /g' || true)
+  if [ -n "$targets" ]; then failed[-1]="cargo test ($targets)"; fi
 fi
 
-if [ "${SKIP_CHART_TESTS:-}" = 1 ]; then
-  exit 0
-fi
-
-ensure_venv "$target/chart-venv" tests/chart/requirements.txt
 # With the control plane still up, tests/chart/test_install.py installs the chart into it and runs
 # the binary the Rust tests built as the chart's ServiceAccount.
-chart_env=()
-if [ -n "$control_plane" ]; then
-  chart_env=(KARPENTER_RS_TEST_KUBECONFIG="$K8S_RUN/admin.kubeconfig"
-             KARPENTER_RS_BIN="$(cd "$target/debug" && pwd)/karpenter-rs")
+chart_tests() {
+  ensure_venv "$target/chart-venv" tests/chart/requirements.txt
+  local chart_env=()
+  if [ -n "$control_plane" ]; then
+    chart_env=(KARPENTER_RS_BIN="$(cd "$target/debug" && pwd)/karpenter-rs")
+  fi
+  # No .pytest_cache or __pycache__ in the work tree.
+  env "${chart_env[@]}" PYTHONDONTWRITEBYTECODE=1 \
+    "$target/chart-venv/bin/python" -m pytest -q -p no:cacheprovider tests/chart
+}
+if [ "${SKIP_CHART_TESTS:-}" != 1 ]; then
+  part "chart tests" chart_tests
 fi
-# No .pytest_cache or __pycache__ in the work tree.
-env "${chart_env[@]}" PYTHONDONTWRITEBYTECODE=1 \
-  "$target/chart-venv/bin/python" -m pytest -q -p no:cacheprovider tests/chart
+
+if [ ${#failed[@]} != 0 ]; then
+  summary=$(printf '%s; ' "${failed[@]}")
+  echo "hack/test.sh: FAILED: ${summary%; }"
+  exit 1
+fi
+echo "hack/test.sh: all parts passed"

@@ -7,10 +7,10 @@
 
 #[path = "moto/harness.rs"]
 mod harness;
+#[path = "k8s/harness.rs"]
+mod k8s;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use karpenter_rs::apis::conditions::{self, Condition};
@@ -24,12 +24,12 @@ use karpenter_rs::runtime::events::EventRecorder;
 use karpenter_rs::scheduling::instance_type::CapacityType;
 use karpenter_rs::state::ClusterState;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::Reporter;
 use kube::{Client, Config};
 use serde_json::json;
 
 use harness::{Moto, sdk_config};
+use k8s::client;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -44,33 +44,17 @@ fn serial(body: impl std::future::Future<Output = ()>) {
         .block_on(body);
 }
 
-async fn client() -> Client {
-    let path = match std::env::var_os("KARPENTER_RS_TEST_KUBECONFIG") {
-        Some(p) => PathBuf::from(p),
-        None => panic!(
-            "these tests need a control plane: run hack/test.sh (it builds, starts and stops one) \
-             or set KARPENTER_RS_TEST_KUBECONFIG to a kubeconfig whose cluster has the CRDs from crds/ \
-             (SKIP_CONTROL_PLANE_TESTS=1 hack/test.sh leaves this test binary out)"
-        ),
-    };
-    let kc = Kubeconfig::read_from(&path).expect("readable kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("valid kubeconfig");
-    Client::try_from(config).expect("client")
-}
-
-/// Waits up to a minute for `check` to hold.
+/// Waits (up to the control-plane tests' [`k8s::PATIENCE`]) for `check` to hold.
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    k8s::wait_for(what, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await;
 }
 
 /// The cloud side: a VPC with tagged subnets and a security group, the node role, and the

@@ -41,9 +41,11 @@
 //! periods and validation delay (`Context::intervals`) and second-scale consolidateAfter and
 //! terminationGracePeriod.
 
+#[path = "k8s/harness.rs"]
+mod k8s;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,7 +57,7 @@ use chrono::{DateTime, Utc};
 use http_body_util::BodyExt;
 use hyper::body::Bytes;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::clock::{Clock, SystemClock};
@@ -126,19 +128,8 @@ impl Rng {
     }
 }
 
-fn kubeconfig_path() -> PathBuf {
-    match std::env::var_os("KARPENTER_RS_TEST_KUBECONFIG") {
-        Some(p) => PathBuf::from(p),
-        None => panic!(
-            "this test needs a control plane: run hack/test.sh (it builds, starts and stops one) \
-             or set KARPENTER_RS_TEST_KUBECONFIG to a kubeconfig whose cluster has the CRDs from crds/ \
-             (SKIP_CONTROL_PLANE_TESTS=1 hack/test.sh leaves this test binary out)"
-        ),
-    }
-}
-
 async fn config() -> Config {
-    let kc = Kubeconfig::read_from(kubeconfig_path()).expect("readable kubeconfig");
+    let kc = Kubeconfig::read_from(k8s::kubeconfig_path()).expect("readable kubeconfig");
     Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("valid kubeconfig")
@@ -779,8 +770,7 @@ async fn reset(client: &Client) {
                 .await;
         }
     }
-    let start = Instant::now();
-    loop {
+    k8s::wait_for("the cluster to come clean", || async {
         strip_and_delete(Api::<NodeClaim>::all(client.clone())).await;
         strip_and_delete(Api::<Node>::all(client.clone())).await;
         strip_and_delete(Api::<NodePool>::all(client.clone())).await;
@@ -801,42 +791,14 @@ async fn reset(client: &Client) {
                         .count()
                 })
                 .unwrap_or(1);
-        if left == 0 {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "the cluster did not come clean"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        (left == 0).then_some(())
+    })
+    .await;
 }
 
 async fn setup(client: &Client) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).expect("ns"),
-        )
-        .await
-        .expect("create namespace");
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
-    let start = Instant::now();
-    while sas
-        .get_opt("default")
-        .await
-        .ok()
-        .flatten()
-        .filter(|sa| sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
-        .is_none()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no default ServiceAccount"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let ns = k8s::namespace(client, "faults").await;
+    assert_eq!(ns, NS);
     let class: EC2NodeClass = serde_json::from_value(nodeclass_json()).expect("nodeclass");
     Api::<EC2NodeClass>::all(client.clone())
         .create(&PostParams::default(), &class)

@@ -38,6 +38,10 @@ BINARY = os.environ.get("KARPENTER_RS_BIN")
 RELEASE = "karpenter"
 NAMESPACE = "karpenter-chart-test"
 APP_NAMESPACE = "karpenter-chart-test-app"
+# How long any wait here (and any one kubectl or Helm call) may take, as the Rust control-plane
+# tests' PATIENCE (tests/k8s/harness.rs): generous, since on a loaded machine the API server and
+# the controller can be many times slower than usual; a wait ends as soon as its condition holds.
+PATIENCE = 180
 SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 
 pytestmark = pytest.mark.skipif(
@@ -52,7 +56,7 @@ def kubectl(*args: str, check: bool = True, stdin: str | None = None) -> str:
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=PATIENCE,
     )
     if check and done.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr}")
@@ -63,13 +67,13 @@ def kubectl_json(*args: str) -> dict:
     return json.loads(kubectl(*args, "-o", "json"))
 
 
-def wait_for(what: str, timeout: float, check):
-    deadline = time.monotonic() + timeout
+def wait_for(what: str, check):
+    deadline = time.monotonic() + PATIENCE
     while True:
         value = check()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out after {PATIENCE}s waiting for {what}"
         time.sleep(0.5)
 
 
@@ -93,12 +97,11 @@ def cleanup() -> None:
         kubectl("delete", name, "--ignore-not-found", "--wait=false", check=False)
     kubectl("delete", "clusterrolebinding,clusterrole", "karpenter-chart-test-kubelet", "--ignore-not-found", check=False)
     with helm.Config(kubeconfig_path=KUBECONFIG, namespace=NAMESPACE) as config:
-        config.uninstall(RELEASE, ignore_not_found=True, timeout=60)
+        config.uninstall(RELEASE, ignore_not_found=True, timeout=PATIENCE)
     for ns in (APP_NAMESPACE, NAMESPACE):
         kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)
     wait_for(
         "the test namespaces to go",
-        120,
         lambda: not kubectl("get", "namespace", NAMESPACE, APP_NAMESPACE, "--ignore-not-found", "-o", "name", check=False).strip(),
     )
 
@@ -115,7 +118,7 @@ def installed(tmp_path_factory):
             {"settings": {"clusterName": "chart-test"}, "replicas": 1},
             namespace=NAMESPACE,
             create_namespace=True,
-            timeout=120,
+            timeout=PATIENCE,
         )
     yield release
     cleanup()
@@ -260,7 +263,6 @@ def test_the_controller_runs_a_provisioning_and_termination_cycle_with_the_chart
         kubectl("create", "namespace", APP_NAMESPACE)
         wait_for(
             "the default ServiceAccount",
-            60,
             lambda: kubectl("-n", APP_NAMESPACE, "get", "serviceaccount", "default", "--ignore-not-found", "-o", "name").strip(),
         )
         kubectl("apply", "-f", "-", stdin=OBJECTS)
@@ -270,7 +272,7 @@ def test_the_controller_runs_a_provisioning_and_termination_cycle_with_the_chart
             pods = kubectl_json("-n", APP_NAMESPACE, "get", "pods")["items"]
             return sum(1 for p in pods if p["spec"].get("nodeName"))
 
-        wait_for("4 bound pods", 90, lambda: bound() == 4)
+        wait_for("4 bound pods", lambda: bound() == 4)
         assert managed("nodeclaims.karpenter.sh")
         # The lease the controller holds as leader, in the release namespace.
         lease = kubectl_json("-n", NAMESPACE, "get", "lease", "karpenter-leader-election")
@@ -283,7 +285,6 @@ def test_the_controller_runs_a_provisioning_and_termination_cycle_with_the_chart
             kubectl("delete", name, "--wait=false")
         wait_for(
             "the first NodeClaims' drain and termination",
-            90,
             lambda: not set(first) & set(managed("nodeclaims.karpenter.sh")),
         )
         kubectl("-n", APP_NAMESPACE, "delete", "deployment", "inflate")
@@ -294,8 +295,8 @@ def test_the_controller_runs_a_provisioning_and_termination_cycle_with_the_chart
                 kubectl("delete", name, "--wait=false", check=False)
             return not claims and not managed("nodes")
 
-        wait_for("every NodeClaim and Node to be terminated", 120, all_gone)
-        assert urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=5).status == 200
+        wait_for("every NodeClaim and Node to be terminated", all_gone)
+        assert urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=PATIENCE).status == 200
     finally:
         controller.send_signal(signal.SIGTERM)
         try:

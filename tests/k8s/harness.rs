@@ -1,6 +1,15 @@
 //! What the control-plane test binaries (`tests/control_plane.rs`,
-//! `tests/disruption_control_plane.rs`) share: the client for the cluster `hack/test.sh` starts,
-//! one-at-a-time test bodies, polling, and the objects every test sets up.
+//! `tests/disruption_control_plane.rs`, `tests/disruption_faults.rs`,
+//! `tests/aws_control_plane.rs`) share: the client for the cluster `hack/test.sh` starts,
+//! one-at-a-time test bodies, waiting (with the one deadline they all use), the controller's
+//! `/metrics`, and the objects every test sets up.
+//!
+//! Waiting: a test never sleeps for a fixed time hoping something has happened by then; it polls
+//! until the observable condition holds, for up to [`PATIENCE`]. Where a test must show that
+//! something does *not* happen, it waits for the controller to have acted a few more times
+//! ([`wait_for_more`] over one of the pass counters below) and then looks. No test asserts how
+//! soon something happened, only that it did (or, a lower bound load cannot break, not before
+//! it may).
 
 // Each test binary that includes this harness uses a different part of it.
 #![allow(dead_code)]
@@ -15,6 +24,31 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
+
+/// How long any wait in the control-plane tests gives its condition: generous, because on a
+/// loaded 2-core machine (other builds, other engineers' clusters) an API round trip, a
+/// controller pass or kube-controller-manager's garbage collection can take many times its usual
+/// time. Every wait ends as soon as its condition holds, so this only bounds how long a red test
+/// takes to say so; it never slows a green one. Three minutes is three times the longest wait
+/// seen at a load average of 8 to 15 on 2 cores (a drift roll, under a minute), and short enough
+/// that a run in which every control-plane test went red at its first wait (about 20 of them)
+/// still ends within CI's 90 minutes.
+pub const PATIENCE: Duration = Duration::from_secs(180);
+
+/// Pass counter (a series of the controller's `/metrics`, for [`wait_for_more`]): provisioning
+/// rounds that saw pending pods (rounds run on changes and every 10 s).
+pub const PROVISIONING_ROUNDS: &str =
+    "karpenter_scheduler_scheduling_duration_seconds_count{controller=\"provisioner\"}";
+/// Pass counter: disruption passes that evaluated the voluntary methods (emptiness comes first,
+/// every pass).
+pub const DISRUPTION_PASSES: &str = "karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{consolidation_type=\"empty\",reason=\"empty\"}";
+/// Pass counter: NodeClaim lifecycle passes that asked the cloud about an instance (termination
+/// does, every pass, before draining, waiting for volumes or terminating).
+pub const LIFECYCLE_INSTANCE_LOOKUPS: &str = "karpenter_cloudprovider_duration_seconds_count{controller=\"nodeclaim.lifecycle\",method=\"Get\",provider=\"simulated\"}";
+/// Pass counter: garbage-collection passes (each ends by listing the cloud's instances).
+pub const GARBAGE_COLLECTION_PASSES: &str = "karpenter_cloudprovider_duration_seconds_count{controller=\"nodeclaim.garbagecollection\",method=\"List\",provider=\"simulated\"}";
+/// Pass counter: evictions a PodDisruptionBudget refused (the drain retries them).
+pub const PDB_REFUSED_EVICTIONS: &str = "karpenter_pods_eviction_requests_total{code=\"429\"}";
 
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -56,40 +90,143 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// Polls `check` until it returns something, for up to [`PATIENCE`]; returns that.
+pub async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    wait_until(what, || {
+        let fut = check();
+        async move { fut.await.ok_or_else(String::new) }
+    })
+    .await
+}
+
+/// Polls `check` until it returns `Ok`, for up to [`PATIENCE`]; returns that. A test that
+/// times out fails naming `what` and the last `Err` (what was still missing).
+pub async fn wait_until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let start = Instant::now();
     loop {
-        if let Some(v) = check().await {
-            return v;
-        }
+        let last = match check().await {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
         assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
+            start.elapsed() < PATIENCE,
+            "timed out after {PATIENCE:?} waiting for {what}\n{last}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// `GET path` on 127.0.0.1:port; the status code and body.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// The controller's `/metrics` (served on `port`), if it answers 200.
+pub async fn scrape(port: u16) -> Option<String> {
+    http_get(port, "/metrics")
+        .await
+        .and_then(|(code, text)| (code == 200).then_some(text))
+}
+
+/// Whether the Prometheus text `text` has a sample line starting with `expected`: a series name
+/// with the start of its labels (`name{a="b",`), or a whole series (`name{a="b"}`, `name`),
+/// optionally followed by a value (`name{a="b"} 3`) that must then be the line's whole value
+/// (`} 1` is not met by `} 10`).
+pub fn has_sample(text: &str, expected: &str) -> bool {
+    let series_end = match expected.find('{') {
+        Some(open) => expected[open..].find('}').map(|close| open + close + 1),
+        None => expected.find(' '),
+    };
+    let with_value = series_end.is_some_and(|end| expected[end..].starts_with(' '));
+    text.lines().any(|line| {
+        line.strip_prefix(expected)
+            .is_some_and(|rest| rest.is_empty() || !with_value)
+    })
+}
+
+/// The value of the sample whose series is exactly `series` (`name{labels}`, labels in the
+/// order the controller writes them: by name) in the Prometheus text `text`.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (s, value) = line.rsplit_once(' ')?;
+        (s == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// Waits until the controller's `/metrics` on `port` has every one of `expected` (see
+/// [`has_sample`]); returns the text.
+pub async fn wait_for_metrics(port: u16, expected: &[&str]) -> String {
+    wait_until("samples in /metrics", || async {
+        let text = scrape(port).await.unwrap_or_default();
+        let missing: Vec<&str> = expected
+            .iter()
+            .copied()
+            .filter(|e| !has_sample(&text, e))
+            .collect();
+        if missing.is_empty() {
+            Ok(text)
+        } else {
+            Err(format!("missing: {missing:#?}\n/metrics:\n{text}"))
+        }
+    })
+    .await
+}
+
+/// The value of the counter `series` on the controller's `/metrics` on `port` (0 before its
+/// first increment).
+pub async fn counter(port: u16, series: &str) -> f64 {
+    let text = wait_for("/metrics to answer", || scrape(port)).await;
+    sample(&text, series).unwrap_or(0.0)
+}
+
+/// Waits until the counter `series` (one of the pass counters above) on `port` has grown by
+/// `more` from now: the controller has acted that many more times on what the test set up.
+pub async fn wait_for_more(port: u16, series: &str, more: u32) {
+    let target = counter(port, series).await + f64::from(more);
+    wait_until(&format!("{series} to reach {target}"), || async {
+        let now = scrape(port)
+            .await
+            .and_then(|text| sample(&text, series))
+            .unwrap_or(0.0);
+        if now >= target {
+            Ok(())
+        } else {
+            Err(format!("{series} is {now}"))
+        }
+    })
+    .await;
 }
 
 /// A namespace whose default ServiceAccount exists (pods are refused before it does).
 pub async fn namespace(client: &Client, name: &str) -> String {
     let ns = format!("cp-test-{name}");
     let api: Api<Namespace> = Api::all(client.clone());
-    wait_for(
-        "the old namespace to go",
-        Duration::from_secs(60),
-        || async {
-            api.get_opt(&ns)
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(())
-        },
-    )
+    wait_for("the old namespace to go", || async {
+        api.get_opt(&ns)
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
     .await;
     api.create(
         &PostParams::default(),
@@ -98,18 +235,14 @@ pub async fn namespace(client: &Client, name: &str) -> String {
     .await
     .expect("create namespace");
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    wait_for(
-        "the default ServiceAccount",
-        Duration::from_secs(30),
-        || async {
-            sas.get_opt("default")
-                .await
-                .ok()
-                .flatten()
-                .filter(|sa| sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
-                .map(|_| ())
-        },
-    )
+    wait_for("the default ServiceAccount", || async {
+        sas.get_opt("default")
+            .await
+            .ok()
+            .flatten()
+            .filter(|sa| sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
+            .map(|_| ())
+    })
     .await;
     ns
 }
