@@ -20,7 +20,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodePool};
-use karpenter_rs::lifecycle::garbage::CLAIM_GRACE;
+use karpenter_rs::controllers::nodeclaim::garbage::CLAIM_GRACE;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
 use kube::{Client, ResourceExt};

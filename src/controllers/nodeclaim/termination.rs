@@ -701,18 +701,14 @@ pub async fn terminate(claim: &NodeClaim, ctx: &Context) -> Result<Action, Error
         .get(labels::NODEPOOL)
         .cloned()
         .unwrap_or_default();
-    if let Some(since) = claim
+    // Measured now, recorded only once the finalizer is off: a pass that started from a stale
+    // cache fails the patch below (resourceVersion precondition) and must not count it twice.
+    let instance_terminated_after = claim
         .status
         .as_ref()
         .and_then(|s| conditions::find(&s.conditions, INSTANCE_TERMINATING))
         .filter(|c| c.status == TRUE)
-        .map(|c| c.last_transition_time)
-    {
-        METRICS
-            .nodeclaims_instance_termination_duration_seconds
-            .with_label_values(&[&pool])
-            .observe(seconds_since(Some(since), now).unwrap_or_default());
-    }
+        .map(|c| seconds_since(Some(c.last_transition_time), now).unwrap_or_default());
     if let Some(node) = node {
         let started = node
             .metadata
@@ -735,6 +731,12 @@ pub async fn terminate(claim: &NodeClaim, ctx: &Context) -> Result<Action, Error
         &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}})),
     )
     .await?;
+    if let Some(secs) = instance_terminated_after {
+        METRICS
+            .nodeclaims_instance_termination_duration_seconds
+            .with_label_values(&[&pool])
+            .observe(secs);
+    }
     let label = |k: &str| claim.labels().get(k).cloned().unwrap_or_default();
     METRICS
         .nodeclaims_terminated_total
