@@ -101,7 +101,10 @@ pub(super) fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<Node>> {
         .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
 }
 
-async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// One reconcile of a NodeClaim: finalizer, launch, registration, initialization, the liveness
+/// timeouts, or termination once it is being deleted. Public so the in-memory controller tests
+/// can drive it step by step against a fake API server and clock.
+pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let now = ctx.clock.now();
     if claim.metadata.deletion_timestamp.is_some() {
         return termination::terminate(&claim, &ctx).await;
