@@ -12,7 +12,9 @@ use karpenter_rs::apis::conditions::{FALSE, TRUE, UNKNOWN};
 use karpenter_rs::apis::{NodeClaim, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
-use karpenter_rs::lifecycle::termination::DRAINED;
+use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
+use karpenter_rs::disruption::Method;
+use karpenter_rs::lifecycle::termination::{self, DISRUPTION_REASON, DRAINED};
 use karpenter_rs::lifecycle::{
     INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
 };
@@ -284,4 +286,81 @@ async fn protected_pods_are_deleted_in_time_for_the_termination_grace_period() {
     env.reconcile_until_gone("default-tgp", 5).await;
     assert!(env.get::<Node>(&node_name).await.is_none());
     assert_eq!(instance_state(&env, &claim), InstanceState::Terminated);
+}
+
+/// A running candidate and a replacement for it that carries the marker of a command an earlier
+/// run of the disruption controller started (replacing the candidate), launched and — when
+/// `initialized` — registered and initialized.
+async fn left_over_command(env: &Env, initialized: bool) -> (Node, NodeClaim) {
+    let (_, candidate) = env.running(&builders::nodeclaim("default-old")).await;
+    let marker = CommandMarker {
+        method: Method::SingleNodeConsolidation,
+        reason: "Underutilized".into(),
+        candidates: vec![candidate.name_any()],
+        pods_before: [(candidate.name_any(), 0)].into(),
+    };
+    let mut replacement = builders::nodeclaim("default-new");
+    replacement.annotations_mut().insert(
+        COMMAND_ANNOTATION.into(),
+        serde_json::to_string(&marker).expect("marker"),
+    );
+    let replacement = if initialized {
+        env.running(&replacement).await.0
+    } else {
+        env.launched(&replacement).await
+    };
+    (candidate, replacement)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_left_over_command_whose_replacement_initialized_is_finished() {
+    let env = Env::new().await;
+    let (candidate, _) = left_over_command(&env, true).await;
+
+    let snapshot = env.ctx.state.snapshot();
+    assert!(resume_commands(&env.ctx, &snapshot).await.expect("resume"));
+
+    let old = env.claim("default-old").await;
+    assert!(deleting(&old), "the candidate's NodeClaim is deleted");
+    assert_eq!(
+        condition(&old, DISRUPTION_REASON).map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some((TRUE, "Underutilized"))
+    );
+    let node: Node = env.get(&candidate.name_any()).await.expect("node");
+    assert!(taint_keys(&node).contains(&labels::DISRUPTED_TAINT_KEY.to_string()));
+    let new = env.claim("default-new").await;
+    assert!(!deleting(&new), "the replacement stays");
+    assert!(
+        !new.annotations().contains_key(COMMAND_ANNOTATION),
+        "the command is over"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_left_over_command_whose_replacement_never_initialized_is_rolled_back() {
+    let env = Env::new().await;
+    let (candidate, _) = left_over_command(&env, false).await;
+    // As a crashed run might have left it: the candidate already tainted.
+    termination::taint_node(&env.ctx, &candidate)
+        .await
+        .expect("taint");
+
+    let started = tokio::time::Instant::now();
+    let snapshot = env.ctx.state.snapshot();
+    assert!(resume_commands(&env.ctx, &snapshot).await.expect("resume"));
+    assert!(
+        started.elapsed() > env.ctx.intervals.replacement_timeout,
+        "the replacement was waited for the whole timeout (in paused time)"
+    );
+
+    assert!(
+        !deleting(&env.claim("default-old").await),
+        "the candidate stays"
+    );
+    let node: Node = env.get(&candidate.name_any()).await.expect("node");
+    assert!(!taint_keys(&node).contains(&labels::DISRUPTED_TAINT_KEY.to_string()));
+    assert!(
+        deleting(&env.claim("default-new").await),
+        "the unused replacement is deleted"
+    );
 }
