@@ -364,3 +364,45 @@ async fn a_left_over_command_whose_replacement_never_initialized_is_rolled_back(
         "the unused replacement is deleted"
     );
 }
+
+/// The fake API server is only worth the tests above if it refuses what a real one refuses: a
+/// write conditional on a version that has moved on, and a deletion whose UID precondition names
+/// another object.
+#[tokio::test]
+async fn the_fake_api_refuses_stale_writes_as_the_api_server_does() {
+    let env = Env::new().await;
+    let claim = env.create(&builders::nodeclaim("default-stale")).await;
+    let api = Api::<NodeClaim>::all(env.ctx.client.clone());
+    let stale =
+        json!({"metadata": {"resourceVersion": claim.resource_version(), "labels": {"a": "1"}}});
+    api.patch("default-stale", &Default::default(), &Patch::Merge(&stale))
+        .await
+        .expect("a write on the current version");
+    match api
+        .patch("default-stale", &Default::default(), &Patch::Merge(&stale))
+        .await
+    {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 409),
+        other => panic!("a stale write must conflict: {other:?}"),
+    }
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("another-uid".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete("default-stale", &params).await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 409),
+        other => panic!("a deletion of another UID must conflict: {other:?}"),
+    }
+    assert!(
+        env.ctx
+            .state
+            .nodeclaims
+            .state()
+            .iter()
+            .any(|c| c.labels().get("a").is_some_and(|v| v == "1")),
+        "the cache shows the accepted write"
+    );
+}
