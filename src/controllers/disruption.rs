@@ -275,8 +275,9 @@ fn queue_failure(cmd: &Command) {
 
 /// Commands whose replacements still carry [`COMMAND_ANNOTATION`]: their controller died (or
 /// could not clear the marker). Each is finished after a fresh validation, or rolled back.
-/// Returns whether there was any.
-async fn resume_commands(ctx: &Context, cluster: &Snapshot) -> Result<bool, Error> {
+/// Returns whether there was any. Public so the in-memory controller tests can drive the resume
+/// and the rollback without the polling loop.
+pub async fn resume_commands(ctx: &Context, cluster: &Snapshot) -> Result<bool, Error> {
     let mut commands: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut live_markers: BTreeSet<String> = BTreeSet::new();
     for claim in &cluster.nodeclaims {

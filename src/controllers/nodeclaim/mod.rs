@@ -84,7 +84,10 @@ pub(super) fn node_of(ctx: &Context, claim: &NodeClaim) -> Option<Arc<Node>> {
     joins::node_of(&ctx.state.nodes.state(), claim).cloned()
 }
 
-async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// One reconcile of a NodeClaim: finalizer, launch, registration, initialization, the liveness
+/// timeouts, or termination once it is being deleted. Public so the in-memory controller tests
+/// can drive it step by step against a fake API server and clock.
+pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let now = ctx.clock.now();
     if claim.metadata.deletion_timestamp.is_some() {
         return termination::terminate(&claim, &ctx).await;

@@ -1,0 +1,408 @@
+//! The controllers' reconcile logic without a control plane: each test drives the NodeClaim
+//! lifecycle, termination and the disruption queue step by step against the in-memory API
+//! server of `support::fake_api`, the simulated cloud and a fake clock (tokio's clock paused for
+//! the queue's waits), so every case runs in milliseconds and the same way every time.
+
+mod support;
+
+use chrono::Duration;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_rs::apis::conditions::{FALSE, TRUE, UNKNOWN};
+use karpenter_rs::apis::{NodeClaim, labels};
+use karpenter_rs::clock::Clock;
+use karpenter_rs::cloudprovider::InstanceState;
+use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
+use karpenter_rs::disruption::Method;
+use karpenter_rs::lifecycle::termination::{self, DISRUPTION_REASON, DRAINED};
+use karpenter_rs::lifecycle::{
+    INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
+};
+use kube::ResourceExt;
+use kube::api::{Api, Patch};
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use support::builders::{self, POOL};
+use support::{Env, condition, deleting, has_condition, has_label, taint_keys};
+
+/// The state of the simulated instance behind the NodeClaim.
+fn instance_state(env: &Env, claim: &NodeClaim) -> InstanceState {
+    let id = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .expect("launched");
+    env.cloud
+        .instances()
+        .into_iter()
+        .find(|i| i.provider_id == id)
+        .expect("the instance exists")
+        .state
+}
+
+#[tokio::test]
+async fn a_nodeclaim_launches_registers_and_initializes_once_its_startup_taint_is_gone() {
+    let env = Env::new().await;
+    let mut claim = builders::nodeclaim("default-launch");
+    claim.spec.startup_taints = serde_json::from_value(json!([
+        {"key": "example.com/agent-not-ready", "effect": "NoSchedule"}
+    ]))
+    .expect("taints");
+    env.create(&claim).await;
+
+    env.reconcile("default-launch").await;
+    let claim = env.claim("default-launch").await;
+    assert_eq!(claim.finalizers(), [labels::TERMINATION_FINALIZER]);
+    assert!(
+        claim.status.is_none(),
+        "nothing launched before the finalizer is on"
+    );
+
+    env.reconcile("default-launch").await;
+    let claim = env.claim("default-launch").await;
+    assert!(has_condition(&claim, LAUNCHED, TRUE));
+    assert_eq!(
+        condition(&claim, READY).map(|c| c.reason.as_str()),
+        Some("NodeNotFound")
+    );
+    assert_eq!(instance_state(&env, &claim), InstanceState::Running);
+    assert_eq!(claim.labels()[labels::INSTANCE_TYPE], "m5.large");
+
+    let node = env.join(&claim).await;
+    assert!(taint_keys(&node).contains(&labels::UNREGISTERED_TAINT_KEY.to_string()));
+    env.reconcile("default-launch").await;
+    let claim = env.claim("default-launch").await;
+    let node: Node = env.get(&node.name_any()).await.expect("node");
+    assert!(has_condition(&claim, REGISTERED, TRUE));
+    assert_eq!(
+        claim.status.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(node.name_any().as_str())
+    );
+    assert!(has_label(&node, labels::REGISTERED, "true"));
+    assert!(has_label(&node, labels::NODEPOOL, POOL));
+    assert_eq!(node.finalizers(), [labels::TERMINATION_FINALIZER]);
+    assert_eq!(node.owner_references()[0].name, "default-launch");
+    assert_eq!(taint_keys(&node), ["example.com/agent-not-ready"]);
+    assert!(has_condition(&claim, INITIALIZED, FALSE));
+    // The registration pass judged the Node it started from; the next one sees the startup
+    // taint that now holds initialization up.
+    env.reconcile("default-launch").await;
+    let claim = env.claim("default-launch").await;
+    let initialized = condition(&claim, INITIALIZED).expect("Initialized condition");
+    assert_eq!(initialized.status, FALSE);
+    assert!(
+        initialized.message.contains("example.com/agent-not-ready"),
+        "{initialized:?}"
+    );
+    assert!(!has_label(&node, labels::INITIALIZED, "true"));
+
+    // The agent the startup taint waits for removes it.
+    let nodes = Api::<Node>::all(env.ctx.client.clone());
+    nodes
+        .patch(
+            &node.name_any(),
+            &Default::default(),
+            &Patch::Merge(json!({"spec": {"taints": []}})),
+        )
+        .await
+        .expect("untaint");
+    assert_eq!(
+        env.reconcile("default-launch").await,
+        Action::await_change()
+    );
+    let claim = env.claim("default-launch").await;
+    let node: Node = env.get(&node.name_any()).await.expect("node");
+    assert!(has_condition(&claim, INITIALIZED, TRUE));
+    assert!(has_condition(&claim, READY, TRUE));
+    assert!(has_label(&node, labels::INITIALIZED, "true"));
+}
+
+#[tokio::test]
+async fn a_nodeclaim_that_cannot_launch_is_deleted_after_the_launch_timeout() {
+    let env = Env::new().await;
+    let mut claim = builders::nodeclaim("default-nolaunch");
+    claim.spec.node_class_ref.name = "missing".into();
+    env.create(&claim).await;
+    env.reconcile("default-nolaunch").await;
+
+    env.reconcile("default-nolaunch").await;
+    let claim = env.claim("default-nolaunch").await;
+    assert_eq!(
+        condition(&claim, LAUNCHED).map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some((FALSE, "NodeClassNotFound"))
+    );
+
+    env.advance(LAUNCH_TIMEOUT);
+    env.reconcile("default-nolaunch").await;
+    assert!(
+        !deleting(&env.claim("default-nolaunch").await),
+        "retried up to the launch timeout"
+    );
+
+    env.advance(Duration::seconds(1));
+    env.reconcile("default-nolaunch").await;
+    assert!(deleting(&env.claim("default-nolaunch").await));
+    // Nothing was launched, so termination has nothing to wait for.
+    env.reconcile("default-nolaunch").await;
+    assert!(env.get::<NodeClaim>("default-nolaunch").await.is_none());
+    assert!(env.cloud.instances().is_empty());
+}
+
+#[tokio::test]
+async fn a_nodeclaim_whose_node_never_registers_is_deleted_and_its_instance_terminated() {
+    let env = Env::new().await;
+    let claim = env.launched(&builders::nodeclaim("default-noreg")).await;
+
+    env.advance(REGISTRATION_TIMEOUT);
+    env.reconcile("default-noreg").await;
+    let waiting = env.claim("default-noreg").await;
+    assert!(!deleting(&waiting), "waits the whole registration timeout");
+    assert_eq!(
+        condition(&waiting, REGISTERED).map(|c| c.reason.as_str()),
+        Some("NodeNotFound")
+    );
+
+    env.advance(Duration::seconds(2));
+    env.reconcile("default-noreg").await;
+    assert!(deleting(&env.claim("default-noreg").await));
+    // Termination: the instance is terminated, and the NodeClaim goes once the cloud says so.
+    env.reconcile("default-noreg").await;
+    assert_eq!(instance_state(&env, &claim), InstanceState::ShuttingDown);
+    env.reconcile("default-noreg").await;
+    assert!(env.get::<NodeClaim>("default-noreg").await.is_some());
+    env.reconcile("default-noreg").await;
+    assert!(env.get::<NodeClaim>("default-noreg").await.is_none());
+    assert_eq!(instance_state(&env, &claim), InstanceState::Terminated);
+}
+
+#[tokio::test]
+async fn a_drain_waits_for_the_pdb_then_the_node_and_instance_go() {
+    let env = Env::new().await;
+    let (claim, node) = env.running(&builders::nodeclaim("default-drain")).await;
+    let node_name = node.name_any();
+    env.create_namespaced(&builders::pod("web", &node_name))
+        .await;
+    env.create_namespaced(&builders::pdb("web", "web", 0)).await;
+    env.delete_claim("default-drain").await;
+
+    assert_eq!(
+        env.reconcile("default-drain").await,
+        Action::requeue(std::time::Duration::from_secs(1)),
+        "the refused eviction is retried after the backoff"
+    );
+    let node: Node = env.get(&node_name).await.expect("node stays");
+    assert!(taint_keys(&node).contains(&labels::DISRUPTED_TAINT_KEY.to_string()));
+    assert!(
+        env.get_namespaced::<Pod>("web").await.is_some(),
+        "the PDB holds the pod"
+    );
+    assert!(has_condition(
+        &env.claim("default-drain").await,
+        DRAINED,
+        UNKNOWN
+    ));
+    assert_eq!(instance_state(&env, &claim), InstanceState::Running);
+
+    // Still refused a while later: the node waits as long as the budget says no.
+    env.advance(Duration::minutes(10));
+    env.reconcile("default-drain").await;
+    assert!(env.get_namespaced::<Pod>("web").await.is_some());
+    assert!(env.get::<Node>(&node_name).await.is_some());
+
+    // The budget allows one disruption: the pod is evicted, then the node is drained.
+    Api::<PodDisruptionBudget>::namespaced(env.ctx.client.clone(), builders::NAMESPACE)
+        .patch_status(
+            "web",
+            &Default::default(),
+            &Patch::Merge(json!({"status": {"disruptionsAllowed": 1}})),
+        )
+        .await
+        .expect("allow a disruption");
+    env.advance(Duration::seconds(10));
+    env.reconcile("default-drain").await;
+    assert!(env.get_namespaced::<Pod>("web").await.is_none(), "evicted");
+    let pdb: PodDisruptionBudget = env.get_namespaced("web").await.expect("pdb");
+    assert_eq!(
+        pdb.status.map(|s| s.disruptions_allowed),
+        Some(0),
+        "the eviction used the allowance"
+    );
+
+    let passes = env.reconcile_until_gone("default-drain", 5).await;
+    assert!(
+        passes >= 2,
+        "the instance is terminated before the NodeClaim goes"
+    );
+    assert!(env.get::<Node>(&node_name).await.is_none());
+    assert_eq!(instance_state(&env, &claim), InstanceState::Terminated);
+}
+
+#[tokio::test]
+async fn protected_pods_are_deleted_in_time_for_the_termination_grace_period() {
+    let env = Env::new().await;
+    let mut claim = builders::nodeclaim("default-tgp");
+    claim.spec.termination_grace_period = Some(serde_json::from_value(json!("2m")).expect("2m"));
+    let (claim, node) = env.running(&claim).await;
+    let node_name = node.name_any();
+    let mut guarded = builders::pod("guarded", &node_name);
+    guarded
+        .annotations_mut()
+        .insert(labels::DO_NOT_DISRUPT.into(), "true".into());
+    env.create_namespaced(&guarded).await;
+    env.create_namespaced(&builders::pod("budgeted", &node_name))
+        .await;
+    env.create_namespaced(&builders::pdb("budgeted", "budgeted", 0))
+        .await;
+    let deleted_at = env.clock.now();
+    env.delete_claim("default-tgp").await;
+
+    env.reconcile("default-tgp").await;
+    let deadline =
+        (deleted_at + Duration::minutes(2)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert_eq!(
+        env.claim("default-tgp").await.annotations()[labels::NODECLAIM_TERMINATION_TIMESTAMP],
+        deadline
+    );
+
+    // Until the pods' own grace period (30 s) before the deadline, both stay protected.
+    env.reconcile("default-tgp").await;
+    env.advance(Duration::seconds(89));
+    env.reconcile("default-tgp").await;
+    assert!(env.get_namespaced::<Pod>("guarded").await.is_some());
+    assert!(env.get_namespaced::<Pod>("budgeted").await.is_some());
+
+    env.advance(Duration::seconds(1));
+    env.reconcile("default-tgp").await;
+    assert!(env.get_namespaced::<Pod>("guarded").await.is_none());
+    assert!(env.get_namespaced::<Pod>("budgeted").await.is_none());
+    let pdb: PodDisruptionBudget = env.get_namespaced("budgeted").await.expect("pdb");
+    assert_eq!(
+        pdb.status.map(|s| s.disruptions_allowed),
+        Some(0),
+        "deleted, not evicted: the budget was not asked"
+    );
+
+    env.reconcile_until_gone("default-tgp", 5).await;
+    assert!(env.get::<Node>(&node_name).await.is_none());
+    assert_eq!(instance_state(&env, &claim), InstanceState::Terminated);
+}
+
+/// A running candidate and a replacement for it that carries the marker of a command an earlier
+/// run of the disruption controller started (replacing the candidate), launched and — when
+/// `initialized` — registered and initialized.
+async fn left_over_command(env: &Env, initialized: bool) -> (Node, NodeClaim) {
+    let (_, candidate) = env.running(&builders::nodeclaim("default-old")).await;
+    let marker = CommandMarker {
+        method: Method::SingleNodeConsolidation,
+        reason: "Underutilized".into(),
+        candidates: vec![candidate.name_any()],
+        pods_before: [(candidate.name_any(), 0)].into(),
+    };
+    let mut replacement = builders::nodeclaim("default-new");
+    replacement.annotations_mut().insert(
+        COMMAND_ANNOTATION.into(),
+        serde_json::to_string(&marker).expect("marker"),
+    );
+    let replacement = if initialized {
+        env.running(&replacement).await.0
+    } else {
+        env.launched(&replacement).await
+    };
+    (candidate, replacement)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_left_over_command_whose_replacement_initialized_is_finished() {
+    let env = Env::new().await;
+    let (candidate, _) = left_over_command(&env, true).await;
+
+    let snapshot = env.ctx.state.snapshot();
+    assert!(resume_commands(&env.ctx, &snapshot).await.expect("resume"));
+
+    let old = env.claim("default-old").await;
+    assert!(deleting(&old), "the candidate's NodeClaim is deleted");
+    assert_eq!(
+        condition(&old, DISRUPTION_REASON).map(|c| (c.status.as_str(), c.reason.as_str())),
+        Some((TRUE, "Underutilized"))
+    );
+    let node: Node = env.get(&candidate.name_any()).await.expect("node");
+    assert!(taint_keys(&node).contains(&labels::DISRUPTED_TAINT_KEY.to_string()));
+    let new = env.claim("default-new").await;
+    assert!(!deleting(&new), "the replacement stays");
+    assert!(
+        !new.annotations().contains_key(COMMAND_ANNOTATION),
+        "the command is over"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_left_over_command_whose_replacement_never_initialized_is_rolled_back() {
+    let env = Env::new().await;
+    let (candidate, _) = left_over_command(&env, false).await;
+    // As a crashed run might have left it: the candidate already tainted.
+    termination::taint_node(&env.ctx, &candidate)
+        .await
+        .expect("taint");
+
+    let started = tokio::time::Instant::now();
+    let snapshot = env.ctx.state.snapshot();
+    assert!(resume_commands(&env.ctx, &snapshot).await.expect("resume"));
+    assert!(
+        started.elapsed() > env.ctx.intervals.replacement_timeout,
+        "the replacement was waited for the whole timeout (in paused time)"
+    );
+
+    assert!(
+        !deleting(&env.claim("default-old").await),
+        "the candidate stays"
+    );
+    let node: Node = env.get(&candidate.name_any()).await.expect("node");
+    assert!(!taint_keys(&node).contains(&labels::DISRUPTED_TAINT_KEY.to_string()));
+    assert!(
+        deleting(&env.claim("default-new").await),
+        "the unused replacement is deleted"
+    );
+}
+
+/// The fake API server is only worth the tests above if it refuses what a real one refuses: a
+/// write conditional on a version that has moved on, and a deletion whose UID precondition names
+/// another object.
+#[tokio::test]
+async fn the_fake_api_refuses_stale_writes_as_the_api_server_does() {
+    let env = Env::new().await;
+    let claim = env.create(&builders::nodeclaim("default-stale")).await;
+    let api = Api::<NodeClaim>::all(env.ctx.client.clone());
+    let stale =
+        json!({"metadata": {"resourceVersion": claim.resource_version(), "labels": {"a": "1"}}});
+    api.patch("default-stale", &Default::default(), &Patch::Merge(&stale))
+        .await
+        .expect("a write on the current version");
+    match api
+        .patch("default-stale", &Default::default(), &Patch::Merge(&stale))
+        .await
+    {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 409),
+        other => panic!("a stale write must conflict: {other:?}"),
+    }
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("another-uid".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete("default-stale", &params).await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 409),
+        other => panic!("a deletion of another UID must conflict: {other:?}"),
+    }
+    assert!(
+        env.ctx
+            .state
+            .nodeclaims
+            .state()
+            .iter()
+            .any(|c| c.labels().get("a").is_some_and(|v| v == "1")),
+        "the cache shows the accepted write"
+    );
+}
