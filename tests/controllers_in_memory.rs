@@ -13,11 +13,11 @@ use karpenter_rs::apis::{NodeClaim, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
-use karpenter_rs::disruption::Method;
-use karpenter_rs::lifecycle::termination::{self, DISRUPTION_REASON, DRAINED};
-use karpenter_rs::lifecycle::{
+use karpenter_rs::controllers::nodeclaim::termination::{self, DISRUPTION_REASON, DRAINED};
+use karpenter_rs::controllers::nodeclaim::{
     INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
 };
+use karpenter_rs::disruption::Method;
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;

@@ -18,7 +18,7 @@ use karpenter_rs::clock::FakeClock;
 use karpenter_rs::cloudprovider::CloudProvider;
 use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
 use karpenter_rs::controllers::kubelet;
-use karpenter_rs::lifecycle;
+use karpenter_rs::controllers::nodeclaim;
 use karpenter_rs::runtime::{Context, Intervals};
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
@@ -177,7 +177,7 @@ impl Env {
     /// One reconcile of the NodeClaim lifecycle controller on the NodeClaim as it is now.
     pub async fn reconcile(&self, name: &str) -> Action {
         let claim = self.claim(name).await;
-        lifecycle::reconcile(Arc::new(claim), self.ctx.clone())
+        nodeclaim::reconcile(Arc::new(claim), self.ctx.clone())
             .await
             .unwrap_or_else(|e| panic!("reconcile of {name}: {e}"))
     }
@@ -190,7 +190,7 @@ impl Env {
         self.reconcile(&name).await;
         let claim = self.claim(&name).await;
         assert!(
-            has_condition(&claim, lifecycle::LAUNCHED, conditions::TRUE),
+            has_condition(&claim, nodeclaim::LAUNCHED, conditions::TRUE),
             "{name} launched: {:?}",
             claim.status
         );
@@ -216,7 +216,7 @@ impl Env {
         self.reconcile(&name).await;
         let claim = self.claim(&name).await;
         assert!(
-            has_condition(&claim, lifecycle::INITIALIZED, conditions::TRUE),
+            has_condition(&claim, nodeclaim::INITIALIZED, conditions::TRUE),
             "{name} initialized: {:?}",
             claim.status
         );
