@@ -3,7 +3,7 @@
 
 pub mod load;
 
-pub use load::{LoadError, LoadProblem, load};
+pub use load::{LoadError, LoadProblem, MAX_PODS, load};
 
 use std::cell::Cell;
 use std::collections::HashSet;

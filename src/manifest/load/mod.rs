@@ -635,6 +635,12 @@ impl Loader {
     /// Applies the default StorageClass, expands workloads, and returns the cluster or every
     /// problem found.
     fn finish(mut self) -> Result<Snapshot, LoadError> {
+        if !self.problems.is_empty() {
+            // Expansion finds no problems of its own; skip the work when the input is rejected.
+            return Err(LoadError {
+                problems: self.problems,
+            });
+        }
         let default_class = default_storage_class(&self.cluster.storage_classes);
         for pvc in &mut self.cluster.persistent_volume_claims {
             apply_default_class(pvc, default_class.as_deref());
@@ -652,13 +658,7 @@ impl Loader {
                 Workload::Job(job) => self.expand_job(&job),
             }
         }
-        if self.problems.is_empty() {
-            Ok(self.cluster)
-        } else {
-            Err(LoadError {
-                problems: self.problems,
-            })
-        }
+        Ok(self.cluster)
     }
 }
 
