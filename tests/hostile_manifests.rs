@@ -157,6 +157,20 @@ fn deep_block_nesting_is_refused_with_its_depth() {
 }
 
 #[test]
+fn aliases_of_aliases_are_refused_before_they_expand() {
+    let mut yaml = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        yaml.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+    }
+    assert_eq!(
+        read_error(&yaml),
+        "hostile.yaml (document 1): aliases expand to too many values; write the values out \
+         instead of nesting aliases of aliases"
+    );
+}
+
+#[test]
 fn a_duplicate_key_is_an_error_naming_the_key_and_its_path() {
     let error = read_error(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n  name: b\nspec:\n  containers: []\n",
@@ -282,5 +296,38 @@ fn an_io_error_prints_its_cause_once() {
     assert_eq!(
         printed,
         "/nonexistent/karpenter-rs/manifest.yaml: No such file or directory (os error 2)"
+    );
+}
+
+/// The error the CLI prints last on stderr for `args`, which must fail.
+fn cli_error(args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
+        .args(args)
+        .output()
+        .expect("the CLI runs");
+    assert!(!output.status.success(), "{args:?} should fail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    stderr.lines().last().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn the_cli_prints_each_cause_once() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/cluster/mix.yaml"
+    );
+    assert_eq!(
+        cli_error(&[
+            "simulate",
+            "-f",
+            fixture,
+            "--catalog",
+            "/nonexistent/catalog.json"
+        ]),
+        "karpenter-rs: /nonexistent/catalog.json: No such file or directory (os error 2)"
+    );
+    assert_eq!(
+        cli_error(&["simulate", "-f", "/nonexistent/manifest.yaml"]),
+        "karpenter-rs: /nonexistent/manifest.yaml: No such file or directory (os error 2)"
     );
 }

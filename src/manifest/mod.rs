@@ -261,6 +261,14 @@ pub fn parse_str(text: &str, file: &Path) -> Result<Vec<Document>, ReadError> {
             let message = e.to_string();
             if rejected.get() {
                 ReadError::Invalid { source_of, message }
+            } else if message.starts_with("repetition limit exceeded") {
+                // Well-formed YAML whose aliases expand exponentially ("billion laughs").
+                ReadError::Invalid {
+                    source_of,
+                    message: "aliases expand to too many values; write the values out instead \
+                              of nesting aliases of aliases"
+                        .to_owned(),
+                }
             } else {
                 ReadError::Yaml { source_of, message }
             }
