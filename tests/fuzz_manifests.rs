@@ -95,6 +95,10 @@ const LOADABLE_WEIGHT: usize = 4;
 enum Mutation {
     /// Replace the node with this value.
     Replace(usize, Value),
+    /// Replace the `at`-th node whose key is one of [`FIELDS`] (the counts, quantities, durations
+    /// and selectors the scheduler and the disruption engine compute with), so the case still
+    /// loads more often than a random replacement does.
+    Field(usize, Value),
     /// Delete the node from its parent.
     Delete(usize),
     /// Wrap the node in `depth` single-item lists.
@@ -106,6 +110,46 @@ enum Mutation {
     /// Cut the rendered YAML at a byte offset.
     Truncate(usize),
 }
+
+/// Keys whose values the scheduler and the disruption engine compute with.
+const FIELDS: &[&str] = &[
+    "replicas",
+    "parallelism",
+    "completions",
+    "cpu",
+    "memory",
+    "pods",
+    "ephemeral-storage",
+    "nvidia.com/gpu",
+    "storage",
+    "maxSkew",
+    "minDomains",
+    "weight",
+    "nodes",
+    "minValues",
+    "values",
+    "key",
+    "operator",
+    "consolidateAfter",
+    "consolidationPolicy",
+    "expireAfter",
+    "terminationGracePeriod",
+    "terminationGracePeriodSeconds",
+    "duration",
+    "schedule",
+    "minAvailable",
+    "maxUnavailable",
+    "topologyKey",
+    "whenUnsatisfiable",
+    "effect",
+    "tolerationSeconds",
+    "priority",
+    "creationTimestamp",
+    "nodeName",
+    "providerID",
+    "capacity",
+    "allocatable",
+];
 
 fn extreme_value() -> impl Strategy<Value = Value> {
     prop_oneof![
@@ -167,7 +211,8 @@ fn count_value() -> impl Strategy<Value = Value> {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        4 => (any::<usize>(), extreme_value()).prop_map(|(at, v)| Mutation::Replace(at, v)),
+        3 => (any::<usize>(), extreme_value()).prop_map(|(at, v)| Mutation::Replace(at, v)),
+        4 => (any::<usize>(), extreme_value()).prop_map(|(at, v)| Mutation::Field(at, v)),
         2 => any::<usize>().prop_map(Mutation::Delete),
         1 => (any::<usize>(), 1..150usize).prop_map(|(at, d)| Mutation::Nest(at, d)),
         2 => (
@@ -245,6 +290,20 @@ fn mutate(seed: &[Value], doc: usize, mutations: &[Mutation]) -> String {
             Mutation::Replace(at, v) => {
                 if let Some(p) = pick(d, *at)
                     && let Some(node) = d.pointer_mut(&p)
+                {
+                    *node = v.clone();
+                }
+            }
+            Mutation::Field(at, v) => {
+                let mut all = Vec::new();
+                pointers(d, String::new(), &mut all);
+                all.retain(|p| {
+                    p.rsplit('/')
+                        .next()
+                        .is_some_and(|k| FIELDS.contains(&k.replace("~1", "/").as_str()))
+                });
+                if !all.is_empty()
+                    && let Some(node) = d.pointer_mut(&all[at % all.len()])
                 {
                     *node = v.clone();
                 }
