@@ -299,7 +299,7 @@ fn main() -> ExitCode {
         Command::Run(settings) => match run(*settings) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("karpenter-rs: {e:#}");
+                eprintln!("karpenter-rs: {}", describe_error(&e));
                 ExitCode::FAILURE
             }
         },
@@ -373,10 +373,27 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("karpenter-rs: {e:#}");
+            eprintln!("karpenter-rs: {}", describe_error(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each once. Many errors already include their cause in their own
+/// message (`#[error("{path}: {source}")]`, `#[error("kubernetes API: {0}")]`), which `{:#}`
+/// would print a second time; a cause is appended only when the text so far does not hold it.
+fn describe_error(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// What `simulate` runs beyond provisioning.

@@ -92,15 +92,32 @@ impl CompiledCrd {
             .collect();
         if let Err(errors) = Validator::new().validate_compiled(&self.cel, &object, old.as_ref()) {
             let schema_problems = problems.len();
-            problems.extend(errors.iter().map(|e| Problem {
-                path: e.field_path.clone(),
-                message: match e.kind {
-                    kube_cel::ErrorKind::ValidationFailure => {
-                        format!("Invalid value: {}", e.message)
-                    }
-                    _ => format!("Invalid value: {} evaluating rule: {}", e.message, e.rule),
-                },
-            }));
+            // A rule that could not be evaluated on or around a field the schema already
+            // rejected (a number where a string belongs) adds nothing: the API server stops at
+            // the type.
+            let rejected: Vec<String> = problems.iter().map(|p| p.path.clone()).collect();
+            let within = |path: &str| {
+                rejected
+                    .iter()
+                    .any(|r| nested_in(path, r) || nested_in(r, path))
+            };
+            problems.extend(
+                errors
+                    .iter()
+                    .filter(|e| {
+                        matches!(e.kind, kube_cel::ErrorKind::ValidationFailure)
+                            || !within(&e.field_path)
+                    })
+                    .map(|e| Problem {
+                        path: e.field_path.clone(),
+                        message: match e.kind {
+                            kube_cel::ErrorKind::ValidationFailure => {
+                                format!("Invalid value: {}", e.message)
+                            }
+                            _ => evaluation_error(&e.message, &e.rule, self.kind),
+                        },
+                    }),
+            );
             // The CEL engine visits map fields in no fixed order; sort so output is reproducible.
             problems[schema_problems..]
                 .sort_by(|a, b| (&a.path, &a.message).cmp(&(&b.path, &b.message)));
@@ -258,9 +275,42 @@ fn dotted_path(pointer: &str) -> String {
     out
 }
 
+/// Whether dotted `path` is `parent` or a field or item below it.
+fn nested_in(path: &str, parent: &str) -> bool {
+    path.strip_prefix(parent)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']) || parent.is_empty())
+}
+
+/// A rule that failed to evaluate, in the API server's words. The evaluator's type errors name
+/// its internal Rust types (`got 'Float(1.5)', want 'Arc<String>'`); the API server calls them
+/// "no such overload", and the fix is the field's type.
+fn evaluation_error(message: &str, rule: &str, kind: &str) -> String {
+    if message.starts_with("Unexpected type") {
+        format!(
+            "Invalid value: no such overload evaluating rule: {rule}; give the field the type \
+             the {kind} API expects"
+        )
+    } else {
+        format!("Invalid value: {message} evaluating rule: {rule}")
+    }
+}
+
+/// The JSON type of a value as the API server names it in type errors.
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 /// Phrases a schema violation the way the API server does.
 fn describe(e: &jsonschema::ValidationError<'_>) -> String {
-    use jsonschema::error::ValidationErrorKind as K;
+    use jsonschema::error::{TypeKind, ValidationErrorKind as K};
     let value = e.instance().to_string();
     match e.kind() {
         K::Enum { options } => {
@@ -294,7 +344,25 @@ fn describe(e: &jsonschema::ValidationError<'_>) -> String {
         K::Maximum { limit } => {
             format!("Invalid value: {value}: should be less than or equal to {limit}")
         }
-        K::Type { .. } => format!("Invalid value: {value}: {e}"),
+        K::Type { kind } => {
+            let expected = match kind {
+                TypeKind::Single(t) => t.to_string(),
+                TypeKind::Multiple(ts) => ts
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+            };
+            let quote = if expected == "string" && !value.starts_with(['{', '[']) {
+                format!("; quote it (\"{value}\") if it is meant as a string")
+            } else {
+                String::new()
+            };
+            format!(
+                "Invalid value: \"{}\": must be of type {expected}{quote}",
+                json_type(e.instance())
+            )
+        }
         _ => format!("Invalid value: {value}: {e}"),
     }
 }

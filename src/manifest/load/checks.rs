@@ -1,6 +1,8 @@
 //! The loader's checks of workloads, pod specs and quantities, reported with the field path as
 //! the API server would.
 
+use k8s_openapi::api::batch::v1::JobSpec;
+
 use super::*;
 
 impl Loader {
@@ -16,6 +18,32 @@ impl Loader {
             }
             _ => true,
         }
+    }
+
+    /// Counts `count` more pods (set by the field at `path`, empty for a Pod) towards
+    /// [`MAX_PODS`], or reports the object that takes the input past it.
+    pub(super) fn plan_pods(&mut self, at: &At, path: &str, count: i32) -> bool {
+        let count = usize::try_from(count).unwrap_or(0);
+        let total = self.planned_pods.saturating_add(count);
+        if total > MAX_PODS {
+            let fix = if path.is_empty() {
+                "remove pods or simulate the input in parts".to_owned()
+            } else {
+                format!("lower {path} or simulate the workloads in parts")
+            };
+            self.problem(
+                at,
+                path,
+                format!(
+                    "Too many: {count} pods would make {total} in the input, more than the \
+                     {MAX_PODS} simulate reads ({} before this object); {fix}",
+                    self.planned_pods
+                ),
+            );
+            return false;
+        }
+        self.planned_pods = total;
+        true
     }
 
     /// Checks what the API server checks of a workload's selector: present, valid, and
@@ -92,7 +120,11 @@ impl Loader {
             .and_then(|m| m.labels.as_ref());
         let selector = self.check_selector(at, "Deployment", &spec.selector, labels);
         let template = self.check_template(at, &mut spec.template);
-        (replicas && selector && template).then_some(d)
+        (replicas
+            && selector
+            && template
+            && self.plan_pods(at, "spec.replicas", spec.replicas.unwrap_or(1)))
+        .then_some(d)
     }
 
     pub(super) fn check_replicaset(&mut self, at: &At, mut rs: ReplicaSet) -> Option<ReplicaSet> {
@@ -112,7 +144,11 @@ impl Loader {
         let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
         let selector = self.check_selector(at, "ReplicaSet", &spec.selector, labels);
         let template = self.check_template(at, template);
-        (replicas && selector && template).then_some(rs)
+        (replicas
+            && selector
+            && template
+            && self.plan_pods(at, "spec.replicas", spec.replicas.unwrap_or(1)))
+        .then_some(rs)
     }
 
     pub(super) fn check_statefulset(
@@ -147,7 +183,7 @@ impl Loader {
             }
             ok &= self.check_claim(at, &format!("{path}.spec"), claim);
         }
-        ok.then_some(sts)
+        (ok && self.plan_pods(at, "spec.replicas", spec.replicas.unwrap_or(1))).then_some(sts)
     }
 
     pub(super) fn check_job(&mut self, at: &At, mut job: Job) -> Option<Job> {
@@ -158,7 +194,7 @@ impl Loader {
         let mut ok = self.check_replicas(at, "spec.parallelism", spec.parallelism);
         ok &= self.check_replicas(at, "spec.completions", spec.completions);
         ok &= self.check_template(at, &mut spec.template);
-        ok.then_some(job)
+        (ok && self.plan_pods(at, job_pods_field(spec), job_pods(spec))).then_some(job)
     }
 
     pub(super) fn check_claim(
@@ -288,4 +324,27 @@ fn selects(
         };
     }
     Ok(matches)
+}
+
+/// The pods a Job runs at once: `parallelism` (default 1), at most `completions`, none while
+/// suspended.
+pub(super) fn job_pods(spec: &JobSpec) -> i32 {
+    if spec.suspend == Some(true) {
+        return 0;
+    }
+    spec.parallelism
+        .unwrap_or(1)
+        .min(spec.completions.unwrap_or(i32::MAX))
+}
+
+/// The field that sets [`job_pods`], for messages.
+fn job_pods_field(spec: &JobSpec) -> &'static str {
+    if spec
+        .completions
+        .is_some_and(|c| c < spec.parallelism.unwrap_or(1))
+    {
+        "spec.completions"
+    } else {
+        "spec.parallelism"
+    }
 }

@@ -54,6 +54,11 @@ const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 const SUFFIX_LEN: usize = 5;
 /// Longest `generateName` prefix the API server keeps, so prefix + suffix fits in 63 characters.
 const MAX_PREFIX_LEN: usize = 63 - SUFFIX_LEN;
+/// Most pods one input may describe, explicit and expanded from workloads together. Each pod
+/// costs memory and scheduling time, so `replicas: 2000000000` must be an error naming the field
+/// rather than an allocation that aborts the process; the limit is above the largest cluster
+/// simulate is built for (150,000 pods in the benchmarks).
+pub const MAX_PODS: usize = 200_000;
 /// The API server's rule for quantities, quoted in errors so users see what is accepted.
 const QUANTITY_PATTERN: &str = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$";
 
@@ -316,6 +321,8 @@ struct Loader {
     workloads: Vec<Workload>,
     /// (namespace, name) of every pod so far, so generated names never collide.
     pod_names: HashSet<(String, String)>,
+    /// Pods the input describes so far, explicit and to be expanded; at most [`MAX_PODS`].
+    planned_pods: usize,
 }
 
 impl Loader {
@@ -333,6 +340,7 @@ impl Loader {
             seen: HashMap::new(),
             workloads: Vec::new(),
             pod_names: HashSet::new(),
+            planned_pods: 0,
         }
     }
 
@@ -496,6 +504,9 @@ impl Loader {
                 let Some(mut pod) = self.typed::<Pod>(&at, value, namespaced) else {
                     return;
                 };
+                if !self.plan_pods(&at, "", 1) {
+                    return;
+                }
                 match pod.spec.as_mut() {
                     Some(spec) => self.check_pod_spec(&at, "spec", spec),
                     None => self.problem(&at, "spec", "Required value: a Pod needs a spec"),
@@ -624,12 +635,19 @@ impl Loader {
     /// Applies the default StorageClass, expands workloads, and returns the cluster or every
     /// problem found.
     fn finish(mut self) -> Result<Snapshot, LoadError> {
+        if !self.problems.is_empty() {
+            // Expansion finds no problems of its own; skip the work when the input is rejected.
+            return Err(LoadError {
+                problems: self.problems,
+            });
+        }
         let default_class = default_storage_class(&self.cluster.storage_classes);
         for pvc in &mut self.cluster.persistent_volume_claims {
             apply_default_class(pvc, default_class.as_deref());
         }
         let workloads = std::mem::take(&mut self.workloads);
-        self.reserve_pods(&workloads);
+        // Bounded by MAX_PODS: every workload's count was checked on the way in.
+        self.cluster.pods.reserve_exact(self.planned_pods);
         for workload in workloads {
             match workload {
                 Workload::Deployment(d) => self.expand_deployment(&d),
@@ -640,13 +658,7 @@ impl Loader {
                 Workload::Job(job) => self.expand_job(&job),
             }
         }
-        if self.problems.is_empty() {
-            Ok(self.cluster)
-        } else {
-            Err(LoadError {
-                problems: self.problems,
-            })
-        }
+        Ok(self.cluster)
     }
 }
 

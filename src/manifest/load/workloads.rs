@@ -35,23 +35,6 @@ impl Loader {
         self.cluster.pods.push(pod);
     }
 
-    /// Room for `n` more pods, so expanding 20,000 replicas allocates once.
-    pub(super) fn reserve_pods(&mut self, workloads: &[Workload]) {
-        let n: usize = workloads
-            .iter()
-            .map(|w| {
-                let replicas = match w {
-                    Workload::Deployment(d) => d.spec.as_ref().and_then(|s| s.replicas),
-                    Workload::ReplicaSet(rs) => rs.spec.as_ref().and_then(|s| s.replicas),
-                    Workload::StatefulSet(sts) => sts.spec.as_ref().and_then(|s| s.replicas),
-                    Workload::Job(job) => job.spec.as_ref().and_then(|s| s.parallelism),
-                };
-                usize::try_from(replicas.unwrap_or(1)).unwrap_or(0)
-            })
-            .sum();
-        self.cluster.pods.reserve_exact(n);
-    }
-
     /// Deployment → its current ReplicaSet `<deployment>-<pod-template-hash>` → its pods.
     pub(super) fn expand_deployment(&mut self, d: &Deployment) {
         let Some(spec) = &d.spec else { return };
@@ -208,13 +191,7 @@ impl Loader {
     /// while suspended. Indexed Jobs name pods `<job>-<index>-<suffix>`.
     pub(super) fn expand_job(&mut self, job: &Job) {
         let Some(spec) = &job.spec else { return };
-        if spec.suspend == Some(true) {
-            return;
-        }
-        let count = spec
-            .parallelism
-            .unwrap_or(1)
-            .min(spec.completions.unwrap_or(i32::MAX));
+        let count = super::checks::job_pods(spec);
         let namespace = namespace_of(&job.metadata);
         let name = job.metadata.name.as_deref().unwrap_or_default();
         let owner = own_controller_ref::<Job>(&job.metadata);
