@@ -1,4 +1,4 @@
-//! `cluster::load` turns ordinary manifests into the cluster simulate reasons about: workloads
+//! `manifest::load` turns ordinary manifests into the cluster simulate reasons about: workloads
 //! expand into the pods their controllers would create (named and owned the same way, with the
 //! same uids every time), and every problem is reported with its file, document, object and
 //! field.

@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use chrono::{DateTime, TimeZone, Utc};
-use karpenter_rs::apis::convert;
 use karpenter_rs::catalog::Catalog;
-use karpenter_rs::manifest;
-use karpenter_rs::simulate::{self, SimulateOptions};
+use karpenter_rs::manifest::{self, legacy};
+use karpenter_rs::simulate;
+use karpenter_rs::snapshot::EngineOptions;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Value, json};
@@ -365,14 +365,14 @@ fn pipeline(text: &str) {
         return;
     };
     // Convert sees every document, including v1alpha5/v1beta1 ones load rejects.
-    let _ = convert::convert(&docs);
+    let _ = legacy::convert(&docs);
     let Ok(cluster) = manifest::load(&docs, now()) else {
         return;
     };
     if cluster.pods.len() > MAX_SIMULATED_PODS {
         return;
     }
-    let options = SimulateOptions::default();
+    let options = EngineOptions::default();
     let _ = simulate::simulate(&cluster, &CATALOG, &options);
     let _ = simulate::simulate_with_disruption(&cluster, &CATALOG, &options, now(), None);
 }
