@@ -1,6 +1,6 @@
 //! The cluster as the disruption engine sees it: nodes with their NodeClaim facts, price and bound
-//! pods, pods with what protects them, NodePools and PDBs — built from a snapshot by
-//! [`crate::snapshot::disruption_input`] and mutable
+//! pods, pods with what protects them, NodePools and PDBs — built from a snapshot (by the
+//! snapshot's disruption adapter) and mutable
 //! so `simulate --settle` can apply commands round after round.
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! The snapshot: an immutable view of the cluster that the pure core reads — nodes, NodeClaims,
 //! pods, NodePools, EC2NodeClasses, DaemonSets, PDBs and volumes — whether it was loaded from
-//! manifests ([`crate::manifest`]) or taken from the controller's caches ([`crate::state`]).
+//! manifests (the manifest loader) or taken from the controller's caches (the state module).
 //!
 //! Besides the objects it holds the single answers to the questions every consumer asks of them
 //! (which NodeClaim a Node belongs to, whether a pod is pending or a DaemonSet pod, which taints
