@@ -697,18 +697,8 @@ mod tests {
             .expect("node")
         };
         let cluster = Snapshot {
-            nodepools: Vec::new(),
-            nodeclasses: Vec::new(),
             nodeclaims: vec![claim],
-            nodes: Vec::new(),
-            pods: Vec::new(),
-            daemonsets: Vec::new(),
-            pdbs: Vec::new(),
-            persistent_volumes: Vec::new(),
-            persistent_volume_claims: Vec::new(),
-            storage_classes: Vec::new(),
-            csi_nodes: Vec::new(),
-            ignored: Vec::new(),
+            ..Snapshot::default()
         };
         let keys = |taints: Vec<crate::apis::nodeclaim::Taint>| -> Vec<String> {
             taints

@@ -467,16 +467,7 @@ mod tests {
                 pool("leaving", "old", json!([])),
             ],
             nodeclasses: vec![class("default", false), class("old", true)],
-            nodeclaims: Vec::new(),
-            nodes: Vec::new(),
-            pods: Vec::new(),
-            daemonsets: Vec::new(),
-            pdbs: Vec::new(),
-            persistent_volumes: Vec::new(),
-            persistent_volume_claims: Vec::new(),
-            storage_classes: Vec::new(),
-            csi_nodes: Vec::new(),
-            ignored: Vec::new(),
+            ..Snapshot::default()
         };
         let dropped = drop_unusable_pools(&mut cluster);
         let kept: Vec<String> = cluster.nodepools.iter().map(|p| p.name_any()).collect();
