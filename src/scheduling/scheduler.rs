@@ -15,7 +15,7 @@
 //! cursor past NodeClaims and nodes that can never take it again (full for its smallest pod,
 //! incompatible, or blocked by anti-affinity — all monotone), so a pod scans only live candidates.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::{Mutex, OnceLock};
@@ -67,6 +67,11 @@ pub struct NodePoolTemplate {
 pub struct PoolCache {
     type_requirements: OnceLock<Arc<Vec<Requirements>>>,
     by_price: OnceLock<Arc<Vec<u32>>>,
+    /// The distinct zones some instance type has an available offering in: a pool registers
+    /// these as topology domains once, not once per offering of each of its instance types.
+    zones: OnceLock<Arc<Vec<Arc<str>>>>,
+    /// Largest allocatable of any instance type, per resource.
+    max_allocatable: OnceLock<Resources>,
     compatible: Mutex<HashMap<String, Arc<TypeSet>>>,
     price_order: Mutex<HashMap<String, Arc<Vec<f64>>>>,
 }
@@ -467,10 +472,15 @@ impl<'a> Solver<'a> {
                         Arc::new(order)
                     })
                     .clone();
-                let mut max_allocatable = Resources::default();
-                for it in t.instance_types.iter() {
-                    max_allocatable = max_allocatable.max(&it.allocatable);
-                }
+                let max_allocatable = t
+                    .cache
+                    .max_allocatable
+                    .get_or_init(|| {
+                        t.instance_types
+                            .iter()
+                            .fold(Resources::default(), |max, it| max.max(&it.allocatable))
+                    })
+                    .clone();
                 Pool {
                     template: t.clone(),
                     type_requirements,
@@ -489,17 +499,22 @@ impl<'a> Solver<'a> {
         // Zones a NodePool can launch in: its instance types' offerings within its requirements.
         for pool in &pools {
             let allowed = pool.template.requirements.get(labels::ZONE);
-            for it in pool.template.instance_types.iter() {
-                topology.add_domains(
-                    labels::ZONE,
-                    it.offerings
-                        .iter()
-                        .filter(|o| o.available)
-                        .map(|o| &o.zone)
-                        .filter(|z| allowed.is_none_or(|r| r.has(z))),
-                    &pool.template.taints,
-                );
-            }
+            let zones = pool.template.cache.zones.get_or_init(|| {
+                let zones: BTreeSet<&Arc<str>> = pool
+                    .template
+                    .instance_types
+                    .iter()
+                    .flat_map(|it| it.offerings.iter())
+                    .filter(|o| o.available)
+                    .map(|o| &o.zone)
+                    .collect();
+                Arc::new(zones.into_iter().cloned().collect())
+            });
+            topology.add_domains(
+                labels::ZONE,
+                zones.iter().filter(|z| allowed.is_none_or(|r| r.has(z))),
+                &pool.template.taints,
+            );
         }
         let mut existing: Vec<Existing> = input
             .existing
