@@ -250,10 +250,14 @@ struct Claim {
     min_values_relaxed: bool,
 }
 
-struct Existing {
+struct Existing<'a> {
     /// Index in `Input::existing` (the list is reordered: initialized nodes first).
     index: usize,
-    node: ExistingNode,
+    /// Borrowed, not cloned: the disruption engine solves once per candidate, and copying every
+    /// node's bound pods each time cost as much as the solve.
+    node: &'a ExistingNode,
+    /// Requests of the bound pods and of the pods placed here in this solve.
+    requested: Resources,
     /// Volumes attached, per driver.
     volumes: BTreeMap<Arc<str>, Vec<Arc<str>>>,
     requirements_ok: HashMap<(u32, Relaxation), bool>,
@@ -284,7 +288,7 @@ struct Solver<'a> {
     input: &'a Input,
     pools: Vec<Pool>,
     pool_order: Vec<usize>,
-    existing: Vec<Existing>,
+    existing: Vec<Existing<'a>>,
     claims: Vec<Claim>,
     topology: Topology,
     pod_topology: Vec<PodTopology>,
@@ -516,7 +520,7 @@ impl<'a> Solver<'a> {
                 &pool.template.taints,
             );
         }
-        let mut existing: Vec<Existing> = input
+        let mut existing: Vec<Existing<'a>> = input
             .existing
             .iter()
             .enumerate()
@@ -528,7 +532,8 @@ impl<'a> Solver<'a> {
                     .iter()
                     .flat_map(|p| p.host_ports.iter().cloned())
                     .collect(),
-                node: n.clone(),
+                node: n,
+                requested: n.requested.clone(),
                 requirements_ok: HashMap::new(),
             })
             .collect();
@@ -548,7 +553,7 @@ impl<'a> Solver<'a> {
         let mut pod_topology: Vec<PodTopology> =
             input.pods.iter().map(|p| topology.register(p)).collect();
         for (n, k, mut t) in bound {
-            let node = &existing[n].node;
+            let node = existing[n].node;
             topology.link(&node.pods[k], &mut t);
             topology.record(&t, |key| domain_of_node(node, key), &node.taints);
         }
@@ -857,7 +862,7 @@ impl<'a> Solver<'a> {
             return Verdict::Never;
         }
         let mut free = e.node.allocatable.clone();
-        free.sub(&e.node.requested);
+        free.sub(&e.requested);
         if !self.classes[class as usize].min_request.fits(&free) {
             return Verdict::Never;
         }
@@ -874,7 +879,7 @@ impl<'a> Solver<'a> {
         if !volumes_fit(&e.volumes, &pod.volumes, &e.node.volume_limits) {
             return Verdict::NotNow;
         }
-        let node = &e.node;
+        let node = e.node;
         let candidates = |key: &str| domain_of_node(node, key).into_iter().collect();
         match self.topology_for(i, relax, &candidates) {
             Some(_) => Verdict::Fits(()),
@@ -885,7 +890,7 @@ impl<'a> Solver<'a> {
     fn commit_existing(&mut self, i: usize, n: usize) {
         let pod = &self.input.pods[i];
         let e = &mut self.existing[n];
-        e.node.requested.add(&pod.requests);
+        e.requested.add(&pod.requests);
         e.host_ports.extend(pod.host_ports.iter().cloned());
         for v in &pod.volumes {
             let ids = e.volumes.entry(v.driver.clone()).or_default();
@@ -893,7 +898,7 @@ impl<'a> Solver<'a> {
                 ids.push(v.id.clone());
             }
         }
-        let node = &e.node;
+        let node = e.node;
         self.topology.record(
             &self.pod_topology[i],
             |key| domain_of_node(node, key),
