@@ -245,6 +245,9 @@ struct Claim {
     host_ports: Vec<HostPort>,
     /// (class, relaxation) pairs whose requirements are already implied by `requirements`.
     admitted: Vec<(u32, Relaxation)>,
+    /// Per-resource maximum allocatable over the options, kept so that a pod that leaves the
+    /// options as they were does not cost a pass over them.
+    max_allocatable: Resources,
     /// Per-resource maximum of `allocatable - requests` over the options.
     headroom: Resources,
     min_values_relaxed: bool,
@@ -410,9 +413,9 @@ pub fn launch_offering<'a>(
     })
 }
 
-/// Per-resource maximum of `allocatable - requests` over the options: an upper bound on what
-/// one more pod may request. Computed without allocating for the common resources.
-fn headroom(pool: &Pool, options: &TypeSet, requests: &Resources) -> Resources {
+/// Per-resource maximum allocatable over the options (nothing when there are none). Computed
+/// without allocating for the common resources.
+fn max_allocatable(pool: &Pool, options: &TypeSet) -> Resources {
     if options.is_empty() {
         return Resources::default();
     }
@@ -445,6 +448,12 @@ fn headroom(pool: &Pool, options: &TypeSet, requests: &Resources) -> Resources {
             break;
         }
     }
+    out
+}
+
+/// `max_allocatable - requests`: an upper bound on what one more pod may request.
+fn headroom(max_allocatable: &Resources, requests: &Resources) -> Resources {
+    let mut out = max_allocatable.clone();
     out.sub(requests);
     out
 }
@@ -737,23 +746,13 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn tolerates(&self, pod: &Pod, taints: &[Taint], relax: Relaxation) -> Option<String> {
-        let blocking = if relax.tolerate_prefer_no_schedule {
+    /// The first taint that keeps `pod` off, at this relaxation.
+    fn blocking_taint<'t>(pod: &Pod, taints: &'t [Taint], relax: Relaxation) -> Option<&'t Taint> {
+        if relax.tolerate_prefer_no_schedule {
             taints::first_untolerated(taints, &pod.tolerations)
         } else {
             taints::first_untolerated_strict(taints, &pod.tolerations)
-        };
-        blocking.map(|t| {
-            format!(
-                "did not tolerate taint {}{}:{:?}",
-                t.key,
-                t.value
-                    .as_deref()
-                    .map(|v| format!("={v}"))
-                    .unwrap_or_default(),
-                t.effect
-            )
-        })
+        }
     }
 
     /// Topology check for a candidate: returns the domain narrowing needed (key, domain) or None
@@ -846,7 +845,7 @@ impl<'a> Solver<'a> {
         let pod = &self.input.pods[i];
         let class = self.class_of[i];
         let e = &self.existing[n];
-        if self.tolerates(pod, &e.node.taints, relax).is_some() {
+        if Self::blocking_taint(pod, &e.node.taints, relax).is_some() {
             return Verdict::Never;
         }
         let ok = match e.requirements_ok.get(&(class, relax)) {
@@ -999,7 +998,7 @@ impl<'a> Solver<'a> {
         let class = self.class_of[i];
         let claim = &self.claims[c];
         let pool = &self.pools[claim.nodepool];
-        if self.tolerates(pod, &pool.template.taints, relax).is_some() {
+        if Self::blocking_taint(pod, &pool.template.taints, relax).is_some() {
             return Verdict::Never;
         }
         if !self.classes[class as usize]
@@ -1148,17 +1147,15 @@ impl<'a> Solver<'a> {
             claim.admitted.clear();
         }
         claim.admitted.push((class, relax));
-        claim.options = update.options;
+        if claim.options != update.options {
+            claim.max_allocatable = max_allocatable(&self.pools[pool_index], &update.options);
+            claim.options = update.options;
+        }
         claim.requests = update.total;
         claim.pods.push(i as u32);
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.min_values_relaxed |= update.min_values_relaxed;
-        let headroom = headroom(
-            &self.pools[pool_index],
-            &self.claims[c].options,
-            &self.claims[c].requests,
-        );
-        self.claims[c].headroom = headroom;
+        claim.headroom = headroom(&claim.max_allocatable, &claim.requests);
         self.record_on_claim(i, c);
     }
 
@@ -1193,9 +1190,17 @@ impl<'a> Solver<'a> {
         if self.pools.is_empty() {
             return Err("no NodePool is defined".to_string());
         }
-        let mut reasons: Vec<String> = Vec::new();
+        // Pools rejected, with the reason; `None` for a taint the pod does not tolerate, which is
+        // only put into words if no pool takes the pod: when every pool carries its own taint,
+        // most pools reject most pods that way, and a pod placed on a new node would otherwise
+        // format one message per pool.
+        let mut rejected: Vec<(usize, Option<String>)> = Vec::new();
         for k in 0..self.pool_order.len() {
             let p = self.pool_order[k];
+            if Self::blocking_taint(pod, &self.pools[p].template.taints, relax).is_some() {
+                rejected.push((p, None));
+                continue;
+            }
             match self.new_claim(i, p, relax, reqs) {
                 Ok(claim) => {
                     self.claims.push(claim);
@@ -1204,10 +1209,7 @@ impl<'a> Solver<'a> {
                     self.consume_limits(p, c);
                     return Ok(Placement::NodeClaim(c));
                 }
-                Err(reason) => reasons.push(format!(
-                    "nodepool {:?}: {reason}",
-                    &*self.pools[p].template.name
-                )),
+                Err(reason) => rejected.push((p, Some(reason))),
             }
         }
         let mut msg = format!(
@@ -1215,8 +1217,12 @@ impl<'a> Solver<'a> {
             pod.key(),
             pod.requests
         );
-        for r in reasons {
-            let _ = write!(msg, "; {r}");
+        for (p, reason) in rejected {
+            let template = &self.pools[p].template;
+            let reason = reason
+                .or_else(|| Self::blocking_taint(pod, &template.taints, relax).map(untolerated))
+                .unwrap_or_default();
+            let _ = write!(msg, "; nodepool {:?}: {reason}", &*template.name);
         }
         Err(msg)
     }
@@ -1248,6 +1254,7 @@ impl<'a> Solver<'a> {
         }
     }
 
+    /// A new NodeClaim from pool `p` for pod `i`, whose taints the caller found tolerated.
     fn new_claim(
         &mut self,
         i: usize,
@@ -1258,9 +1265,6 @@ impl<'a> Solver<'a> {
         let pod = &self.input.pods[i];
         let pool = &self.pools[p];
         let template = &pool.template;
-        if let Some(reason) = self.tolerates(pod, &template.taints, relax) {
-            return Err(reason);
-        }
         if template.nodes_limit.is_some_and(|n| n <= 0) {
             return Err("node limits have been exhausted for nodepool".to_string());
         }
@@ -1335,6 +1339,7 @@ impl<'a> Solver<'a> {
             pods: Vec::new(),
             host_ports: template.daemon_host_ports.clone(),
             admitted: Vec::new(),
+            max_allocatable: Resources::default(),
             headroom: Resources::default(),
             min_values_relaxed: false,
         };
@@ -1378,7 +1383,8 @@ impl<'a> Solver<'a> {
             .ok_or_else(|| {
                 "minValues requirements are not met by the instance types that fit".to_string()
             })?;
-        let headroom = headroom(pool, &options, &total);
+        let max_allocatable = max_allocatable(pool, &options);
+        let headroom = headroom(&max_allocatable, &total);
         let mut host_ports = probe.host_ports;
         host_ports.extend(pod.host_ports.iter().cloned());
         Ok(Claim {
@@ -1390,6 +1396,7 @@ impl<'a> Solver<'a> {
             pods: vec![i as u32],
             host_ports,
             admitted: vec![(self.class_of[i], relax)],
+            max_allocatable,
             headroom,
             min_values_relaxed: relaxed,
         })
@@ -1484,6 +1491,20 @@ impl SkipList {
         }
         self.next[i] = (i + 1) as u32;
     }
+}
+
+/// Why a pod cannot go where `taint` is.
+fn untolerated(taint: &Taint) -> String {
+    format!(
+        "did not tolerate taint {}{}:{:?}",
+        taint.key,
+        taint
+            .value
+            .as_deref()
+            .map(|v| format!("={v}"))
+            .unwrap_or_default(),
+        taint.effect
+    )
 }
 
 struct ClaimUpdate {
