@@ -6,6 +6,10 @@
 //! consolidation finds a command early) and `packed` (every node is busy, so every method runs to
 //! the end without finding anything — the worst case, where single-node consolidation simulates
 //! every candidate).
+//!
+//! A third, `tainted_pools`, has many NodePools that each taint their nodes, with pods that
+//! tolerate only their own pool's taint (the shape of `benches/gen-tainted-pools.py` once
+//! provisioning has placed the pending pods): every rescheduling simulation sees every pool.
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -45,10 +49,10 @@ const SHAPES: &[(&str, &str, &str)] = &[
     ("r5.large", "1930m", "14575Mi"),
 ];
 
+const NODECLASS: &str = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\nspec:\n  role: R\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n";
+
 fn manifests(nodes: usize, pools: usize, packed: bool) -> String {
-    let mut out = String::from(
-        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\nspec:\n  role: R\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n",
-    );
+    let mut out = String::from(NODECLASS);
     for p in 0..pools {
         let _ = write!(
             out,
@@ -91,10 +95,41 @@ fn manifests(nodes: usize, pools: usize, packed: bool) -> String {
     out
 }
 
-fn state(nodes: usize, pools: usize, packed: bool, catalog: &Catalog) -> State {
+/// `pools` NodePools, each tainting its nodes `team=pool-P:NoSchedule` (budget 50%), with three
+/// m5.xlarge nodes in three zones and its share of `pods` (250m, 512Mi, tolerating only that
+/// taint) spread over them.
+fn tainted_manifests(pools: usize, pods: usize) -> String {
+    let mut out = String::from(NODECLASS);
+    let zones = ["us-east-1a", "us-east-1b", "us-east-1c"];
+    for p in 0..pools {
+        let taint = format!("{{key: team, value: pool-{p}, effect: NoSchedule}}");
+        let _ = write!(
+            out,
+            "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: pool-{p}}}\nspec:\n  disruption: {{consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s, budgets: [{{nodes: \"50%\"}}]}}\n  template:\n    spec:\n      expireAfter: Never\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      taints: [{taint}]\n      requirements:\n        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}\n        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n        - {{key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}}\n"
+        );
+        for n in 0..3 {
+            let zone = zones[(p + n) % zones.len()];
+            let _ = write!(
+                out,
+                "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: pool-{p}-node-{n}\n  creationTimestamp: \"2026-11-01T00:00:00Z\"\n  labels: {{kubernetes.io/hostname: pool-{p}-node-{n}, kubernetes.io/arch: amd64, kubernetes.io/os: linux, topology.kubernetes.io/zone: {zone}, node.kubernetes.io/instance-type: m5.xlarge, karpenter.sh/capacity-type: on-demand, karpenter.sh/nodepool: pool-{p}, karpenter.sh/initialized: \"true\", karpenter.k8s.aws/instance-category: m}}\nspec:\n  taints: [{taint}]\nstatus:\n  allocatable: {{cpu: \"3920m\", memory: \"14162Mi\", pods: \"58\"}}\n  conditions: [{{type: Ready, status: \"True\"}}]\n"
+            );
+        }
+        let share = pods / pools + usize::from(p < pods % pools);
+        for k in 0..share {
+            let _ = write!(
+                out,
+                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: pool-{p}-{k}, namespace: default, labels: {{app: pool-{p}}}}}\nspec:\n  nodeName: pool-{p}-node-{}\n  tolerations: [{{key: team, operator: Equal, value: pool-{p}, effect: NoSchedule}}]\n  containers: [{{name: c, image: i, resources: {{requests: {{cpu: 250m, memory: 512Mi}}}}}}]\nstatus: {{phase: Running}}\n",
+                k % 3
+            );
+        }
+    }
+    out
+}
+
+fn state(manifests: &str, catalog: &Catalog) -> State {
     let now = Utc.with_ymd_and_hms(2026, 11, 23, 10, 0, 0).unwrap();
-    let docs = manifest::parse_str(&manifests(nodes, pools, packed), Path::new("bench.yaml"))
-        .expect("generated manifests parse");
+    let docs =
+        manifest::parse_str(manifests, Path::new("bench.yaml")).expect("generated manifests parse");
     let c = manifest::load(&docs, now).expect("generated manifests load");
     let options = EngineOptions::default();
     let prepared = karpenter_rs::snapshot::scheduling_input::prepare(&c, catalog, &options);
@@ -116,19 +151,8 @@ fn bench(c: &mut Criterion) {
         group.measurement_time(Duration::from_secs(4));
         for nodes in [100, 500, 1000] {
             for pools in [1, 3, 9] {
-                let s = state(nodes, pools, shape == "packed", &catalog);
-                let decision = disruption::evaluate(&s, now, disruption::Options::default());
-                eprintln!(
-                    "disruption/{shape}/{nodes}x{pools}: commands={} ({}) blocked={}",
-                    decision.commands.len(),
-                    decision
-                        .commands
-                        .iter()
-                        .map(|c| format!("{:?} of {}", c.method, c.candidates.len()))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    decision.blocked.len()
-                );
+                let s = state(&manifests(nodes, pools, shape == "packed"), &catalog);
+                report(&format!("{shape}/{nodes}x{pools}"), &s, now);
                 group.bench_with_input(
                     BenchmarkId::from_parameter(format!("{nodes}-nodes-{pools}-pools")),
                     &s,
@@ -142,6 +166,39 @@ fn bench(c: &mut Criterion) {
         }
         group.finish();
     }
+    let mut group = c.benchmark_group("disruption/tainted_pools");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(4));
+    for pools in [10, 30, 100] {
+        let pods = 10 * pools;
+        let s = state(&tainted_manifests(pools, pods), &catalog);
+        report(&format!("tainted_pools/{pools}x{pods}"), &s, now);
+        group.bench_with_input(
+            BenchmarkId::from_parameter(format!("{pools}x{pods}")),
+            &s,
+            |b, s| {
+                b.iter(|| black_box(disruption::evaluate(s, now, disruption::Options::default())))
+            },
+        );
+    }
+    group.finish();
+}
+
+/// Prints what the engine decides for a case, so a run shows what it timed.
+fn report(case: &str, s: &State, now: chrono::DateTime<Utc>) {
+    let decision = disruption::evaluate(s, now, disruption::Options::default());
+    eprintln!(
+        "disruption/{case}: commands={} ({}) blocked={}",
+        decision.commands.len(),
+        decision
+            .commands
+            .iter()
+            .map(|c| format!("{:?} of {}", c.method, c.candidates.len()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        decision.blocked.len()
+    );
 }
 
 criterion_group!(benches, bench);

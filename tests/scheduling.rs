@@ -244,6 +244,36 @@ fn startup_taints_need_no_toleration_but_taints_do() {
 }
 
 #[test]
+fn an_unschedulable_pod_hears_from_every_nodepool_in_order_tainted_ones_included() {
+    let tainted = |name: &str| {
+        nodepool(
+            name,
+            "",
+            &format!("      taints: [{{key: team, value: {name}, effect: NoSchedule}}]"),
+        )
+    };
+    let small = nodepool(
+        "b-small",
+        "",
+        "        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}",
+    );
+    let report = run(&[
+        NODECLASS.into(),
+        tainted("a-blue"),
+        small,
+        tainted("c-red"),
+        deployment("app", 1, "4", ""),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 0);
+    let reason = &report.unschedulable[0].reason;
+    // NodePools of equal weight are tried by name, descending.
+    let red = reason.find("nodepool \"c-red\": did not tolerate taint team=c-red:NoSchedule");
+    let small = reason.find("nodepool \"b-small\": no instance type has enough allocatable cpu");
+    let blue = reason.find("nodepool \"a-blue\": did not tolerate taint team=a-blue:NoSchedule");
+    assert!(red.is_some() && red < small && small < blue, "{reason}");
+}
+
+#[test]
 fn selectors_on_restricted_labels_are_not_provisioned_for() {
     let report = run(&[
         NODECLASS.into(),

@@ -158,17 +158,21 @@ impl State {
 
     /// Scheduler input with the given nodes removed and `pods` to place.
     pub fn scheduler_input(&self, excluded: &[usize], pods: Vec<Pod>) -> Input {
+        let kept = |i: usize| !excluded.contains(&i) && !self.nodes[i].disrupting;
+        // One pass over the pods, not one per node: the engine builds an input per candidate.
+        let mut bound: Vec<Vec<Pod>> = vec![Vec::new(); self.nodes.len()];
+        for p in self.pods.iter().filter(|p| !p.finished) {
+            if let Some(n) = p.node.filter(|&n| n < bound.len() && kept(n)) {
+                bound[n].push(p.pod.clone());
+            }
+        }
         let existing = self
             .nodes
             .iter()
+            .zip(bound)
             .enumerate()
-            .filter(|(i, n)| !excluded.contains(i) && !n.disrupting)
-            .map(|(i, n)| {
-                let bound: Vec<Pod> = self
-                    .pods_on(i)
-                    .filter(|p| !p.finished)
-                    .map(|p| p.pod.clone())
-                    .collect();
+            .filter(|&(i, _)| kept(i))
+            .map(|(_, (n, bound))| {
                 let mut requested = Resources::default();
                 for p in &bound {
                     requested.add(&p.requests);

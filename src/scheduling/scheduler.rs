@@ -15,7 +15,7 @@
 //! cursor past NodeClaims and nodes that can never take it again (full for its smallest pod,
 //! incompatible, or blocked by anti-affinity — all monotone), so a pod scans only live candidates.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::{Mutex, OnceLock};
@@ -67,6 +67,11 @@ pub struct NodePoolTemplate {
 pub struct PoolCache {
     type_requirements: OnceLock<Arc<Vec<Requirements>>>,
     by_price: OnceLock<Arc<Vec<u32>>>,
+    /// The distinct zones some instance type has an available offering in: a pool registers
+    /// these as topology domains once, not once per offering of each of its instance types.
+    zones: OnceLock<Arc<Vec<Arc<str>>>>,
+    /// Largest allocatable of any instance type, per resource.
+    max_allocatable: OnceLock<Resources>,
     compatible: Mutex<HashMap<String, Arc<TypeSet>>>,
     price_order: Mutex<HashMap<String, Arc<Vec<f64>>>>,
 }
@@ -240,15 +245,22 @@ struct Claim {
     host_ports: Vec<HostPort>,
     /// (class, relaxation) pairs whose requirements are already implied by `requirements`.
     admitted: Vec<(u32, Relaxation)>,
+    /// Per-resource maximum allocatable over the options, kept so that a pod that leaves the
+    /// options as they were does not cost a pass over them.
+    max_allocatable: Resources,
     /// Per-resource maximum of `allocatable - requests` over the options.
     headroom: Resources,
     min_values_relaxed: bool,
 }
 
-struct Existing {
+struct Existing<'a> {
     /// Index in `Input::existing` (the list is reordered: initialized nodes first).
     index: usize,
-    node: ExistingNode,
+    /// Borrowed, not cloned: the disruption engine solves once per candidate, and copying every
+    /// node's bound pods each time cost as much as the solve.
+    node: &'a ExistingNode,
+    /// Requests of the bound pods and of the pods placed here in this solve.
+    requested: Resources,
     /// Volumes attached, per driver.
     volumes: BTreeMap<Arc<str>, Vec<Arc<str>>>,
     requirements_ok: HashMap<(u32, Relaxation), bool>,
@@ -279,7 +291,7 @@ struct Solver<'a> {
     input: &'a Input,
     pools: Vec<Pool>,
     pool_order: Vec<usize>,
-    existing: Vec<Existing>,
+    existing: Vec<Existing<'a>>,
     claims: Vec<Claim>,
     topology: Topology,
     pod_topology: Vec<PodTopology>,
@@ -401,9 +413,9 @@ pub fn launch_offering<'a>(
     })
 }
 
-/// Per-resource maximum of `allocatable - requests` over the options: an upper bound on what
-/// one more pod may request. Computed without allocating for the common resources.
-fn headroom(pool: &Pool, options: &TypeSet, requests: &Resources) -> Resources {
+/// Per-resource maximum allocatable over the options (nothing when there are none). Computed
+/// without allocating for the common resources.
+fn max_allocatable(pool: &Pool, options: &TypeSet) -> Resources {
     if options.is_empty() {
         return Resources::default();
     }
@@ -436,6 +448,12 @@ fn headroom(pool: &Pool, options: &TypeSet, requests: &Resources) -> Resources {
             break;
         }
     }
+    out
+}
+
+/// `max_allocatable - requests`: an upper bound on what one more pod may request.
+fn headroom(max_allocatable: &Resources, requests: &Resources) -> Resources {
+    let mut out = max_allocatable.clone();
     out.sub(requests);
     out
 }
@@ -467,10 +485,15 @@ impl<'a> Solver<'a> {
                         Arc::new(order)
                     })
                     .clone();
-                let mut max_allocatable = Resources::default();
-                for it in t.instance_types.iter() {
-                    max_allocatable = max_allocatable.max(&it.allocatable);
-                }
+                let max_allocatable = t
+                    .cache
+                    .max_allocatable
+                    .get_or_init(|| {
+                        t.instance_types
+                            .iter()
+                            .fold(Resources::default(), |max, it| max.max(&it.allocatable))
+                    })
+                    .clone();
                 Pool {
                     template: t.clone(),
                     type_requirements,
@@ -489,19 +512,24 @@ impl<'a> Solver<'a> {
         // Zones a NodePool can launch in: its instance types' offerings within its requirements.
         for pool in &pools {
             let allowed = pool.template.requirements.get(labels::ZONE);
-            for it in pool.template.instance_types.iter() {
-                topology.add_domains(
-                    labels::ZONE,
-                    it.offerings
-                        .iter()
-                        .filter(|o| o.available)
-                        .map(|o| &o.zone)
-                        .filter(|z| allowed.is_none_or(|r| r.has(z))),
-                    &pool.template.taints,
-                );
-            }
+            let zones = pool.template.cache.zones.get_or_init(|| {
+                let zones: BTreeSet<&Arc<str>> = pool
+                    .template
+                    .instance_types
+                    .iter()
+                    .flat_map(|it| it.offerings.iter())
+                    .filter(|o| o.available)
+                    .map(|o| &o.zone)
+                    .collect();
+                Arc::new(zones.into_iter().cloned().collect())
+            });
+            topology.add_domains(
+                labels::ZONE,
+                zones.iter().filter(|z| allowed.is_none_or(|r| r.has(z))),
+                &pool.template.taints,
+            );
         }
-        let mut existing: Vec<Existing> = input
+        let mut existing: Vec<Existing<'a>> = input
             .existing
             .iter()
             .enumerate()
@@ -513,7 +541,8 @@ impl<'a> Solver<'a> {
                     .iter()
                     .flat_map(|p| p.host_ports.iter().cloned())
                     .collect(),
-                node: n.clone(),
+                node: n,
+                requested: n.requested.clone(),
                 requirements_ok: HashMap::new(),
             })
             .collect();
@@ -533,7 +562,7 @@ impl<'a> Solver<'a> {
         let mut pod_topology: Vec<PodTopology> =
             input.pods.iter().map(|p| topology.register(p)).collect();
         for (n, k, mut t) in bound {
-            let node = &existing[n].node;
+            let node = existing[n].node;
             topology.link(&node.pods[k], &mut t);
             topology.record(&t, |key| domain_of_node(node, key), &node.taints);
         }
@@ -717,23 +746,13 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn tolerates(&self, pod: &Pod, taints: &[Taint], relax: Relaxation) -> Option<String> {
-        let blocking = if relax.tolerate_prefer_no_schedule {
+    /// The first taint that keeps `pod` off, at this relaxation.
+    fn blocking_taint<'t>(pod: &Pod, taints: &'t [Taint], relax: Relaxation) -> Option<&'t Taint> {
+        if relax.tolerate_prefer_no_schedule {
             taints::first_untolerated(taints, &pod.tolerations)
         } else {
             taints::first_untolerated_strict(taints, &pod.tolerations)
-        };
-        blocking.map(|t| {
-            format!(
-                "did not tolerate taint {}{}:{:?}",
-                t.key,
-                t.value
-                    .as_deref()
-                    .map(|v| format!("={v}"))
-                    .unwrap_or_default(),
-                t.effect
-            )
-        })
+        }
     }
 
     /// Topology check for a candidate: returns the domain narrowing needed (key, domain) or None
@@ -826,7 +845,7 @@ impl<'a> Solver<'a> {
         let pod = &self.input.pods[i];
         let class = self.class_of[i];
         let e = &self.existing[n];
-        if self.tolerates(pod, &e.node.taints, relax).is_some() {
+        if Self::blocking_taint(pod, &e.node.taints, relax).is_some() {
             return Verdict::Never;
         }
         let ok = match e.requirements_ok.get(&(class, relax)) {
@@ -842,7 +861,7 @@ impl<'a> Solver<'a> {
             return Verdict::Never;
         }
         let mut free = e.node.allocatable.clone();
-        free.sub(&e.node.requested);
+        free.sub(&e.requested);
         if !self.classes[class as usize].min_request.fits(&free) {
             return Verdict::Never;
         }
@@ -859,7 +878,7 @@ impl<'a> Solver<'a> {
         if !volumes_fit(&e.volumes, &pod.volumes, &e.node.volume_limits) {
             return Verdict::NotNow;
         }
-        let node = &e.node;
+        let node = e.node;
         let candidates = |key: &str| domain_of_node(node, key).into_iter().collect();
         match self.topology_for(i, relax, &candidates) {
             Some(_) => Verdict::Fits(()),
@@ -870,7 +889,7 @@ impl<'a> Solver<'a> {
     fn commit_existing(&mut self, i: usize, n: usize) {
         let pod = &self.input.pods[i];
         let e = &mut self.existing[n];
-        e.node.requested.add(&pod.requests);
+        e.requested.add(&pod.requests);
         e.host_ports.extend(pod.host_ports.iter().cloned());
         for v in &pod.volumes {
             let ids = e.volumes.entry(v.driver.clone()).or_default();
@@ -878,7 +897,7 @@ impl<'a> Solver<'a> {
                 ids.push(v.id.clone());
             }
         }
-        let node = &e.node;
+        let node = e.node;
         self.topology.record(
             &self.pod_topology[i],
             |key| domain_of_node(node, key),
@@ -979,7 +998,7 @@ impl<'a> Solver<'a> {
         let class = self.class_of[i];
         let claim = &self.claims[c];
         let pool = &self.pools[claim.nodepool];
-        if self.tolerates(pod, &pool.template.taints, relax).is_some() {
+        if Self::blocking_taint(pod, &pool.template.taints, relax).is_some() {
             return Verdict::Never;
         }
         if !self.classes[class as usize]
@@ -1128,17 +1147,15 @@ impl<'a> Solver<'a> {
             claim.admitted.clear();
         }
         claim.admitted.push((class, relax));
-        claim.options = update.options;
+        if claim.options != update.options {
+            claim.max_allocatable = max_allocatable(&self.pools[pool_index], &update.options);
+            claim.options = update.options;
+        }
         claim.requests = update.total;
         claim.pods.push(i as u32);
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.min_values_relaxed |= update.min_values_relaxed;
-        let headroom = headroom(
-            &self.pools[pool_index],
-            &self.claims[c].options,
-            &self.claims[c].requests,
-        );
-        self.claims[c].headroom = headroom;
+        claim.headroom = headroom(&claim.max_allocatable, &claim.requests);
         self.record_on_claim(i, c);
     }
 
@@ -1173,9 +1190,17 @@ impl<'a> Solver<'a> {
         if self.pools.is_empty() {
             return Err("no NodePool is defined".to_string());
         }
-        let mut reasons: Vec<String> = Vec::new();
+        // Pools rejected, with the reason; `None` for a taint the pod does not tolerate, which is
+        // only put into words if no pool takes the pod: when every pool carries its own taint,
+        // most pools reject most pods that way, and a pod placed on a new node would otherwise
+        // format one message per pool.
+        let mut rejected: Vec<(usize, Option<String>)> = Vec::new();
         for k in 0..self.pool_order.len() {
             let p = self.pool_order[k];
+            if Self::blocking_taint(pod, &self.pools[p].template.taints, relax).is_some() {
+                rejected.push((p, None));
+                continue;
+            }
             match self.new_claim(i, p, relax, reqs) {
                 Ok(claim) => {
                     self.claims.push(claim);
@@ -1184,10 +1209,7 @@ impl<'a> Solver<'a> {
                     self.consume_limits(p, c);
                     return Ok(Placement::NodeClaim(c));
                 }
-                Err(reason) => reasons.push(format!(
-                    "nodepool {:?}: {reason}",
-                    &*self.pools[p].template.name
-                )),
+                Err(reason) => rejected.push((p, Some(reason))),
             }
         }
         let mut msg = format!(
@@ -1195,8 +1217,12 @@ impl<'a> Solver<'a> {
             pod.key(),
             pod.requests
         );
-        for r in reasons {
-            let _ = write!(msg, "; {r}");
+        for (p, reason) in rejected {
+            let template = &self.pools[p].template;
+            let reason = reason
+                .or_else(|| Self::blocking_taint(pod, &template.taints, relax).map(untolerated))
+                .unwrap_or_default();
+            let _ = write!(msg, "; nodepool {:?}: {reason}", &*template.name);
         }
         Err(msg)
     }
@@ -1229,6 +1255,7 @@ impl<'a> Solver<'a> {
         }
     }
 
+    /// A new NodeClaim from pool `p` for pod `i`, whose taints the caller found tolerated.
     fn new_claim(
         &mut self,
         i: usize,
@@ -1239,9 +1266,6 @@ impl<'a> Solver<'a> {
         let pod = &self.input.pods[i];
         let pool = &self.pools[p];
         let template = &pool.template;
-        if let Some(reason) = self.tolerates(pod, &template.taints, relax) {
-            return Err(reason);
-        }
         if template.nodes_limit.is_some_and(|n| n <= 0) {
             return Err("node limits have been exhausted for nodepool".to_string());
         }
@@ -1316,6 +1340,7 @@ impl<'a> Solver<'a> {
             pods: Vec::new(),
             host_ports: template.daemon_host_ports.clone(),
             admitted: Vec::new(),
+            max_allocatable: Resources::default(),
             headroom: Resources::default(),
             min_values_relaxed: false,
         };
@@ -1359,7 +1384,8 @@ impl<'a> Solver<'a> {
             .ok_or_else(|| {
                 "minValues requirements are not met by the instance types that fit".to_string()
             })?;
-        let headroom = headroom(pool, &options, &total);
+        let max_allocatable = max_allocatable(pool, &options);
+        let headroom = headroom(&max_allocatable, &total);
         let mut host_ports = probe.host_ports;
         host_ports.extend(pod.host_ports.iter().cloned());
         Ok(Claim {
@@ -1371,6 +1397,7 @@ impl<'a> Solver<'a> {
             pods: vec![i as u32],
             host_ports,
             admitted: vec![(self.class_of[i], relax)],
+            max_allocatable,
             headroom,
             min_values_relaxed: relaxed,
         })
@@ -1465,6 +1492,20 @@ impl SkipList {
         }
         self.next[i] = (i + 1) as u32;
     }
+}
+
+/// Why a pod cannot go where `taint` is.
+fn untolerated(taint: &Taint) -> String {
+    format!(
+        "did not tolerate taint {}{}:{:?}",
+        taint.key,
+        taint
+            .value
+            .as_deref()
+            .map(|v| format!("={v}"))
+            .unwrap_or_default(),
+        taint.effect
+    )
 }
 
 struct ClaimUpdate {

@@ -116,6 +116,12 @@ pub struct Topology {
     /// label values), the universe spread minimums are taken over, with the taints of what
     /// provides each.
     domains: HashMap<String, BTreeMap<Arc<str>, Providers>>,
+    /// The distinct taint sets of tainted providers, interned: when every NodePool and its nodes
+    /// carry their own taint, a domain such as a zone has as many providers as there are pools,
+    /// and comparing each new provider's taints with every known set made registering the
+    /// domains quadratic in the pools, in every solve.
+    taint_sets: Vec<Vec<Taint>>,
+    taint_set_ids: HashMap<Vec<Taint>, u32>,
 }
 
 /// The taints of the NodePools and nodes that provide a domain, so a `nodeTaintsPolicy: Honor`
@@ -124,29 +130,27 @@ pub struct Topology {
 struct Providers {
     /// Some provider has no taint that keeps pods off (NoSchedule or NoExecute).
     untainted: bool,
-    /// The distinct taint sets of the other providers.
-    tainted: Vec<Vec<Taint>>,
+    /// The distinct taint sets of the other providers (ids into `Topology::taint_sets`), sorted.
+    tainted: Vec<u32>,
 }
 
 impl Providers {
-    fn add(&mut self, taints: &[Taint]) {
+    /// Adds a provider: `None` when its taints keep no pod off, else its interned taint set.
+    fn add(&mut self, taint_set: Option<u32>) {
         if self.untainted {
             return;
         }
-        if first_untolerated(taints, &[]).is_none() {
-            self.untainted = true;
-            self.tainted = Vec::new();
-        } else if !self.tainted.iter().any(|t| t == taints) {
-            self.tainted.push(taints.to_vec());
+        match taint_set {
+            None => {
+                self.untainted = true;
+                self.tainted = Vec::new();
+            }
+            Some(id) => {
+                if let Err(at) = self.tainted.binary_search(&id) {
+                    self.tainted.insert(at, id);
+                }
+            }
         }
-    }
-
-    fn tolerated_by(&self, tolerations: &[Toleration]) -> bool {
-        self.untainted
-            || self
-                .tainted
-                .iter()
-                .any(|taints| first_untolerated(taints, tolerations).is_none())
     }
 }
 
@@ -159,10 +163,21 @@ impl Topology {
         values: impl IntoIterator<Item = &'a Arc<str>>,
         taints: &[Taint],
     ) {
+        let taint_set = first_untolerated(taints, &[]).map(|_| self.intern(taints));
         let map = self.domains.entry(key.to_string()).or_default();
         for value in values {
-            map.entry(value.clone()).or_default().add(taints);
+            map.entry(value.clone()).or_default().add(taint_set);
         }
+    }
+
+    fn intern(&mut self, taints: &[Taint]) -> u32 {
+        if let Some(&id) = self.taint_set_ids.get(taints) {
+            return id;
+        }
+        let id = self.taint_sets.len() as u32;
+        self.taint_sets.push(taints.to_vec());
+        self.taint_set_ids.insert(taints.to_vec(), id);
+        id
     }
 
     /// Whether a NodePool or node whose taints the tolerations allow provides the domain
@@ -171,7 +186,12 @@ impl Topology {
         self.domains
             .get(key)
             .and_then(|m| m.get(domain))
-            .is_none_or(|p| p.tolerated_by(tolerations))
+            .is_none_or(|p| {
+                p.untainted
+                    || p.tainted.iter().any(|&id| {
+                        first_untolerated(&self.taint_sets[id as usize], tolerations).is_none()
+                    })
+            })
     }
 
     fn group(&mut self, key: GroupKey) -> usize {
@@ -564,6 +584,45 @@ mod tests {
             t.allowed_domains(labels::ZONE, &i, &all, &zones(), &any),
             vec![Arc::from("b"), Arc::from("c")]
         );
+    }
+
+    #[test]
+    fn a_domain_many_tainted_pools_provide_is_tolerated_through_any_of_them() {
+        use crate::apis::nodeclaim::TaintEffect;
+        use crate::scheduling::taints::TolerationOperator;
+        let team = |name: &str| {
+            vec![Taint {
+                key: "team".into(),
+                value: Some(name.into()),
+                effect: TaintEffect::NoSchedule,
+                time_added: None,
+            }]
+        };
+        let mut t = Topology::default();
+        for pool in 0..50 {
+            // A pool registers each zone of each of its instance types: the same taints again.
+            for _ in 0..3 {
+                t.add_domains(labels::ZONE, &zones(), &team(&format!("pool-{pool}")));
+            }
+        }
+        assert_eq!(
+            t.taint_sets.len(),
+            50,
+            "each distinct taint set is kept once"
+        );
+        let tolerating = |name: &str| Toleration {
+            key: "team".into(),
+            operator: TolerationOperator::Equal,
+            value: name.into(),
+            effect: None,
+        };
+        assert!(t.domain_tolerated(labels::ZONE, "a", &[tolerating("pool-49")]));
+        assert!(!t.domain_tolerated(labels::ZONE, "a", &[tolerating("pool-50")]));
+        assert!(!t.domain_tolerated(labels::ZONE, "a", &[]));
+        // An untainted provider opens the domain to every pod.
+        t.add_domains(labels::ZONE, &zones()[..1], &[]);
+        assert!(t.domain_tolerated(labels::ZONE, "a", &[]));
+        assert!(!t.domain_tolerated(labels::ZONE, "b", &[]));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use fixedbitset::FixedBitSet;
 /// final truncation; one bit per instance type instead of four bytes per option keeps that
 /// small (20,000 pods: 20 MB of option lists become well under 1 MB). Iterating positions in
 /// ascending order still yields the cheapest type first, which the truncation relies on.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TypeSet {
     ranks: FixedBitSet,
 }
