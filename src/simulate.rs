@@ -54,6 +54,22 @@ pub struct Report {
     /// Rounds run by `--settle`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rounds: Option<u32>,
+    /// Each disruption evaluation (with `--disruption` or `--settle`): when it ran, how many of
+    /// `disruptions` it took, and the cost once they were carried out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_log: Option<Vec<Round>>,
+}
+
+/// One disruption evaluation of `--disruption` or `--settle`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Round {
+    /// The simulated time of the evaluation.
+    pub at: DateTime<Utc>,
+    /// How many commands it took: the next this many of [`Report::disruptions`].
+    pub commands: usize,
+    /// Hourly cost after those commands and the re-provisioning of their leftover pods.
+    pub cost_after: f64,
 }
 
 /// One planned NodeClaim.
@@ -226,6 +242,7 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
         disruptions: None,
         blocked: None,
         rounds: None,
+        round_log: None,
     }
 }
 
@@ -323,14 +340,21 @@ pub fn simulate_with_disruption(
     let mut clock = now;
     let mut commands = Vec::new();
     let mut rounds = 0;
+    let mut round_log = Vec::new();
     let mut blocked;
     loop {
         rounds += 1;
         let decision = disruption::evaluate(&state, clock, options.disruption);
         blocked = decision.blocked;
         if decision.commands.is_empty() {
+            round_log.push(Round {
+                at: clock,
+                commands: 0,
+                cost_after: state.cost(),
+            });
             break;
         }
+        let taken = decision.commands.len();
         for cmd in &decision.commands {
             apply_command(&mut state, cmd, clock);
         }
@@ -350,6 +374,11 @@ pub fn simulate_with_disruption(
                 }
             }
         }
+        round_log.push(Round {
+            at: clock,
+            commands: taken,
+            cost_after: state.cost(),
+        });
         match settle.map(|step| duration::saturating_add(clock, step)) {
             // A clock that reached the far future cannot advance: settling stops there.
             Some(next) if rounds < 100 && next < duration::NEVER => clock = next,
@@ -361,6 +390,7 @@ pub fn simulate_with_disruption(
     report.disruptions = Some(commands);
     report.blocked = Some(blocked);
     report.rounds = settle.map(|_| rounds);
+    report.round_log = Some(round_log);
     report
 }
 
@@ -477,8 +507,107 @@ impl Report {
             "Cost: ${:.4}/hour (new ${:.4}, existing ${:.4}); spot prices are estimates.",
             self.cost.per_hour, self.cost.new_per_hour, self.cost.existing_per_hour
         );
+        self.write_disruption(&mut out);
         out
     }
+
+    /// The disruption part of the table (with `--disruption` or `--settle`): one line per
+    /// command grouped by round with the cost after each round, then the nodes left alone with
+    /// their reason, then the cost before and after.
+    fn write_disruption(&self, out: &mut String) {
+        let (Some(commands), Some(log)) = (&self.disruptions, &self.round_log) else {
+            return;
+        };
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Disruption: {} command(s) in {} round(s).",
+            commands.len(),
+            log.len()
+        );
+        if !commands.is_empty() {
+            let _ = writeln!(
+                out,
+                "{:<5} {:<20} {:<23} {:<22} {:<32} {:<40} {:>9}",
+                "ROUND", "AT", "METHOD", "REASON", "CANDIDATES", "REPLACEMENTS", "SAVES $/H"
+            );
+        }
+        let mut next = commands.iter();
+        for (r, round) in log.iter().enumerate() {
+            if round.commands == 0 {
+                continue;
+            }
+            for cmd in next.by_ref().take(round.commands) {
+                let _ = writeln!(
+                    out,
+                    "{:<5} {:<20} {:<23} {:<22} {:<32} {:<40} {:>9.4}",
+                    r + 1,
+                    round.at.format("%Y-%m-%dT%H:%M:%SZ"),
+                    format!("{:?}", cmd.method),
+                    cmd.reason,
+                    abbreviated(cmd.candidates.iter().map(String::as_str)),
+                    replacements(cmd),
+                    cmd.savings
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{:<5} cost after round {}: ${:.4}/hour",
+                "",
+                r + 1,
+                round.cost_after
+            );
+        }
+        if let Some(blocked) = &self.blocked
+            && !blocked.is_empty()
+        {
+            let _ = writeln!(out, "Left alone ({} node(s)):", blocked.len());
+            for b in blocked.iter().take(BLOCKED_SHOWN) {
+                let _ = writeln!(out, "  {}: {}", b.node, b.reason);
+            }
+            if blocked.len() > BLOCKED_SHOWN {
+                let _ = writeln!(
+                    out,
+                    "  ... and {} more (-o json lists every node).",
+                    blocked.len() - BLOCKED_SHOWN
+                );
+            }
+        }
+        if let (Some(before), Some(after)) = (self.cost.before, self.cost.after) {
+            let _ = writeln!(
+                out,
+                "Cost after disruption: ${after:.4}/hour (before ${before:.4}, saves ${:.4}).",
+                before - after
+            );
+        }
+    }
+}
+
+/// How many nodes left alone the table lists by name; `-o json` has them all.
+const BLOCKED_SHOWN: usize = 50;
+
+/// Up to three names, then how many more.
+fn abbreviated<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let total = names.len();
+    if total == 0 {
+        return "-".to_string();
+    }
+    let shown: Vec<&str> = names.take(3).collect();
+    let mut s = shown.join(",");
+    if total > shown.len() {
+        let _ = write!(s, " (+{} more)", total - shown.len());
+    }
+    s
+}
+
+/// A command's replacements as `pool/type capacity`, or `-` for a deletion.
+fn replacements(cmd: &Command) -> String {
+    let described: Vec<String> = cmd
+        .replacements
+        .iter()
+        .map(|r| format!("{}/{} {}", r.node_pool, r.instance_type, r.capacity_type))
+        .collect();
+    abbreviated(described.iter().map(String::as_str))
 }
 
 /// The engine's reasoning for one node after provisioning, for `simulate --explain`.

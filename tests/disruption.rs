@@ -579,3 +579,75 @@ fn balanced_consolidation_needs_savings_worth_the_disruption() {
         blocked_reason(&r, "n1")
     );
 }
+
+/// The README's disruption example, loaded at [`monday_10`], with its catalog.
+fn underutilized_example() -> (karpenter_rs::snapshot::Snapshot, Catalog) {
+    let docs = manifest::read_paths(&[
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/disruption/underutilized.yaml")
+    ])
+    .unwrap();
+    (
+        manifest::load(&docs, monday_10()).unwrap(),
+        Catalog::bundled("us-east-1").unwrap(),
+    )
+}
+
+#[test]
+fn the_table_shows_each_round_its_commands_and_the_nodes_left_alone() {
+    let (c, catalog) = underutilized_example();
+    let settled = simulate::simulate_with_disruption(
+        &c,
+        &catalog,
+        &EngineOptions::default(),
+        monday_10(),
+        Some(std::time::Duration::from_secs(15)),
+    );
+    let cmds = settled.disruptions.as_ref().unwrap();
+    let log = settled.round_log.as_ref().unwrap();
+    // Every command belongs to exactly one logged round, and the last round found nothing.
+    assert_eq!(log.iter().map(|r| r.commands).sum::<usize>(), cmds.len());
+    assert_eq!(log.last().unwrap().commands, 0);
+    assert_eq!(settled.rounds, Some(log.len() as u32));
+    let table = settled.to_table();
+    assert!(
+        table.contains(&format!(
+            "Disruption: {} command(s) in {} round(s).",
+            cmds.len(),
+            log.len()
+        )),
+        "{table}"
+    );
+    for (k, cmd) in cmds.iter().enumerate() {
+        let line = table
+            .lines()
+            .find(|l| l.contains(&format!("{:?}", cmd.method)) && l.contains(&cmd.candidates[0]))
+            .unwrap_or_else(|| panic!("command {k} ({cmd:?}) missing from\n{table}"));
+        assert!(line.contains(&format!("{:.4}", cmd.savings)), "{line}");
+        for r in &cmd.replacements {
+            assert!(line.contains(&r.instance_type), "{line}");
+        }
+    }
+    let rounds_with_commands = log.iter().filter(|r| r.commands > 0).count();
+    assert_eq!(
+        table.matches("cost after round").count(),
+        rounds_with_commands
+    );
+    let after = settled.cost.after.unwrap();
+    assert!(
+        table.contains(&format!("Cost after disruption: ${after:.4}/hour")),
+        "{table}"
+    );
+    for b in settled.blocked.as_ref().unwrap() {
+        assert!(
+            table.contains(&format!("  {}: {}", b.node, b.reason)),
+            "{table}"
+        );
+    }
+}
+
+#[test]
+fn without_disruption_the_table_has_no_disruption_part() {
+    let (c, catalog) = underutilized_example();
+    let table = simulate::simulate(&c, &catalog, &EngineOptions::default()).to_table();
+    assert!(!table.contains("Disruption:"), "{table}");
+}
