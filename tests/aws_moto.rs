@@ -27,6 +27,7 @@ use karpenter_rs::cloudprovider::{
     CloudError, CloudProvider, InstanceState, NodeClassCondition, claim_requests,
     claim_requirements, launch_candidates,
 };
+use karpenter_rs::disruption::drift;
 use karpenter_rs::scheduling::instance_type::CapacityType;
 
 use harness::{Moto, sdk_config};
@@ -1304,30 +1305,35 @@ async fn a_flexible_launch_asks_for_at_most_60_pools_in_karpenters_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drift_is_reported_for_the_ami_subnet_and_security_groups() {
+async fn drift_is_judged_on_the_ami_subnet_and_security_groups_ec2_reports() {
     let Some(moto) = Moto::start() else { return };
     let env = env(&moto, None).await;
     let class = ready(&env, al2023()).await;
-    let mut c = claim("default-dft01", &["m5.large"], &["on-demand"]);
+    let c = claim("default-dft01", &["m5.large"], &["on-demand"]);
     let launched = env.provider.create(&c, &class).await.expect("launch");
-    c.status = Some(
-        serde_json::from_value(serde_json::json!({"providerID": launched.provider_id}))
-            .expect("status"),
-    );
-    assert_eq!(
-        env.provider.is_drifted(&c, &class).await.expect("drift"),
-        None
-    );
+    // What the NodeClaim controller does every few minutes: ask EC2 what the instance runs
+    // with, and judge it against the class as the engine does.
+    let judged = |class: EC2NodeClass| {
+        let provider = &env.provider;
+        let provider_id = launched.provider_id.clone();
+        async move {
+            let instance = provider.get(&provider_id).await.expect("instance");
+            let observed = drift::Observed {
+                image_id: instance.image_id.as_deref(),
+                subnet_id: instance.subnet_id.as_deref(),
+                security_groups: instance.security_groups.as_deref(),
+            };
+            drift::instance_drift(&class, &observed).map(|(reason, _)| reason.as_str())
+        }
+    };
+    assert_eq!(judged(class.clone()).await, None);
     let status = |class: &EC2NodeClass| class.status.clone().expect("status");
 
     let mut new_ami = class.clone();
     let mut s = status(&class);
     s.amis.retain(|a| a.id != "ami-0a20230000000a001");
     new_ami.status = Some(s);
-    assert_eq!(
-        env.provider.is_drifted(&c, &new_ami).await.expect("drift"),
-        Some("AMIDrift")
-    );
+    assert_eq!(judged(new_ami).await, Some("AMIDrift"));
 
     let instance = &instances_of(&env, "default-dft01").await[0];
     let subnet = instance.subnet_id().expect("subnet").to_string();
@@ -1336,10 +1342,7 @@ async fn drift_is_reported_for_the_ami_subnet_and_security_groups() {
     s.subnets.retain(|x| x.id != subnet);
     assert!(!s.subnets.is_empty());
     moved.status = Some(s);
-    assert_eq!(
-        env.provider.is_drifted(&c, &moved).await.expect("drift"),
-        Some("SubnetDrift")
-    );
+    assert_eq!(judged(moved).await, Some("SubnetDrift"));
 
     // moto does not apply a launch template's security groups to fleet instances (EC2 does):
     // give the instance the node class' group the way EC2 would have, then change the class.
@@ -1350,23 +1353,14 @@ async fn drift_is_reported_for_the_ami_subnet_and_security_groups() {
         .send()
         .await
         .expect("security groups");
-    assert_eq!(
-        env.provider.is_drifted(&c, &class).await.expect("drift"),
-        None
-    );
+    assert_eq!(judged(class.clone()).await, None);
     let mut regrouped = class.clone();
     let mut s = status(&class);
     s.security_groups =
         serde_json::from_value(serde_json::json!([{"id": env.groups["other"], "name": "other"}]))
             .expect("groups");
     regrouped.status = Some(s);
-    assert_eq!(
-        env.provider
-            .is_drifted(&c, &regrouped)
-            .await
-            .expect("drift"),
-        Some("SecurityGroupDrift")
-    );
+    assert_eq!(judged(regrouped).await, Some("SecurityGroupDrift"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -655,14 +655,6 @@ impl CloudProvider for WatchedCloud {
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
         self.inner.resolve(nodeclass).await
     }
-
-    async fn is_drifted(
-        &self,
-        claim: &NodeClaim,
-        nodeclass: &EC2NodeClass,
-    ) -> Result<Option<&'static str>, CloudError> {
-        self.inner.is_drifted(claim, nodeclass).await
-    }
 }
 
 // ------------------------------------------------------------------------------------------

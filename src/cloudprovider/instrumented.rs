@@ -135,17 +135,4 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
         observe(self.name(), "Resolve", self.inner.resolve(nodeclass)).await
     }
-
-    async fn is_drifted(
-        &self,
-        claim: &NodeClaim,
-        nodeclass: &EC2NodeClass,
-    ) -> Result<Option<&'static str>, CloudError> {
-        observe(
-            self.name(),
-            "IsDrifted",
-            self.inner.is_drifted(claim, nodeclass),
-        )
-        .await
-    }
 }

@@ -91,6 +91,10 @@ pub struct Instance {
     pub capacity_type: CapacityType,
     /// Image it runs.
     pub image_id: Option<String>,
+    /// Subnet it was launched into, when the cloud reports it.
+    pub subnet_id: Option<String>,
+    /// Security groups attached to it, when the cloud reports any.
+    pub security_groups: Option<Vec<String>>,
     /// Lifecycle state.
     pub state: InstanceState,
     /// When it was launched: garbage collection leaves young instances alone.
@@ -225,14 +229,6 @@ pub trait CloudProvider: Send + Sync {
 
     /// Resolves a node class's selectors (subnets, security groups, AMIs, instance profile).
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution;
-
-    /// Why a launched NodeClaim no longer matches what its node class resolves to now (`AMIDrift`,
-    /// `SubnetDrift`, `SecurityGroupDrift`), or `None`.
-    async fn is_drifted(
-        &self,
-        claim: &NodeClaim,
-        nodeclass: &EC2NodeClass,
-    ) -> Result<Option<&'static str>, CloudError>;
 }
 
 /// The requirements a NodeClaim's spec states.

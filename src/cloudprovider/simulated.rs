@@ -414,6 +414,19 @@ impl CloudProvider for SimulatedProvider {
                 zone: offering.zone.to_string(),
                 capacity_type: offering.capacity_type,
                 image_id,
+                subnet_id: status
+                    .subnets
+                    .iter()
+                    .find(|sn| *sn.zone == *offering.zone)
+                    .map(|sn| sn.id.clone()),
+                security_groups: Some(
+                    status
+                        .security_groups
+                        .iter()
+                        .map(|g| g.id.clone())
+                        .collect::<Vec<_>>(),
+                )
+                .filter(|g| !g.is_empty()),
                 state: InstanceState::Running,
                 launch_time: self.clock.now(),
             };
@@ -505,28 +518,6 @@ impl CloudProvider for SimulatedProvider {
             ));
         }
         Ok(status)
-    }
-
-    async fn is_drifted(
-        &self,
-        claim: &NodeClaim,
-        nodeclass: &EC2NodeClass,
-    ) -> Result<Option<&'static str>, CloudError> {
-        let status = resolve_nodeclass(&self.catalog, nodeclass);
-        let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
-            return Ok(None);
-        };
-        if let Some(image) = claim.status.as_ref().and_then(|s| s.image_id.as_deref())
-            && !status.amis.iter().any(|a| a.id == image)
-        {
-            return Ok(Some("AMIDrift"));
-        }
-        if let Some(zone) = super::provider_id_zone(provider_id)
-            && !status.subnets.iter().any(|s| s.zone == zone)
-        {
-            return Ok(Some("SubnetDrift"));
-        }
-        Ok(None)
     }
 }
 
@@ -723,23 +714,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_changed_ami_selector_drifts_the_claim() {
+    async fn an_instance_reports_what_drift_is_judged_on() {
         let (cloud, _) = provider();
         let class = nodeclass(Some("ami-0aaaaaaaaaaaaaaaa"), true);
-        let mut c = claim("default-drift", &["m5.large"], &["on-demand"]);
+        let c = claim("default-drift", &["m5.large"], &["on-demand"]);
         let launched = cloud.create(&c, &class).await.expect("launch");
-        assert_eq!(launched.image_id.as_deref(), Some("ami-0aaaaaaaaaaaaaaaa"));
-        c.status = Some(crate::apis::nodeclaim::NodeClaimStatus {
-            provider_id: Some(launched.provider_id),
-            image_id: launched.image_id,
-            ..Default::default()
-        });
-        assert_eq!(cloud.is_drifted(&c, &class).await.expect("drift"), None);
-        let changed = nodeclass(Some("ami-0bbbbbbbbbbbbbbbb"), true);
-        assert_eq!(
-            cloud.is_drifted(&c, &changed).await.expect("drift"),
-            Some("AMIDrift")
-        );
+        let instance = cloud.get(&launched.provider_id).await.expect("get");
+        let status = class.status.as_ref().expect("status");
+        assert_eq!(instance.image_id.as_deref(), Some("ami-0aaaaaaaaaaaaaaaa"));
+        let subnet = status
+            .subnets
+            .iter()
+            .find(|s| s.id == instance.subnet_id.clone().unwrap_or_default())
+            .expect("the instance's subnet is one the class selects");
+        assert_eq!(subnet.zone, instance.zone);
+        let groups: Vec<String> = status
+            .security_groups
+            .iter()
+            .map(|g| g.id.clone())
+            .collect();
+        assert!(!groups.is_empty());
+        assert_eq!(instance.security_groups, Some(groups));
     }
 
     #[tokio::test]

@@ -156,6 +156,9 @@ pub fn adopt_instances(cloud: &SimulatedProvider, claims: &[Arc<NodeClaim>]) {
                 .and_then(|c| CapacityType::from_label(c))
                 .unwrap_or(CapacityType::OnDemand),
             image_id: claim.status.as_ref().and_then(|s| s.image_id.clone()),
+            // Not recorded on the NodeClaim: unknown after a restart, so never a drift verdict.
+            subnet_id: None,
+            security_groups: None,
             state: InstanceState::Running,
             launch_time: claim
                 .metadata

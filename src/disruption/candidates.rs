@@ -139,9 +139,12 @@ pub fn candidates(state: &State, now: DateTime<Utc>) -> (Vec<Candidate>, Vec<(us
                 annotations: claim
                     .map(|c| &c.annotations)
                     .unwrap_or(&std::collections::BTreeMap::new()),
-                image_id: claim.and_then(|c| c.image_id.as_deref()),
-                subnet_id: claim.and_then(|c| c.subnet_id.as_deref()),
-                security_groups: claim.and_then(|c| c.security_groups.as_deref()),
+                // Subnet and security groups are the cloud provider's to report: the
+                // NodeClaim controller records what it finds as `provider_drift`.
+                observed: drift::Observed {
+                    image_id: claim.and_then(|c| c.image_id.as_deref()),
+                    ..Default::default()
+                },
             },
             pool,
             state.nodeclasses.iter().find(|c| {

@@ -71,11 +71,20 @@ pub struct DriftInput<'a> {
     pub labels: &'a BTreeMap<String, String>,
     /// The NodeClaim's annotations (hashes and their versions).
     pub annotations: &'a BTreeMap<String, String>,
-    /// The image the instance booted, from the NodeClaim's status.
+    /// What is known of the instance itself.
+    pub observed: Observed<'a>,
+}
+
+/// What an instance runs with: the inputs of AMI, subnet and security-group drift. The engine
+/// knows the image from the NodeClaim's status; the NodeClaim controller asks the cloud provider
+/// for all three. `None` means unknown, which never drifts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Observed<'a> {
+    /// The image the instance booted.
     pub image_id: Option<&'a str>,
-    /// The instance's subnet, when the cloud provider reported it.
+    /// The instance's subnet.
     pub subnet_id: Option<&'a str>,
-    /// The instance's security groups, when the cloud provider reported them.
+    /// The instance's security groups.
     pub security_groups: Option<&'a [String]>,
 }
 
@@ -225,60 +234,8 @@ pub fn detect(
             None => restamp = true,
             Some(false) => {}
         }
-        let amis = class.status.as_ref().map(|s| &s.amis);
-        if let (Some(image), Some(amis)) = (node.image_id, amis)
-            && !amis.is_empty()
-            && !amis.iter().any(|a| a.id == image)
-        {
-            return DriftVerdict::Drifted(
-                DriftReason::AMIDrift,
-                format!(
-                    "its AMI {image} is no longer selected by EC2NodeClass {} (now: {})",
-                    class.metadata.name.as_deref().unwrap_or_default(),
-                    amis.iter()
-                        .map(|a| a.id.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            );
-        }
-    }
-    if let Some(status) = class.and_then(|c| c.status.as_ref()) {
-        let class_name = class
-            .and_then(|c| c.metadata.name.as_deref())
-            .unwrap_or_default();
-        if let Some(subnet) = node.subnet_id
-            && !status.subnets.is_empty()
-            && !status.subnets.iter().any(|s| s.id == subnet)
-        {
-            return DriftVerdict::Drifted(
-                DriftReason::SubnetDrift,
-                format!("its subnet {subnet} is no longer selected by EC2NodeClass {class_name}"),
-            );
-        }
-        if let Some(groups) = node.security_groups
-            && !status.security_groups.is_empty()
-        {
-            let mut have: Vec<&str> = groups.iter().map(String::as_str).collect();
-            let mut want: Vec<&str> = status
-                .security_groups
-                .iter()
-                .map(|g| g.id.as_str())
-                .collect();
-            have.sort_unstable();
-            have.dedup();
-            want.sort_unstable();
-            want.dedup();
-            if have != want {
-                return DriftVerdict::Drifted(
-                    DriftReason::SecurityGroupDrift,
-                    format!(
-                        "its security groups [{}] differ from those EC2NodeClass {class_name} selects [{}]",
-                        have.join(", "),
-                        want.join(", ")
-                    ),
-                );
-            }
+        if let Some((reason, why)) = instance_drift(class, &node.observed) {
+            return DriftVerdict::Drifted(reason, why);
         }
     }
     if restamp {
@@ -286,6 +243,67 @@ pub fn detect(
     } else {
         DriftVerdict::None
     }
+}
+
+/// Whether an instance drifted from what its EC2NodeClass selects now: its AMI, subnet or
+/// security groups are no longer the ones the class's status lists. Both the engine and the
+/// NodeClaim controller (with what the cloud provider reports) decide it here.
+pub fn instance_drift(
+    class: &EC2NodeClass,
+    observed: &Observed<'_>,
+) -> Option<(DriftReason, String)> {
+    let status = class.status.as_ref()?;
+    let class_name = class.metadata.name.as_deref().unwrap_or_default();
+    if let Some(image) = observed.image_id
+        && !status.amis.is_empty()
+        && !status.amis.iter().any(|a| a.id == image)
+    {
+        return Some((
+            DriftReason::AMIDrift,
+            format!(
+                "its AMI {image} is no longer selected by EC2NodeClass {class_name} (now: {})",
+                status
+                    .amis
+                    .iter()
+                    .map(|a| a.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    if let Some(subnet) = observed.subnet_id
+        && !status.subnets.is_empty()
+        && !status.subnets.iter().any(|s| s.id == subnet)
+    {
+        return Some((
+            DriftReason::SubnetDrift,
+            format!("its subnet {subnet} is no longer selected by EC2NodeClass {class_name}"),
+        ));
+    }
+    let groups = observed.security_groups.filter(|g| !g.is_empty())?;
+    if status.security_groups.is_empty() {
+        return None;
+    }
+    let mut have: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let mut want: Vec<&str> = status
+        .security_groups
+        .iter()
+        .map(|g| g.id.as_str())
+        .collect();
+    have.sort_unstable();
+    have.dedup();
+    want.sort_unstable();
+    want.dedup();
+    (have != want).then(|| {
+        (
+            DriftReason::SecurityGroupDrift,
+            format!(
+                "its security groups [{}] differ from those EC2NodeClass {class_name} selects [{}]",
+                have.join(", "),
+                want.join(", ")
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -339,9 +357,7 @@ mod tests {
         let node = DriftInput {
             labels: &labels_,
             annotations: &ann,
-            image_id: None,
-            subnet_id: None,
-            security_groups: None,
+            observed: Observed::default(),
         };
         assert_eq!(detect(&node, &old, None), DriftVerdict::None);
         assert!(matches!(
@@ -352,9 +368,7 @@ mod tests {
         let node = DriftInput {
             labels: &labels_,
             annotations: &upstream,
-            image_id: None,
-            subnet_id: None,
-            security_groups: None,
+            observed: Observed::default(),
         };
         assert_eq!(detect(&node, &new, None), DriftVerdict::Restamp);
     }
@@ -375,9 +389,11 @@ mod tests {
         let node = |subnet, groups| DriftInput {
             labels: &labels_,
             annotations: &none,
-            image_id: None,
-            subnet_id: subnet,
-            security_groups: groups,
+            observed: Observed {
+                image_id: None,
+                subnet_id: subnet,
+                security_groups: groups,
+            },
         };
         assert_eq!(
             detect(
@@ -413,9 +429,7 @@ mod tests {
         let node = DriftInput {
             labels: &on_demand,
             annotations: &none,
-            image_id: None,
-            subnet_id: None,
-            security_groups: None,
+            observed: Observed::default(),
         };
         match detect(&node, &pool("blue"), None) {
             DriftVerdict::Drifted(DriftReason::RequirementsDrifted, why) => {

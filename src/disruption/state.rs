@@ -39,10 +39,6 @@ pub struct ClaimFacts {
     /// The `Drifted` condition's reason when the cloud provider found the drift (AMI, subnet,
     /// security groups), which the engine cannot see for itself.
     pub provider_drift: Option<String>,
-    /// The instance's subnet, as the cloud provider reports it (unknown offline).
-    pub subnet_id: Option<String>,
-    /// The instance's security groups, as the cloud provider reports them (unknown offline).
-    pub security_groups: Option<Vec<String>>,
 }
 
 /// A node.
@@ -292,8 +288,6 @@ impl State {
             last_pod_event: Some(now),
             drifted_since: None,
             provider_drift: None,
-            subnet_id: None,
-            security_groups: None,
         };
         let taints = pool
             .map(|p| p.spec.template.spec.taints.clone())

@@ -148,8 +148,6 @@ fn state_node(
             .filter(|c| c.status == crate::apis::conditions::TRUE)
             .filter(|c| crate::disruption::drift::DriftReason::from_provider(&c.reason).is_some())
             .map(|c| c.reason.clone()),
-        subnet_id: None,
-        security_groups: None,
     });
     StateNode {
         name: Arc::from(node.metadata.name.clone().unwrap_or_default()),

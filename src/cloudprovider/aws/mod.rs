@@ -437,17 +437,6 @@ impl AwsProvider {
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
         let now = self.clock.now();
-        Ok(self
-            .describe_raw(id)
-            .await?
-            .as_ref()
-            .and_then(|i| to_instance(i, now)))
-    }
-
-    async fn describe_raw(
-        &self,
-        id: &str,
-    ) -> Result<Option<aws_sdk_ec2::types::Instance>, CloudError> {
         let out = self
             .ec2
             .describe_instances()
@@ -459,8 +448,7 @@ impl AwsProvider {
             .reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .next()
-            .cloned())
+            .find_map(|i| to_instance(i, now)))
     }
 
     async fn find_by_nodeclaim(&self, name: &str) -> Result<Option<Instance>, CloudError> {
@@ -711,6 +699,14 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance, now: DateTime<Utc>) -> Option<I
         zone: zone.to_string(),
         capacity_type,
         image_id: i.image_id().map(str::to_string),
+        subnet_id: i.subnet_id().map(str::to_string),
+        security_groups: Some(
+            i.security_groups()
+                .iter()
+                .filter_map(|g| g.group_id().map(str::to_string))
+                .collect::<Vec<_>>(),
+        )
+        .filter(|g| !g.is_empty()),
         state,
         launch_time: i
             .launch_time()
@@ -968,6 +964,8 @@ impl CloudProvider for AwsProvider {
                 zone: started.zone.clone().unwrap_or_default(),
                 capacity_type,
                 image_id: None,
+                subnet_id: None,
+                security_groups: None,
                 state: InstanceState::Pending,
                 launch_time: self.clock.now(),
             },
@@ -1130,55 +1128,6 @@ impl CloudProvider for AwsProvider {
             instance_profile: Some(instance_profile),
             conditions: Vec::new(),
         })
-    }
-
-    async fn is_drifted(
-        &self,
-        claim: &NodeClaim,
-        nodeclass: &EC2NodeClass,
-    ) -> Result<Option<&'static str>, CloudError> {
-        let (Some(status), Some(provider_id)) = (
-            nodeclass.status.as_ref(),
-            claim.status.as_ref().and_then(|s| s.provider_id.as_deref()),
-        ) else {
-            return Ok(None);
-        };
-        let Some(id) = provider_id_instance(provider_id) else {
-            return Ok(None);
-        };
-        let Some(instance) = self.describe_raw(id).await? else {
-            return Err(CloudError::NotFound(provider_id.into()));
-        };
-        if let Some(image) = instance.image_id()
-            && !status.amis.is_empty()
-            && !status.amis.iter().any(|a| a.id == image)
-        {
-            return Ok(Some("AMIDrift"));
-        }
-        if let Some(subnet) = instance.subnet_id()
-            && !status.subnets.is_empty()
-            && !status.subnets.iter().any(|s| s.id == subnet)
-        {
-            return Ok(Some("SubnetDrift"));
-        }
-        let mut have: Vec<&str> = instance
-            .security_groups()
-            .iter()
-            .filter_map(|g| g.group_id())
-            .collect();
-        let mut want: Vec<&str> = status
-            .security_groups
-            .iter()
-            .map(|g| g.id.as_str())
-            .collect();
-        have.sort_unstable();
-        have.dedup();
-        want.sort_unstable();
-        want.dedup();
-        if !want.is_empty() && !have.is_empty() && have != want {
-            return Ok(Some("SecurityGroupDrift"));
-        }
-        Ok(None)
     }
 }
 

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::apis::NodeClaim;
 use crate::apis::conditions::{self, Condition, FALSE, TRUE};
 use crate::disruption::candidates::candidates;
-use crate::disruption::drift::DriftVerdict;
+use crate::disruption::drift::{self, DriftVerdict};
 use crate::disruption::state::State;
 use crate::runtime::Context;
 use crate::snapshot::Snapshot;
@@ -153,7 +153,7 @@ pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     let mut events = PodEvents::default();
     let mut asked: HashMap<String, DateTime<Utc>> = HashMap::new();
-    let mut provider_drift: HashMap<String, String> = HashMap::new();
+    let mut provider_drift: HashMap<String, (String, String)> = HashMap::new();
     loop {
         let now = ctx.clock.now();
         let cluster = ctx.state.snapshot();
@@ -197,24 +197,24 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 /// Asks the cloud provider, at most every five minutes per NodeClaim, whether launched
-/// NodeClaims drifted in ways only it can see.
+/// NodeClaims drifted in ways only it can see: the cloud reports what the instance runs with
+/// (image, subnet, security groups) and [`drift::instance_drift`] judges it, as the engine
+/// judges what the snapshot shows.
 async fn ask_provider(
     ctx: &Context,
     cluster: &Snapshot,
     now: DateTime<Utc>,
     asked: &mut HashMap<String, DateTime<Utc>>,
-    found: &mut HashMap<String, String>,
+    found: &mut HashMap<String, (String, String)>,
 ) {
     for claim in &cluster.nodeclaims {
         let name = claim.name_any();
-        if claim
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.as_ref())
-            .is_none()
-            || asked
-                .get(&name)
-                .is_some_and(|at| now - *at < PROVIDER_DRIFT_PERIOD)
+        let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+            continue;
+        };
+        if asked
+            .get(&name)
+            .is_some_and(|at| now - *at < PROVIDER_DRIFT_PERIOD)
         {
             continue;
         }
@@ -222,12 +222,21 @@ async fn ask_provider(
             continue;
         };
         asked.insert(name.clone(), now);
-        match ctx.provider.is_drifted(claim, class).await {
-            Ok(Some(reason)) => {
-                found.insert(name, reason.to_string());
-            }
-            Ok(None) => {
-                found.remove(&name);
+        match ctx.provider.get(provider_id).await {
+            Ok(instance) => {
+                let observed = drift::Observed {
+                    image_id: instance.image_id.as_deref(),
+                    subnet_id: instance.subnet_id.as_deref(),
+                    security_groups: instance.security_groups.as_deref(),
+                };
+                match drift::instance_drift(class, &observed) {
+                    Some((reason, why)) => {
+                        found.insert(name, (reason.as_str().to_string(), why));
+                    }
+                    None => {
+                        found.remove(&name);
+                    }
+                }
             }
             Err(e) => {
                 tracing::debug!(nodeclaim = %name, error = %e, "drift check failed");
@@ -240,7 +249,7 @@ async fn update(
     ctx: &Context,
     claim: &NodeClaim,
     want: Option<&Desired>,
-    provider_drift: Option<&String>,
+    provider_drift: Option<&(String, String)>,
     changed_nodes: &BTreeSet<String>,
     now: DateTime<Utc>,
 ) -> Result<(), kube::Error> {
@@ -250,12 +259,9 @@ async fn update(
     if let Some(want) = want {
         let mut want = want.clone();
         if want.drifted.is_none()
-            && let Some(reason) = provider_drift
+            && let Some(drifted) = provider_drift
         {
-            want.drifted = Some((
-                reason.clone(),
-                "the cloud provider reports the instance no longer matches its EC2NodeClass".into(),
-            ));
+            want.drifted = Some(drifted.clone());
         }
         changed |= apply(&mut conds, &want, now);
     }

@@ -237,6 +237,8 @@ mod tests {
             zone: "us-east-1a".into(),
             capacity_type: CapacityType::OnDemand,
             image_id: None,
+            subnet_id: None,
+            security_groups: None,
             state,
             launch_time: t(launched),
         }
