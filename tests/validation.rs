@@ -156,14 +156,6 @@ fn requirement_key_rules() {
     let key = |k: &str| set(nodepool(), REQ, json!({"key": k, "operator": "Exists"}));
     let cases = [
         (
-            "kubernetes.io/custom",
-            r#"label domain "kubernetes.io" is restricted"#,
-        ),
-        (
-            "sub.k8s.io/custom",
-            r#"label domain "k8s.io" is restricted"#,
-        ),
-        (
             "karpenter.sh/custom",
             r#"label domain "karpenter.sh" is restricted"#,
         ),
@@ -187,8 +179,13 @@ fn requirement_key_rules() {
             &format!("spec.template.spec.requirements[0].key: Invalid value: {msg}"),
         );
     }
+    // Upstream v1.14 no longer reserves the kubernetes.io and k8s.io domains, and allows the
+    // AWS keys added since (tenancy, capacity reservations, capability flex, placement groups).
     for ok in [
         "kubernetes.io/arch",
+        "kubernetes.io/custom",
+        "node-role.kubernetes.io/worker",
+        "sub.k8s.io/custom",
         "topology.kubernetes.io/zone",
         "node.kubernetes.io/instance-type",
         "node-restriction.kubernetes.io/team",
@@ -196,6 +193,13 @@ fn requirement_key_rules() {
         "karpenter.sh/capacity-type",
         "karpenter.k8s.aws/instance-family",
         "karpenter.k8s.aws/ec2nodeclass",
+        "karpenter.k8s.aws/instance-tenancy",
+        "karpenter.k8s.aws/capacity-reservation-id",
+        "karpenter.k8s.aws/capacity-reservation-type",
+        "karpenter.k8s.aws/capacity-reservation-interruptible",
+        "karpenter.k8s.aws/instance-capability-flex",
+        "karpenter.k8s.aws/placement-group-id",
+        "karpenter.k8s.aws/placement-group-partition",
         "example.com/team",
     ] {
         accepts(Kind::NodePool, key(ok));
@@ -219,7 +223,7 @@ fn requirement_key_rules() {
     rejects(
         Kind::NodePool,
         set(nodepool(), REQ, json!({"key": "a", "operator": "Within"})),
-        "spec.template.spec.requirements[0].operator: Unsupported value: \"Within\": supported values: \"In\", \"NotIn\"",
+        "spec.template.spec.requirements[0].operator: Unsupported value: \"Within\": supported values: \"Gte\", \"Lte\", \"In\", \"NotIn\"",
     );
 }
 
@@ -227,11 +231,6 @@ fn requirement_key_rules() {
 fn template_label_rules() {
     let labeled = |k: &str| set(nodepool(), LABELS, json!({k: "x"}));
     let cases = [
-        (
-            "kubernetes.io/custom",
-            r#"label domain "kubernetes.io" is restricted"#,
-        ),
-        ("k8s.io/custom", r#"label domain "k8s.io" is restricted"#),
         (
             "karpenter.sh/custom",
             r#"label domain "karpenter.sh" is restricted"#,
@@ -260,7 +259,11 @@ fn template_label_rules() {
         "team",
         "example.com/team",
         "node.kubernetes.io/role",
+        "node-role.kubernetes.io/worker",
+        "kubernetes.io/role",
+        "k8s.io/custom",
         "karpenter.sh/capacity-type",
+        "karpenter.k8s.aws/capacity-reservation-type",
     ] {
         accepts(Kind::NodePool, labeled(ok));
     }
@@ -447,6 +450,24 @@ fn disruption_rules() {
 }
 
 #[test]
+fn a_nodepool_cannot_switch_between_static_and_dynamic() {
+    let dynamic = nodepool();
+    let fixed = set(nodepool(), "/spec/replicas", json!(3));
+    let message = "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes";
+    for (old, new) in [(&dynamic, &fixed), (&fixed, &dynamic)] {
+        assert!(
+            problems(Kind::NodePool, new, Some(old))
+                .iter()
+                .any(|p| p.contains(message)),
+            "{new}"
+        );
+    }
+    let scaled = set(nodepool(), "/spec/replicas", json!(5));
+    assert!(problems(Kind::NodePool, &scaled, Some(&fixed)).is_empty());
+    assert!(problems(Kind::NodePool, &dynamic, Some(&dynamic)).is_empty());
+}
+
+#[test]
 fn static_capacity_rules() {
     let static_pool = |extra: &[(&str, Value)]| {
         let mut np = set(nodepool(), "/spec/replicas", json!(3));
@@ -461,25 +482,29 @@ fn static_capacity_rules() {
         Kind::NodePool,
         static_pool(&[("/spec/limits", json!({"nodes": 10}))]),
     );
-    rejects(
+    // As upstream v1.14: consolidation settings are ignored on a static NodePool, not rejected.
+    accepts(
         Kind::NodePool,
         static_pool(&[("/spec/disruption/consolidationPolicy", json!("WhenEmpty"))]),
-        "When replicas is set, consolidationPolicy must not be explicitly set",
     );
-    rejects(
+    accepts(
         Kind::NodePool,
         static_pool(&[("/spec/disruption/consolidateAfter", json!("0s"))]),
-        "When replicas is set, consolidateAfter must not be explicitly set",
     );
     rejects(
         Kind::NodePool,
         static_pool(&[("/spec/limits", json!({"cpu": 10}))]),
-        "When replicas is set, limits (limits.cpu and limits.memory) must not be set",
+        "only 'limits.nodes' is supported on static NodePools",
+    );
+    rejects(
+        Kind::NodePool,
+        static_pool(&[("/spec/limits", json!({"nodes": 10, "memory": "1Gi"}))]),
+        "only 'limits.nodes' is supported on static NodePools",
     );
     rejects(
         Kind::NodePool,
         static_pool(&[("/spec/weight", json!(10))]),
-        "When replicas is set, weight must not be set",
+        "'weight' is not supported on static NodePools",
     );
     rejects(
         Kind::NodePool,
@@ -731,7 +756,12 @@ fn ec2nodeclass_selector_rules() {
             "/spec/placementGroupSelector",
             json!({"name": "a", "id": "pg-1"}),
         ),
-        "expected exactly one of ['name', 'id']",
+        "'name' and 'id' are mutually exclusive",
+    );
+    rejects(
+        Kind::EC2NodeClass,
+        set(nodeclass(), "/spec/placementGroupSelector", json!({})),
+        "expected at least one, got none, ['name', 'id']",
     );
     accepts(
         Kind::EC2NodeClass,
@@ -892,21 +922,21 @@ fn ec2nodeclass_block_device_and_network_rules() {
     rejects(
         Kind::EC2NodeClass,
         nics(json!([{"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"}])),
-        "networkInterfaces must include the primary interface",
+        "networkInterfaces must include a primary interface with interfaceType='interface'",
     );
     rejects(
         Kind::EC2NodeClass,
         nics(
             json!([{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}, {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "efa-only"}]),
         ),
-        "networkInterfaces must have unique (networkCardIndex, deviceIndex) pairs",
+        "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card",
     );
     rejects(
         Kind::EC2NodeClass,
         nics(
             json!([{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}, {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"}, {"networkCardIndex": 1, "deviceIndex": 1, "interfaceType": "efa-only"}]),
         ),
-        "networkInterfaces may have at most one 'efa-only' interface per network card",
+        "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card",
     );
     accepts(
         Kind::EC2NodeClass,
@@ -917,7 +947,7 @@ fn ec2nodeclass_block_device_and_network_rules() {
     rejects(
         Kind::EC2NodeClass,
         set(nodeclass(), "/spec/connectionTracking", json!({})),
-        "expected at least one of ['tcpEstablishedTimeout', 'udpStreamTimeout', 'udpTimeout']",
+        "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
     );
     rejects(
         Kind::EC2NodeClass,

@@ -34,8 +34,10 @@ pub fn schema_of(crd: &CustomResourceDefinition) -> Value {
 
 /// Brings the derived schema to the shape upstream's controller-gen output has, so the API server
 /// treats our CRDs exactly like upstream's: no `nullable` (explicit nulls are pruned, not stored),
-/// int-or-string quantities as `anyOf: [integer, string]`, integral bounds as integers.
+/// int-or-string quantities as `anyOf: [integer, string]`, integral bounds as integers, the
+/// object-meta fields at the root, and the list kind named.
 fn finalize(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    crd.spec.names.list_kind = Some(format!("{}List", crd.spec.names.kind));
     for version in &mut crd.spec.versions {
         let Some(schema) = version.schema.as_mut() else {
             continue;
@@ -46,6 +48,11 @@ fn finalize(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
         let mut value = serde_json::to_value(props).unwrap_or(Value::Null);
         if let Value::Object(root) = &mut value {
             root.remove("title");
+            if let Some(Value::Object(props)) = root.get_mut("properties") {
+                props.insert("apiVersion".into(), serde_json::json!({"type": "string", "description": "The versioned schema of this representation of an object."}));
+                props.insert("kind".into(), serde_json::json!({"type": "string", "description": "The REST resource this object represents."}));
+                props.insert("metadata".into(), serde_json::json!({"type": "object"}));
+            }
         }
         tidy(&mut value);
         schema.open_api_v3_schema = serde_json::from_value::<JSONSchemaProps>(value).ok();

@@ -125,9 +125,8 @@ pub struct EC2NodeClassSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 150))]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.exists(x, x.networkCardIndex == 0 && x.deviceIndex == 0 && x.interfaceType == 'interface')", "message": "networkInterfaces must include the primary interface (networkCardIndex 0, deviceIndex 0, interfaceType 'interface')"},
-        {"rule": "self.all(x, self.filter(y, y.networkCardIndex == x.networkCardIndex && y.deviceIndex == x.deviceIndex).size() == 1)", "message": "networkInterfaces must have unique (networkCardIndex, deviceIndex) pairs"},
-        {"rule": "self.all(x, x.interfaceType != 'efa-only' || self.filter(y, y.networkCardIndex == x.networkCardIndex && y.interfaceType == 'efa-only').size() == 1)", "message": "networkInterfaces may have at most one 'efa-only' interface per network card"}
+        {"rule": "self.all(x, self.filter(y, x.networkCardIndex == y.networkCardIndex && x.deviceIndex == y.deviceIndex).size() == 1 && (x.interfaceType != 'efa-only' || self.filter(y, x.networkCardIndex == y.networkCardIndex && y.interfaceType == 'efa-only').size() == 1))", "message": "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card"},
+        {"rule": "self.size() == 0 || self.exists(x, x.deviceIndex == 0 && x.networkCardIndex == 0 && x.interfaceType == 'interface')", "message": "networkInterfaces must include a primary interface with interfaceType='interface'"}
     ]))]
     pub network_interfaces: Vec<NetworkInterface>,
     /// Number of /28 IPv4 prefixes per interface (prefix delegation).
@@ -205,7 +204,10 @@ pub struct CapacityReservationSelectorTerm {
 
 /// Selects a placement group by name or ID.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[schemars(extend("x-kubernetes-validations" = [{"rule": "has(self.name) != has(self.id)", "message": "expected exactly one of ['name', 'id']"}]))]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!(has(self.name) && has(self.id))", "message": "'name' and 'id' are mutually exclusive"},
+    {"rule": "has(self.name) || has(self.id)", "message": "expected at least one, got none, ['name', 'id']"}
+]))]
 pub struct PlacementGroupSelector {
     /// The placement group name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -511,7 +513,7 @@ impl MetadataOptions {
 /// Connection tracking timeouts, in seconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{"rule": "has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)", "message": "expected at least one of ['tcpEstablishedTimeout', 'udpStreamTimeout', 'udpTimeout']"}]))]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)", "message": "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set"}]))]
 pub struct ConnectionTracking {
     /// Idle timeout for established TCP connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -621,7 +623,6 @@ pub struct CapacityReservation {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AMI {
     /// AMI ID.
-    #[schemars(pattern("ami-[0-9a-z]+"))]
     pub id: String,
     /// AMI name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -638,7 +639,8 @@ pub struct AMI {
 pub struct AMIRequirement {
     /// Label key.
     pub key: String,
-    /// Operator.
+    /// Operator (a plain string in the schema, as `corev1.NodeSelectorRequirement` has it).
+    #[schemars(with = "String")]
     pub operator: Operator,
     /// Values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

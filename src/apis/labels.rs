@@ -216,20 +216,15 @@ pub const AWS_TERMINATION_FINALIZER: &str = "karpenter.k8s.aws/termination";
 /// Label keys no requirement may name: every node has its own value, so no NodePool can promise one.
 pub const RESTRICTED_LABELS: &[&str] = &[HOSTNAME];
 
-/// Label domains Kubernetes and Karpenter reserve for values they set themselves.
-const RESTRICTED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", GROUP, AWS_GROUP];
-
-/// Subdomains of the reserved domains that remain free for users.
-const DOMAIN_EXCEPTIONS: &[&str] = &[
-    "node.kubernetes.io",
-    "node-restriction.kubernetes.io",
-    "kops.k8s.io",
-];
+/// Label domains Karpenter reserves for values it sets itself. Since v1.14 upstream no longer
+/// reserves `kubernetes.io` and `k8s.io` (users set `node-role.kubernetes.io/*` labels); kubelet
+/// is still never asked to set those itself, as the node-restriction admission rule forbids it.
+const RESTRICTED_DOMAINS: &[&str] = &[GROUP, AWS_GROUP];
 
 /// Whether a NodePool or pod may not require this label key (nor a NodePool set it): the
-/// well-known labels are always allowed; `kubernetes.io/hostname` and keys in the reserved
-/// domains (`kubernetes.io`, `k8s.io`, `karpenter.sh`, `karpenter.k8s.aws`, outside their
-/// exceptions) are not, because only Kubernetes, Karpenter or the cloud provider set them.
+/// well-known labels are always allowed; `kubernetes.io/hostname` and other keys in the reserved
+/// domains (`karpenter.sh`, `karpenter.k8s.aws`) are not, because only Karpenter or the cloud
+/// provider set them.
 pub fn is_restricted_label(key: &str) -> bool {
     let key = normalize(key);
     if WELL_KNOWN_LABELS.contains(&key)
@@ -244,11 +239,9 @@ pub fn is_restricted_label(key: &str) -> bool {
     let Some((domain, _)) = key.split_once('/') else {
         return false;
     };
-    let within = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
-    if DOMAIN_EXCEPTIONS.iter().any(|d| within(d)) {
-        return false;
-    }
-    RESTRICTED_DOMAINS.iter().any(|d| within(d))
+    RESTRICTED_DOMAINS
+        .iter()
+        .any(|d| domain == *d || domain.ends_with(&format!(".{d}")))
 }
 
 /// The current name of a label key, mapping deprecated beta keys to their GA names.
@@ -272,10 +265,10 @@ mod tests {
             "failure-domain.beta.kubernetes.io/zone"
         ));
         assert!(is_restricted_label(HOSTNAME));
-        assert!(is_restricted_label("kubernetes.io/custom"));
-        assert!(is_restricted_label("sub.k8s.io/custom"));
+        assert!(!is_restricted_label("kubernetes.io/custom"));
+        assert!(!is_restricted_label("node-role.kubernetes.io/worker"));
+        assert!(!is_restricted_label("sub.k8s.io/custom"));
         assert!(!is_restricted_label("node.kubernetes.io/role"));
-        assert!(!is_restricted_label("kops.k8s.io/instancegroup"));
         assert!(is_restricted_label("karpenter.sh/custom"));
         assert!(is_restricted_label("sub.karpenter.sh/custom"));
         assert!(!is_restricted_label(CAPACITY_TYPE));

@@ -18,9 +18,14 @@ use super::schema;
 /// Resource name → quantity, as `corev1.ResourceList`.
 pub type ResourceList = BTreeMap<String, Quantity>;
 
-/// Node selector operators, including Karpenter's inclusive `Gte`/`Lte`.
+/// Node selector operators, including Karpenter's inclusive `Gte`/`Lte` (in upstream's CRD enum
+/// order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Operator {
+    /// The label value, an integer, is at least `values[0]`.
+    Gte,
+    /// The label value, an integer, is at most `values[0]`.
+    Lte,
     /// The label value is one of `values`.
     In,
     /// The label value is none of `values` (or the label is absent).
@@ -33,10 +38,6 @@ pub enum Operator {
     Gt,
     /// The label value, an integer, is less than `values[0]`.
     Lt,
-    /// The label value, an integer, is at least `values[0]`.
-    Gte,
-    /// The label value, an integer, is at most `values[0]`.
-    Lte,
 }
 
 /// A node selector requirement with an optional minimum of distinct values the launched
@@ -53,10 +54,11 @@ pub struct NodeSelectorRequirementWithMinValues {
     /// Values for In/NotIn, or a single integer for Gt/Lt/Gte/Lte.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    #[schemars(transform = schema::requirement_values)]
     pub values: Vec<String>,
     /// The minimum number of distinct values of this key among the instance types considered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 50))]
+    #[schemars(range(min = 1, max = 50), transform = schema::without_format)]
     pub min_values: Option<i64>,
 }
 
@@ -152,12 +154,15 @@ pub struct ResourceRequirements {
 pub struct NodeClaimSpec {
     /// Taints the node carries for its whole life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub taints: Vec<Taint>,
     /// Taints present at boot that a daemon removes; pods need not tolerate them to be provisioned for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub startup_taints: Vec<Taint>,
     /// Constraints on the labels of the node to launch.
     #[schemars(length(max = 100), transform = schema::requirement_list_rules)]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// Resources the pods bound for this node request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,6 +212,7 @@ pub struct NodeClaimStatus {
     pub allocatable: Option<ResourceList>,
     /// Launched, Registered, Initialized, Ready, Drifted, Consolidatable, ...
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::nodeclaim_condition_list)]
     pub conditions: Vec<Condition>,
     /// Last time a pod was bound to or removed from the node; starts the consolidateAfter clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -33,7 +33,7 @@ use super::schema;
         status_replicas_path = ".status.nodes"
     ),
     printcolumn = r#"{"name": "NodeClass", "type": "string", "jsonPath": ".spec.template.spec.nodeClassRef.name"}"#,
-    printcolumn = r#"{"name": "Nodes", "type": "string", "jsonPath": ".status.resources.nodes"}"#,
+    printcolumn = r#"{"name": "Nodes", "type": "string", "jsonPath": ".status.nodes"}"#,
     printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name": "Weight", "type": "integer", "jsonPath": ".spec.weight", "priority": 1}"#,
@@ -80,9 +80,11 @@ pub struct TemplateMetadata {
     /// Labels for the nodes; pods select them with node selectors.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(transform = schema::template_label_rules)]
+    #[schemars(extend("x-kubernetes-map-type" = "atomic"))]
     pub labels: BTreeMap<String, String>,
     /// Annotations for the nodes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-kubernetes-map-type" = "granular"))]
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -98,12 +100,15 @@ impl TemplateMetadata {
 pub struct NodeClaimTemplateSpec {
     /// Taints the nodes carry for their whole life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub taints: Vec<Taint>,
     /// Taints present at boot that a daemon removes; pods need not tolerate them to be provisioned for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     pub startup_taints: Vec<Taint>,
     /// Constraints on the labels of launched nodes (instance types, zones, capacity types, ...).
     #[schemars(length(max = 100), transform = schema::requirement_list_rules)]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     #[schemars(transform = schema::nodepool_requirement_key_rules)]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// The cloud-specific node class to launch with.
@@ -134,6 +139,7 @@ pub struct Disruption {
     /// Caps on how many nodes may be disrupting at once, per reason and schedule.
     #[serde(default = "default_budgets")]
     #[schemars(extend("default" = [{"nodes": "10%"}]), length(max = 50))]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.all(x, has(x.schedule) == has(x.duration))", "message": "'schedule' must be set with 'duration'"}]))]
     pub budgets: Vec<Budget>,
 }
@@ -205,6 +211,7 @@ impl fmt::Display for DisruptionReason {
 /// A cap on concurrently disrupting nodes, optionally limited to reasons and a recurring window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["nodes"]))]
 pub struct Budget {
     /// A node count (`"5"`) or a percentage of the pool's nodes (`"10%"`, rounded up).
     #[serde(default = "default_budget_nodes")]
@@ -223,7 +230,7 @@ pub struct Budget {
     pub duration: Option<Duration>,
     /// Reasons the budget applies to; all reasons when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 50))]
+    #[schemars(length(max = 50), extend("x-kubernetes-list-type" = "set"))]
     pub reasons: Option<Vec<DisruptionReason>>,
 }
 
@@ -388,12 +395,14 @@ pub struct NodePoolStatus {
     pub resources: Option<ResourceList>,
     /// Number of nodes in the pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
     pub nodes: Option<i64>,
     /// Generation of the node class the status was computed against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_observed_generation: Option<i64>,
     /// ValidationSucceeded, NodeClassReady, NodeRegistrationHealthy, Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::condition_list)]
     pub conditions: Vec<Condition>,
 }
 

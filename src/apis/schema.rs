@@ -34,15 +34,9 @@ impl JsonSchema for QuantitySchema {
     }
 }
 
-/// Label keys that the `kubernetes.io` domain rule lets through (upstream's spelling, including
-/// its double space, so the generated CRD matches upstream's).
-const LABEL_RULE_KUBERNETES_IO: &str = r#"self.all(x, x in ["beta.kubernetes.io/instance-type", "failure-domain.beta.kubernetes.io/region",  "beta.kubernetes.io/os", "beta.kubernetes.io/arch", "failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/windows-build"] || x.find("^([^/]+)").endsWith("node.kubernetes.io") || x.find("^([^/]+)").endsWith("node-restriction.kubernetes.io") || !x.find("^([^/]+)").endsWith("kubernetes.io"))"#;
-
-const KEY_RULE_KUBERNETES_IO: &str = r#"self in ["beta.kubernetes.io/instance-type", "failure-domain.beta.kubernetes.io/region", "beta.kubernetes.io/os", "beta.kubernetes.io/arch", "failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone", "topology.kubernetes.io/region", "node.kubernetes.io/instance-type", "kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/windows-build"] || self.find("^([^/]+)").endsWith("node.kubernetes.io") || self.find("^([^/]+)").endsWith("node-restriction.kubernetes.io") || !self.find("^([^/]+)").endsWith("kubernetes.io")"#;
-
 /// The AWS well-known labels users may use inside the reserved `karpenter.k8s.aws` domain, in
 /// upstream's CRD order.
-const AWS_ALLOWED_KEYS: &str = r#"["karpenter.k8s.aws/ec2nodeclass", "karpenter.k8s.aws/instance-encryption-in-transit-supported", "karpenter.k8s.aws/instance-category", "karpenter.k8s.aws/instance-hypervisor", "karpenter.k8s.aws/instance-family", "karpenter.k8s.aws/instance-generation", "karpenter.k8s.aws/instance-local-nvme", "karpenter.k8s.aws/instance-size", "karpenter.k8s.aws/instance-cpu", "karpenter.k8s.aws/instance-cpu-manufacturer", "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz", "karpenter.k8s.aws/instance-memory", "karpenter.k8s.aws/instance-ebs-bandwidth", "karpenter.k8s.aws/instance-network-bandwidth", "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-manufacturer", "karpenter.k8s.aws/instance-gpu-count", "karpenter.k8s.aws/instance-gpu-memory", "karpenter.k8s.aws/instance-accelerator-name", "karpenter.k8s.aws/instance-accelerator-manufacturer", "karpenter.k8s.aws/instance-accelerator-count"]"#;
+const AWS_ALLOWED_KEYS: &str = r#"["karpenter.k8s.aws/instance-tenancy", "karpenter.k8s.aws/capacity-reservation-type", "karpenter.k8s.aws/capacity-reservation-id", "karpenter.k8s.aws/capacity-reservation-interruptible", "karpenter.k8s.aws/ec2nodeclass", "karpenter.k8s.aws/instance-encryption-in-transit-supported", "karpenter.k8s.aws/instance-category", "karpenter.k8s.aws/instance-hypervisor", "karpenter.k8s.aws/instance-family", "karpenter.k8s.aws/instance-generation", "karpenter.k8s.aws/instance-local-nvme", "karpenter.k8s.aws/instance-size", "karpenter.k8s.aws/instance-cpu", "karpenter.k8s.aws/instance-cpu-manufacturer", "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz", "karpenter.k8s.aws/instance-memory", "karpenter.k8s.aws/instance-ebs-bandwidth", "karpenter.k8s.aws/instance-network-bandwidth", "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-manufacturer", "karpenter.k8s.aws/instance-gpu-count", "karpenter.k8s.aws/instance-gpu-memory", "karpenter.k8s.aws/instance-accelerator-name", "karpenter.k8s.aws/instance-accelerator-manufacturer", "karpenter.k8s.aws/instance-accelerator-count", "karpenter.k8s.aws/instance-capability-flex", "karpenter.k8s.aws/placement-group-id", "karpenter.k8s.aws/placement-group-partition"]"#;
 
 fn rule(rule: &str, message: &str) -> Value {
     json!({"rule": rule, "message": message})
@@ -64,14 +58,6 @@ pub fn requirement_key_rules(schema: &mut Schema) {
     add_rules(
         schema,
         [
-            rule(
-                KEY_RULE_KUBERNETES_IO,
-                r#"label domain "kubernetes.io" is restricted"#,
-            ),
-            rule(
-                r#"self.find("^([^/]+)").endsWith("kops.k8s.io") || !self.find("^([^/]+)").endsWith("k8s.io")"#,
-                r#"label domain "k8s.io" is restricted"#,
-            ),
             rule(
                 r#"self in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || !self.find("^([^/]+)").endsWith("karpenter.sh")"#,
                 r#"label domain "karpenter.sh" is restricted"#,
@@ -105,7 +91,7 @@ pub fn nodepool_requirement_key_rules(schema: &mut Schema) {
         );
         // Upstream lists this rule right after the karpenter.sh domain rule.
         if let Some(Value::Array(list)) = key.get_mut("x-kubernetes-validations") {
-            list.insert(3.min(list.len()), extra);
+            list.insert(1.min(list.len()), extra);
         }
     }
 }
@@ -142,14 +128,6 @@ pub fn template_label_rules(schema: &mut Schema) {
     add_rules(
         schema,
         [
-            rule(
-                LABEL_RULE_KUBERNETES_IO,
-                r#"label domain "kubernetes.io" is restricted"#,
-            ),
-            rule(
-                r#"self.all(x, x.find("^([^/]+)").endsWith("kops.k8s.io") || !x.find("^([^/]+)").endsWith("k8s.io"))"#,
-                r#"label domain "k8s.io" is restricted"#,
-            ),
             rule(
                 r#"self.all(x, x in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || !x.find("^([^/]+)").endsWith("karpenter.sh"))"#,
                 r#"label domain "karpenter.sh" is restricted"#,
@@ -189,29 +167,69 @@ pub fn node_class_ref_immutable(schema: &mut Schema) {
     );
 }
 
-/// Static-capacity NodePools (`replicas` set) may not use dynamic-provisioning knobs.
+/// Static NodePools (`replicas` set) have no weight and only a node-count limit, and a NodePool
+/// cannot switch between static and dynamic provisioning.
 pub fn nodepool_spec_rules(schema: &mut Schema) {
     add_rules(
         schema,
         [
             rule(
-                r#"!(has(self.replicas)) || self.disruption.consolidationPolicy == "WhenEmptyOrUnderutilized""#,
-                "When replicas is set, consolidationPolicy must not be explicitly set",
+                "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits))",
+                "only 'limits.nodes' is supported on static NodePools",
             ),
             rule(
-                r#"!(has(self.replicas)) || self.disruption.consolidateAfter == "Never""#,
-                "When replicas is set, consolidateAfter must not be explicitly set",
+                "!has(self.replicas) || !has(self.weight)",
+                "'weight' is not supported on static NodePools",
             ),
             rule(
-                "!(has(self.replicas)) || (!has(self.limits) || (!has(self.limits.cpu) && !has(self.limits.memory)))",
-                "When replicas is set, limits (limits.cpu and limits.memory) must not be set",
-            ),
-            rule(
-                "!(has(self.replicas)) || (!has(self.weight))",
-                "When replicas is set, weight must not be set",
+                "has(self.replicas) == has(oldSelf.replicas)",
+                "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes",
             ),
         ],
     );
+}
+
+/// Drops the `format` schemars derives from the Rust integer type, where upstream's Go type
+/// (`int`) has none.
+pub fn without_format(schema: &mut Schema) {
+    schema.remove("format");
+}
+
+/// Status conditions listed by type, as `kubectl` and server-side apply merge them.
+pub fn condition_list(schema: &mut Schema) {
+    let obj = schema.ensure_object();
+    obj.insert("x-kubernetes-list-type".into(), json!("map"));
+    obj.insert("x-kubernetes-list-map-keys".into(), json!(["type"]));
+}
+
+/// NodeClaim conditions as upstream's `status.Condition`: a listed-by-type map whose reason and
+/// message may be empty.
+pub fn nodeclaim_condition_list(schema: &mut Schema) {
+    condition_list(schema);
+    let Some(item) = schema.get_mut("items").and_then(Value::as_object_mut) else {
+        return;
+    };
+    item.insert(
+        "required".into(),
+        json!(["lastTransitionTime", "status", "type"]),
+    );
+    if let Some(Value::Object(reason)) =
+        item.get_mut("properties").and_then(|p| p.get_mut("reason"))
+    {
+        reason.remove("minLength");
+        reason.insert(
+            "pattern".into(),
+            json!("^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$"),
+        );
+    }
+}
+
+/// Requirement values as upstream's schema constrains them: label-value length and pattern,
+/// stated on the list (where the API server only checks strings, i.e. nowhere) as upstream has it.
+pub fn requirement_values(schema: &mut Schema) {
+    let obj = schema.ensure_object();
+    obj.insert("maxLength".into(), json!(63));
+    obj.insert("pattern".into(), json!(LABEL_VALUE_PATTERN));
 }
 
 /// Drops the `default` schemars derives from a serde default, for fields the API requires
