@@ -88,6 +88,38 @@ fn pods_per_zone(report: &Report) -> BTreeMap<String, usize> {
 }
 
 #[test]
+fn pods_with_dra_claims_are_reported_and_not_provisioned_for() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        deployment(
+            "gpu",
+            2,
+            "1",
+            "      resourceClaims:\n        - {name: gpu, resourceClaimTemplateName: single-gpu}",
+        ),
+        deployment("web", 2, "1", ""),
+    ]);
+    let dra: Vec<_> = report
+        .unschedulable
+        .iter()
+        .filter(|u| u.pod.contains("gpu-"))
+        .collect();
+    assert_eq!(dra.len(), 2, "{:#?}", report.unschedulable);
+    for u in dra {
+        assert!(
+            u.reason
+                .contains("dynamic resource allocation claims (gpu)"),
+            "{}",
+            u.reason
+        );
+    }
+    let placed: Vec<&String> = report.nodeclaims.iter().flat_map(|c| &c.pods).collect();
+    assert_eq!(placed.len(), 2);
+    assert!(placed.iter().all(|p| p.contains("web-")), "{placed:?}");
+}
+
+#[test]
 fn a_spread_across_three_zones_is_balanced() {
     let report = run(&[
         NODECLASS.into(),

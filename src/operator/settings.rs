@@ -290,7 +290,9 @@ pub struct Settings {
         default_value = "Strict"
     )]
     pub min_values_policy: MinValuesPolicy,
-    /// Schedule pods with dynamic resource allocation claims as if they had none.
+    /// Leave pods with dynamic resource allocation (DRA) claims to others: Karpenter does not
+    /// provision for them (upstream's default). `false` would ask for DRA-aware provisioning,
+    /// which is not implemented, so it is refused at start-up.
     #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub ignore_dra_requests: bool,
     /// Feature gates, e.g. SpotToSpotConsolidation=true,NodeRepair=true.
@@ -428,6 +430,11 @@ impl Settings {
                 "INTERRUPTION_QUEUE (--interruption-queue) {:?} is not an SQS queue name: give the queue's name (up to 80 letters, digits, - and _), not its URL or ARN",
                 self.interruption_queue
             ));
+        }
+        if !self.ignore_dra_requests {
+            problems.push(
+                "IGNORE_DRA_REQUESTS (--ignore-dra-requests) is false: DRA-aware provisioning (upstream's DynamicResourceAllocation scheduling) is not supported; leave it at its default true, where pods with resourceClaims are reported and not provisioned for".to_string(),
+            );
         }
         if self.reserved_enis < 0 {
             problems.push(format!(
@@ -954,6 +961,10 @@ mod tests {
             (
                 &["--reserved-enis=-1"],
                 "RESERVED_ENIS (--reserved-enis) is -1: it counts network interfaces and must be 0 or more",
+            ),
+            (
+                &["--ignore-dra-requests=false"],
+                "IGNORE_DRA_REQUESTS (--ignore-dra-requests) is false: DRA-aware provisioning (upstream's DynamicResourceAllocation scheduling) is not supported",
             ),
             (
                 &["--ami-refresh-interval=30s"],

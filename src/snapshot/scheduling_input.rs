@@ -450,6 +450,13 @@ pub fn prepare(
     // Replicas carry identical labels: keep one copy per distinct label set.
     let mut label_sets: HashSet<Arc<BTreeMap<String, String>>> = HashSet::new();
     for p in pending {
+        if let Some(reason) = dra_reason(p) {
+            invalid_pods.push(Unschedulable {
+                pod: p.key(),
+                reason,
+            });
+            continue;
+        }
         match Pod::from_parts(&p.metadata, &p.spec)
             .and_then(|pod| with_volume_topology(cluster, p, pod))
         {
@@ -480,6 +487,22 @@ pub fn prepare(
         invalid_pods,
         skipped_pools,
     }
+}
+
+/// Why a pod with dynamic resource allocation claims is not provisioned for: as upstream with its
+/// default `IGNORE_DRA_REQUESTS=true`, Karpenter cannot tell which nodes' devices would satisfy
+/// the claims, so it leaves such pods to capacity that already has them.
+fn dra_reason(pod: &ClusterPod) -> Option<String> {
+    let claims = pod
+        .spec
+        .resource_claims
+        .as_deref()
+        .filter(|c| !c.is_empty())?;
+    let names: Vec<&str> = claims.iter().map(|c| c.name.as_str()).collect();
+    Some(format!(
+        "pod has dynamic resource allocation claims ({}): Karpenter does not provision nodes for DRA pods (IGNORE_DRA_REQUESTS=true, as upstream); run them on nodes whose devices the DRA driver already publishes",
+        names.join(", ")
+    ))
 }
 
 /// Adds the zone (or other topology) constraints of a pod's persistent volumes to its node
