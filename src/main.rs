@@ -48,16 +48,29 @@ enum MinValuesPolicy {
 enum Command {
     /// Run the controller in a cluster.
     Run(Box<Settings>),
-    /// Show offline what the controller would launch for the pods in a set of manifests.
+    /// Show offline what the controller would launch for the pods in a set of manifests, or in
+    /// a live cluster (read-only) with manifests applied on top.
     Simulate {
-        /// Manifest files or directories (`-` for stdin); repeatable.
+        /// Manifest files or directories (`-` for stdin); repeatable. With a cluster, they are
+        /// applied on top of what it holds (same kind, namespace and name replaces).
         #[arg(
             short = 'f',
             long = "filename",
-            required = true,
+            required_unless_present_any = ["from_cluster", "kubeconfig", "context"],
             value_name = "FILE|DIR|-"
         )]
         files: Vec<PathBuf>,
+        /// Read the cluster the kubeconfig points at (KUBECONFIG, ~/.kube/config or in-cluster,
+        /// as kubectl does): NodePools, EC2NodeClasses, NodeClaims, Nodes, Pods, DaemonSets,
+        /// PodDisruptionBudgets, volumes and CSINodes, listed read-only.
+        #[arg(long)]
+        from_cluster: bool,
+        /// The kubeconfig file to read the cluster with (implies --from-cluster).
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// The kubeconfig context to use (implies --from-cluster).
+        #[arg(long, value_name = "NAME")]
+        context: Option<String>,
         /// Output format.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
@@ -305,6 +318,9 @@ fn main() -> ExitCode {
         },
         Command::Simulate {
             files,
+            from_cluster,
+            kubeconfig,
+            context,
             output,
             region,
             catalog,
@@ -340,8 +356,15 @@ fn main() -> ExitCode {
                 now: now.unwrap_or_else(chrono::Utc::now),
                 explain,
             };
+            let cluster = (from_cluster || kubeconfig.is_some() || context.is_some()).then_some(
+                LiveCluster {
+                    kubeconfig,
+                    context,
+                },
+            );
             report(run_simulate(
                 &files,
+                cluster.as_ref(),
                 output,
                 region,
                 catalog.as_deref(),
@@ -426,8 +449,51 @@ fn feature_gate(gates: &str, name: &str) -> Result<bool, String> {
     Ok(false)
 }
 
+/// Where `simulate` reads a live cluster from, as kubectl's flags name it.
+struct LiveCluster {
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+}
+
+/// The live cluster's objects, read through a short-lived runtime (the rest of `simulate` is
+/// synchronous), with progress on stderr.
+fn read_live(live: &LiveCluster) -> anyhow::Result<Vec<manifest::Document>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let options = kube::config::KubeConfigOptions {
+            context: live.context.clone(),
+            ..Default::default()
+        };
+        let config = match (&live.kubeconfig, &live.context) {
+            (Some(path), _) => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(file, &options).await?
+            }
+            (None, Some(_)) => kube::Config::from_kubeconfig(&options).await?,
+            (None, None) => kube::Config::infer().await.context(
+                "finding a kubeconfig (KUBECONFIG, ~/.kube/config or in-cluster); pass --kubeconfig",
+            )?,
+        };
+        eprintln!("karpenter-rs: reading the cluster at {}", config.cluster_url);
+        let client = kube::Client::try_from(config).context("connecting to the Kubernetes API")?;
+        let docs = manifest::live::read_cluster(&client, |kind, count| match count {
+            Some(n) => eprintln!("karpenter-rs:   {n} {}", kind.plural),
+            None => eprintln!(
+                "karpenter-rs:   {} not served by this cluster; skipped",
+                kind.plural
+            ),
+        })
+        .await?;
+        Ok(docs)
+    })
+}
+
 fn run_simulate(
     files: &[PathBuf],
+    live: Option<&LiveCluster>,
     output: Output,
     region: Option<String>,
     catalog_file: Option<&Path>,
@@ -436,7 +502,10 @@ fn run_simulate(
 ) -> anyhow::Result<()> {
     let cluster = {
         // The parsed documents are done with once typed; free them before scheduling.
-        let docs = manifest::read_paths(files)?;
+        let mut docs = manifest::read_paths(files)?;
+        if let Some(live) = live {
+            docs = manifest::live::overlay(read_live(live)?, docs);
+        }
         manifest::load(&docs, mode.now)?
     };
     for i in &cluster.ignored {

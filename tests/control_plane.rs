@@ -1433,3 +1433,104 @@ fn invalid_nodepools_are_reported_and_change_nothing() {
         reset(&client).await;
     });
 }
+
+/// Every object of a kind in the cluster, as JSON documents (typed, so independent of the
+/// dynamic listing `simulate --from-cluster` does).
+async fn dump<K>(client: &Client) -> Vec<serde_json::Value>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(|o| serde_json::to_value(o).expect("object serializes"))
+        .collect()
+}
+
+/// `karpenter-rs simulate ARGS -o json`, parsed.
+fn simulate_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-rs"))
+        .arg("simulate")
+        .args(args)
+        .args(["-o", "json", "--now", "2026-11-23T10:00:00Z"])
+        .output()
+        .expect("simulate runs");
+    assert!(
+        out.status.success(),
+        "simulate {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("simulate prints JSON")
+}
+
+#[test]
+fn simulate_reads_the_live_cluster_as_it_reads_the_same_objects_from_files() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        nodeclass(&client).await;
+        nodepool(&client, "default", None).await;
+        let ns = namespace(&client, "live").await;
+        inflate(&client, &ns, 7).await;
+        wait_for("seven pending pods", || async {
+            (pods(&client, &ns).await.len() == 7).then_some(())
+        })
+        .await;
+        // The same objects, dumped as `kubectl get -A -o yaml` would.
+        let mut objects = Vec::new();
+        objects.extend(dump::<NodePool>(&client).await);
+        objects.extend(dump::<EC2NodeClass>(&client).await);
+        objects.extend(dump::<NodeClaim>(&client).await);
+        objects.extend(dump::<Node>(&client).await);
+        objects.extend(dump::<Pod>(&client).await);
+        objects.extend(dump::<DaemonSet>(&client).await);
+        objects.extend(dump::<PersistentVolume>(&client).await);
+        objects.extend(dump::<PersistentVolumeClaim>(&client).await);
+        objects.extend(dump::<StorageClass>(&client).await);
+        objects.extend(dump::<CSINode>(&client).await);
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let file = dir.join("live-cluster-dump.json");
+        std::fs::write(
+            &file,
+            serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))
+                .expect("dump"),
+        )
+        .expect("write dump");
+        let kubeconfig = kubeconfig_path();
+        let kubeconfig = kubeconfig.to_str().expect("utf-8 path");
+
+        let live = simulate_json(&["--kubeconfig", kubeconfig]);
+        let files = simulate_json(&["-f", file.to_str().expect("utf-8 path")]);
+        assert_eq!(live, files, "the live read and the dump plan differently");
+        let claims = live["nodeclaims"].as_array().expect("nodeclaims");
+        // m5.xlarge holds three 1-CPU pods: seven pods need three NodeClaims.
+        assert_eq!(claims.len(), 3, "{live:#}");
+        assert!(claims.iter().all(|c| c["instanceType"] == "m5.xlarge"));
+
+        // What if the NodePool allowed m5.4xlarge? A file on top replaces the cluster's pool.
+        let what_if = dir.join("live-what-if.yaml");
+        std::fs::write(
+            &what_if,
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.4xlarge]}\n        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n",
+        )
+        .expect("write what-if");
+        let changed = simulate_json(&[
+            "--kubeconfig",
+            kubeconfig,
+            "-f",
+            what_if.to_str().expect("utf-8 path"),
+        ]);
+        let claims = changed["nodeclaims"].as_array().expect("nodeclaims");
+        assert_eq!(claims.len(), 1, "{changed:#}");
+        assert_eq!(claims[0]["instanceType"], "m5.4xlarge");
+        assert_eq!(claims[0]["pods"].as_array().map(Vec::len), Some(7));
+        reset(&client).await;
+    });
+}

@@ -2,6 +2,7 @@
 //! or more documents, with every error naming the file and document it came from.
 
 pub mod legacy;
+pub mod live;
 pub mod load;
 
 pub use load::{LoadError, LoadProblem, MAX_PODS, load};
