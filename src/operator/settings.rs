@@ -295,7 +295,7 @@ pub struct Settings {
     /// which is not implemented, so it is refused at start-up.
     #[arg(long, env = "IGNORE_DRA_REQUESTS", default_value = "true", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub ignore_dra_requests: bool,
-    /// Feature gates, e.g. SpotToSpotConsolidation=true,NodeRepair=true.
+    /// Feature gates, e.g. SpotToSpotConsolidation=true.
     #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES, value_parser = FeatureGates::parse)]
     pub feature_gates: FeatureGates,
     /// A scheduler configuration file (empty: none); accepted for compatibility, no effect yet.
@@ -430,6 +430,34 @@ impl Settings {
                 "INTERRUPTION_QUEUE (--interruption-queue) {:?} is not an SQS queue name: give the queue's name (up to 80 letters, digits, - and _), not its URL or ARN",
                 self.interruption_queue
             ));
+        }
+        for (on, gate, what) in [
+            (
+                self.feature_gates.node_repair,
+                "NodeRepair",
+                "unhealthy nodes are not repaired yet",
+            ),
+            (
+                self.feature_gates.node_overlay,
+                "NodeOverlay",
+                "NodeOverlay objects are not read yet",
+            ),
+            (
+                self.feature_gates.static_capacity,
+                "StaticCapacity",
+                "static NodePools (spec.replicas) create no NodeClaims yet",
+            ),
+            (
+                self.feature_gates.capacity_buffer,
+                "CapacityBuffer",
+                "CapacityBuffer objects are not read yet",
+            ),
+        ] {
+            if on {
+                problems.push(format!(
+                    "FEATURE_GATES (--feature-gates) turns {gate} on, which karpenter-rs does not implement: {what}; set {gate}=false (upstream's default) rather than run without what you asked for"
+                ));
+            }
         }
         if !self.ignore_dra_requests {
             problems.push(
@@ -961,6 +989,14 @@ mod tests {
             (
                 &["--reserved-enis=-1"],
                 "RESERVED_ENIS (--reserved-enis) is -1: it counts network interfaces and must be 0 or more",
+            ),
+            (
+                &["--feature-gates=NodeRepair=true"],
+                "FEATURE_GATES (--feature-gates) turns NodeRepair on, which karpenter-rs does not implement: unhealthy nodes are not repaired yet; set NodeRepair=false",
+            ),
+            (
+                &["--feature-gates=StaticCapacity=true,SpotToSpotConsolidation=true"],
+                "FEATURE_GATES (--feature-gates) turns StaticCapacity on, which karpenter-rs does not implement",
             ),
             (
                 &["--ignore-dra-requests=false"],
