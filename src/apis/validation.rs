@@ -4,6 +4,7 @@
 //! Using the generated CRD as the single source of truth means `simulate` and `convert` reject
 //! exactly what `kubectl apply` would, and the two can never drift apart.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::LazyLock;
 
@@ -57,6 +58,8 @@ struct CompiledCrd {
     schema: Value,
     structural: jsonschema::Validator,
     cel: CompiledSchema,
+    /// Each CEL rule's message, which the API server names a rule by when it cannot evaluate it.
+    messages: HashMap<String, String>,
 }
 
 impl CompiledCrd {
@@ -71,10 +74,13 @@ impl CompiledCrd {
             .with_draft(jsonschema::Draft::Draft4)
             .build(&to_json_schema(&schema))
             .unwrap_or_else(|e| panic!("generated {kind} schema is not valid JSON Schema: {e}"));
+        let mut messages = HashMap::new();
+        rule_messages(&schema, &mut messages);
         Self {
             kind,
             structural,
             cel: compile_schema(&schema),
+            messages,
             schema,
         }
     }
@@ -114,7 +120,11 @@ impl CompiledCrd {
                             kube_cel::ErrorKind::ValidationFailure => {
                                 format!("Invalid value: {}", e.message)
                             }
-                            _ => evaluation_error(&e.message, &e.rule, self.kind),
+                            _ => evaluation_error(
+                                &e.message,
+                                self.messages.get(&e.rule).unwrap_or(&e.rule),
+                                self.kind,
+                            ),
                         },
                     }),
             );
@@ -281,9 +291,34 @@ fn nested_in(path: &str, parent: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']) || parent.is_empty())
 }
 
-/// A rule that failed to evaluate, in the API server's words. The evaluator's type errors name
-/// its internal Rust types (`got 'Float(1.5)', want 'Arc<String>'`); the API server calls them
-/// "no such overload", and the fix is the field's type.
+/// Collects every `x-kubernetes-validations` rule's message in a schema, by rule text.
+fn rule_messages(schema: &Value, out: &mut HashMap<String, String>) {
+    match schema {
+        Value::Object(map) => {
+            for rule in map
+                .get("x-kubernetes-validations")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let (Some(r), Some(m)) = (
+                    rule.get("rule").and_then(Value::as_str),
+                    rule.get("message").and_then(Value::as_str),
+                ) {
+                    out.insert(r.to_string(), m.to_string());
+                }
+            }
+            map.values().for_each(|v| rule_messages(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| rule_messages(v, out)),
+        _ => {}
+    }
+}
+
+/// A rule that failed to evaluate, in the API server's words: the error, then the rule named by
+/// its message (the rule's text when it has none). The evaluator's type errors name its internal
+/// Rust types (`got 'Float(1.5)', want 'Arc<String>'`); the API server calls them "no such
+/// overload", and the fix is the field's type.
 fn evaluation_error(message: &str, rule: &str, kind: &str) -> String {
     if message.starts_with("Unexpected type") {
         format!(
