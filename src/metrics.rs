@@ -90,6 +90,12 @@ pub fn encode() -> String {
     METRICS.encode()
 }
 
+/// The name of every registered family, including those with no series yet (which [`encode`]
+/// leaves out): what dashboards, alerts and documentation may refer to.
+pub fn family_names() -> &'static [String] {
+    &METRICS.families
+}
+
 /// The content type of [`encode`]'s output, which scrapers use to pick a parser.
 pub const TEXT_CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
@@ -180,6 +186,8 @@ pub struct StatusMetrics {
 /// families), one field per family named after the metric without its `karpenter_` prefix.
 pub struct Metrics {
     registry: Registry,
+    /// Every family's name, whether or not it has series yet (see [`family_names`]).
+    families: Vec<String>,
 
     // Core.
     /// `karpenter_build_info`: version, goversion, goarch, commit (always 1).
@@ -364,6 +372,8 @@ pub struct Metrics {
 /// used twice or an invalid name) that the tests catch, so it panics with the metric's name.
 struct Builder {
     registry: Registry,
+    /// Every family's name, in registration order.
+    names: std::cell::RefCell<Vec<String>>,
 }
 
 impl Builder {
@@ -371,6 +381,9 @@ impl Builder {
         if let Err(e) = self.registry.register(Box::new(collector.clone())) {
             panic!("registering metric {name}: {e}");
         }
+        self.names
+            .borrow_mut()
+            .extend(collector.desc().iter().map(|d| d.fq_name.clone()));
         collector
     }
 
@@ -495,6 +508,7 @@ impl Metrics {
     fn new() -> Self {
         let b = Builder {
             registry: Registry::new(),
+            names: std::cell::RefCell::new(Vec::new()),
         };
         let node_labels: Vec<String> = node_metric_labels()
             .into_iter()
@@ -918,6 +932,7 @@ impl Metrics {
             ec2nodeclass_status: b.status(Some(STATUS_KINDS[3]), &[]),
             capacitybuffer_status: b.status(Some(STATUS_KINDS[4]), &[]),
             deprecated_status: b.status(None, &[]),
+            families: b.names.take(),
             registry: b.registry,
         };
         metrics

@@ -11,6 +11,7 @@ tests/chart/requirements.txt.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -502,6 +503,53 @@ def test_service_monitor_endpoint_config(chart):
         "relabelings": [{"action": "replace", "targetLabel": "cluster", "replacement": "c1"}],
         "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}],
     }]  # fmt: skip
+
+
+def test_grafana_dashboards_only_when_enabled(default_docs, chart):
+    assert not [d for d in default_docs if d["kind"] == "ConfigMap"]
+    values = merged(CLUSTER, {"grafanaDashboards": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "Karpenter"}}})
+    config_map = only(render(chart, values), "ConfigMap", "karpenter-dashboards")
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Karpenter"}
+    shipped = sorted(p.name for p in (CHART / "dashboards").glob("*.json"))
+    assert sorted(config_map["data"]) == [f"karpenter-rs-{name}" for name in shipped] == [
+        "karpenter-rs-capacity.json", "karpenter-rs-performance.json"]
+    uids = set()
+    for name, text in config_map["data"].items():
+        dashboard = json.loads(text)
+        assert dashboard == json.loads((CHART / "dashboards" / name.removeprefix("karpenter-rs-")).read_text())
+        uids.add(dashboard["uid"])
+        assert dashboard["panels"], name
+        for panel in dashboard["panels"]:
+            assert panel["targets"] and all(t["expr"] for t in panel["targets"]), (name, panel["title"])
+    assert len(uids) == 2
+
+
+def test_prometheus_rule_only_when_enabled(default_docs, chart):
+    assert not [d for d in default_docs if d["kind"] == "PrometheusRule"]
+    values = merged(CLUSTER, {"prometheusRule": {
+        "enabled": True,
+        "additionalLabels": {"release": "kube-prometheus-stack"},
+        "alertLabels": {"team": "platform"},
+        "insufficientCapacityThreshold": 25,
+    }})  # fmt: skip
+    rule = only(render(chart, values), "PrometheusRule", "karpenter")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    alerts = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
+    assert sorted(alerts) == sorted([
+        "KarpenterControllerDown", "KarpenterClusterStateNotSynced", "KarpenterNodesNotRegistering",
+        "KarpenterLaunchFailures", "KarpenterInsufficientCapacityStorm", "KarpenterPodsUnschedulable",
+        "KarpenterDisruptionBlocked"])  # fmt: skip
+    for alert in alerts.values():
+        assert alert["labels"]["team"] == "platform"
+        assert alert["labels"]["severity"] in {"critical", "warning", "info"}
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+    # The job Prometheus gives the ServiceMonitor's targets is the Service's name.
+    assert alerts["KarpenterControllerDown"]["expr"] == 'absent(up{job="karpenter"} == 1)'
+    assert alerts["KarpenterInsufficientCapacityStorm"]["expr"].endswith("> 25")
+    assert alerts["KarpenterLaunchFailures"]["annotations"]["summary"] == "Instance launches fail with {{ $labels.error }}."
 
 
 # --- RBAC -----------------------------------------------------------------------------------
