@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README): the whole test suite, locked to Cargo.lock.
-# - tests/control_plane.rs runs `karpenter-rs run` against a real Kubernetes control plane, and
+# - tests/control_plane.rs runs `karpenter-rs run` against a real Kubernetes control plane (with
+#   Debian's Prometheus scraping it, installed here when missing), and
 #   tests/disruption_control_plane.rs and tests/disruption_faults.rs run its controllers in process
 #   against it
 #   (hack/control-plane.sh: built from Debian packages and cached under ~/.cache/k8s-debian, about
@@ -77,6 +78,18 @@ cargo_test() {
   mkdir -p "$target"
   cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$cargo_log"
 }
+
+# Debian's Prometheus scrapes the controller in tests/control_plane.rs (started there by PID on a
+# free loopback port; only the binaries are needed).
+if [ "${SKIP_CONTROL_PLANE_TESTS:-}" != 1 ] && ! command -v prometheus >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  else
+    echo "hack/test.sh: the control-plane tests need Prometheus; install Debian's prometheus package" >&2
+    exit 1
+  fi
+fi
 
 control_plane=
 if [ "${SKIP_CONTROL_PLANE_TESTS:-}" != 1 ]; then

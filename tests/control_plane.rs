@@ -1534,3 +1534,268 @@ fn simulate_reads_the_live_cluster_as_it_reads_the_same_objects_from_files() {
         reset(&client).await;
     });
 }
+
+/// Debian's Prometheus (`prometheus` on PATH; hack/test.sh installs the package), scraping one
+/// target every second from a free loopback port, its data in the test's temporary directory.
+/// Killed by PID when dropped.
+struct Prometheus {
+    child: Child,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(job: &str, target_port: u16) -> Self {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("prometheus-{job}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("prometheus dir");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n  - job_name: {job}\n    static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]\n"
+            ),
+        )
+        .expect("prometheus config");
+        let port = free_port();
+        let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start prometheus (Debian's prometheus package; hack/test.sh installs it)");
+        Self { child, port }
+    }
+
+    /// An instant query: `Err` with Prometheus' message when it refuses the expression, else
+    /// each series' labels and value.
+    async fn query(&self, expr: &str) -> Result<Vec<(serde_json::Value, f64)>, String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let encoded: String = expr
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        // HTTP/1.0: the body arrives whole, never chunked.
+        let request =
+            format!("GET /api/v1/query?query={encoded} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let answer: serde_json::Value =
+            serde_json::from_str(body).map_err(|e| format!("{e}: {response}"))?;
+        if answer["status"] != "success" {
+            return Err(answer["error"].to_string());
+        }
+        Ok(answer["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                let value = s["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(f64::NAN);
+                (s["metric"].clone(), value)
+            })
+            .collect())
+    }
+
+    /// The single value an aggregating query gives, once it gives one.
+    async fn value(&self, expr: &str) -> Option<f64> {
+        match self.query(expr).await {
+            Ok(series) if series.len() == 1 => Some(series[0].1),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every query the chart's dashboards and alert rules run, with the panel or alert it belongs to;
+/// template variables take the values a user sees by default.
+fn shipped_queries() -> Vec<(String, String)> {
+    let chart = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/karpenter");
+    let mut out = Vec::new();
+    for file in ["capacity.json", "performance.json"] {
+        let text = std::fs::read_to_string(chart.join("dashboards").join(file)).expect("dashboard");
+        let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+        for panel in dashboard["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().expect("targets") {
+                let expr = target["expr"].as_str().expect("expr");
+                out.push((
+                    format!("{file}: {}", panel["title"].as_str().unwrap_or_default()),
+                    expr.replace("$nodepool", ".*"),
+                ));
+            }
+        }
+    }
+    let rules =
+        std::fs::read_to_string(chart.join("templates/prometheusrule.yaml")).expect("rules");
+    let mut alert = String::new();
+    for line in rules.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix("- alert: ") {
+            alert = name.to_string();
+        } else if let Some(expr) = line.strip_prefix("expr: ") {
+            out.push((
+                format!("alert {alert}"),
+                expr.replace("{{ $job }}", "karpenter")
+                    .replace("{{ $rule.insufficientCapacityThreshold }}", "10"),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn prometheus_scrapes_the_controller_and_the_shipped_dashboards_and_alerts_agree_with_the_cluster()
+{
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start("prometheus", false);
+        let prometheus = Prometheus::start("karpenter", controller.metrics_port);
+        let ns = namespace(&client, "prometheus").await;
+        nodeclass(&client).await;
+        nodepool(&client, "default", None).await;
+        inflate(&client, &ns, 7).await;
+        wait_for("7 bound pods", || async {
+            (bound(&pods(&client, &ns).await) == 7).then_some(())
+        })
+        .await;
+        let nodes = list::<Node>(&client).await.len();
+        assert_eq!(nodes, 3, "ceil(7 / 3) m5.xlarge nodes");
+
+        // What Prometheus scraped agrees with the cluster.
+        wait_for("Prometheus to see the three nodes", || async {
+            prometheus
+                .value(r#"count(karpenter_nodes_allocatable{resource_type="cpu"})"#)
+                .await
+                .filter(|n| *n == 3.0)
+        })
+        .await;
+        assert_eq!(prometheus.value(r#"up{job="karpenter"}"#).await, Some(1.0));
+        assert_eq!(
+            prometheus
+                .value("sum(karpenter_nodeclaims_created_total)")
+                .await,
+            Some(3.0)
+        );
+        assert_eq!(
+            prometheus
+                .value("max(karpenter_cluster_state_synced)")
+                .await,
+            Some(1.0)
+        );
+        let bound_in_prometheus =
+            format!(r#"count(karpenter_pods_state{{namespace="{ns}", node!=""}})"#);
+        wait_for("Prometheus to see the bound pods", || async {
+            prometheus
+                .value(&bound_in_prometheus)
+                .await
+                .filter(|n| *n == 7.0)
+        })
+        .await;
+        assert_eq!(
+            prometheus
+                .value(r#"sum(karpenter_nodepools_usage{resource_type="cpu", nodepool="default"})"#)
+                .await,
+            Some(12.0),
+            "three 4-CPU nodes"
+        );
+
+        // Every shipped query is valid PromQL on a real Prometheus; the capacity and
+        // provisioning panels have data, and no alert fires on this healthy cluster.
+        let with_data = [
+            "capacity.json: Nodes by NodePool",
+            "capacity.json: Nodes by zone",
+            "capacity.json: Nodes by instance type",
+            "capacity.json: Nodes by capacity type",
+            "capacity.json: CPU: allocatable and requested",
+            "capacity.json: NodePool usage against limits (CPU)",
+            "capacity.json: Estimated cost per hour by NodePool",
+            "performance.json: NodeClaims created and nodes registered",
+            "performance.json: Scheduling simulation duration",
+            "performance.json: Cluster state synced",
+        ];
+        let queries = shipped_queries();
+        assert!(queries.len() > 25, "{queries:?}");
+        for (what, expr) in &queries {
+            let series = prometheus
+                .query(expr)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: Prometheus refuses {expr}: {e}"));
+            if what.starts_with("alert ") {
+                assert!(
+                    series.is_empty(),
+                    "{what} fires on a healthy cluster: {series:?}"
+                );
+            }
+        }
+        for panel in with_data {
+            wait_for(&format!("data in {panel}"), || async {
+                for (_, expr) in queries.iter().filter(|(what, _)| what == panel) {
+                    if prometheus.query(expr).await.is_ok_and(|s| !s.is_empty()) {
+                        return Some(());
+                    }
+                }
+                None
+            })
+            .await;
+        }
+        let cost = prometheus
+            .value(r#"sum(count by (nodepool, instance_type, capacity_type, zone) (karpenter_nodes_allocatable{resource_type="cpu"}) * on (instance_type, capacity_type, zone) group_left max by (instance_type, capacity_type, zone) (karpenter_cloudprovider_instance_type_offering_price_estimate))"#)
+            .await
+            .expect("a cost");
+        assert!(
+            (cost - 3.0 * 0.192).abs() < 1e-6,
+            "three on-demand m5.xlarge: {cost}"
+        );
+
+        // Consolidation shows up too: with one pod left, two nodes go.
+        Api::<Deployment>::namespaced(client.clone(), &ns)
+            .patch(
+                "inflate",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 1}})),
+            )
+            .await
+            .expect("scale down");
+        wait_for("Prometheus to see the fleet consolidated", || async {
+            let decisions = prometheus
+                .value("sum(karpenter_voluntary_disruption_decisions_total)")
+                .await?;
+            let nodes = prometheus
+                .value(r#"count(karpenter_nodes_allocatable{resource_type="cpu"})"#)
+                .await?;
+            (decisions >= 1.0 && nodes == 1.0).then_some(())
+        })
+        .await;
+        assert_eq!(list::<Node>(&client).await.len(), 1);
+        reset(&client).await;
+    });
+}
