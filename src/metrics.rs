@@ -99,6 +99,11 @@ pub fn family_names() -> &'static [String] {
 /// The content type of [`encode`]'s output, which scrapers use to pick a parser.
 pub const TEXT_CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
+/// client-go's request latency buckets, so that dashboards built for it read ours alike.
+pub const REST_CLIENT_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+];
+
 /// Upstream's duration buckets (controller-runtime's reconcile buckets extended to 10 minutes),
 /// so that histogram quantiles are comparable with upstream's.
 pub const DURATION_BUCKETS: [f64; 45] = [
@@ -192,6 +197,15 @@ pub struct Metrics {
     // Core.
     /// `karpenter_build_info`: version, goversion, goarch, commit (always 1).
     pub build_info: GaugeVec,
+
+    // Library families, under client-go's names, which operators' alerts query.
+    /// `rest_client_requests_total`: Kubernetes API requests by status code (`<error>` when no
+    /// response came back), host and method.
+    pub rest_client_requests_total: CounterVec,
+    /// `rest_client_request_duration_seconds`: Kubernetes API request latency by verb and host.
+    pub rest_client_request_duration_seconds: HistogramVec,
+    /// `leader_election_master_status`: 1 while this replica holds the named lease, else 0.
+    pub leader_election_master_status: GaugeVec,
     /// `karpenter_nodeclaims_created_total`: reason, nodepool, min_values_relaxed.
     pub nodeclaims_created_total: CounterVec,
     /// `karpenter_nodeclaims_terminated_total`: nodepool, capacity_type, zone.
@@ -541,6 +555,22 @@ impl Metrics {
                 "karpenter_build_info",
                 "Always 1; its labels say which karpenter-rs build is running (goversion is \"rust\").",
                 &["version", "goversion", "goarch", "commit"],
+            ),
+            rest_client_requests_total: b.counter_vec(
+                "rest_client_requests_total",
+                "Kubernetes API requests, by status code, host and method.",
+                &["code", "host", "method"],
+            ),
+            rest_client_request_duration_seconds: b.histogram_vec(
+                "rest_client_request_duration_seconds",
+                "Kubernetes API request latency in seconds, by verb and host.",
+                &["verb", "host"],
+                &REST_CLIENT_BUCKETS,
+            ),
+            leader_election_master_status: b.gauge_vec(
+                "leader_election_master_status",
+                "1 while this replica holds the leader election lease, else 0.",
+                &["name"],
             ),
             nodeclaims_created_total: b.counter_vec(
                 "karpenter_nodeclaims_created_total",
@@ -1156,6 +1186,17 @@ mod tests {
                 s(&["version", "goversion", "goarch", "commit"]),
             ),
             (
+                "rest_client_requests_total",
+                "counter",
+                s(&["code", "host", "method"]),
+            ),
+            (
+                "rest_client_request_duration_seconds",
+                "histogram",
+                s(&["verb", "host"]),
+            ),
+            ("leader_election_master_status", "gauge", s(&["name"])),
+            (
                 "karpenter_nodeclaims_created_total",
                 "counter",
                 s(&["reason", "nodepool", "min_values_relaxed"]),
@@ -1591,6 +1632,7 @@ mod tests {
             &m.cloudprovider_instance_type_cpu_cores,
             &m.cloudprovider_instance_type_memory_bytes,
             &m.ec2nodeclasses_userdata_bytes,
+            &m.leader_election_master_status,
         ];
         let counter_vecs = [
             &m.nodeclaims_created_total,
@@ -1615,6 +1657,7 @@ mod tests {
             &m.cloudprovider_instance_termination_failures_total,
             &m.interruption_received_messages_total,
             &m.interruption_instance_status_unhealthy_total,
+            &m.rest_client_requests_total,
         ];
         let histogram_vecs = [
             &m.nodeclaims_termination_duration_seconds,
@@ -1626,6 +1669,7 @@ mod tests {
             &m.cloudprovider_duration_seconds,
             &m.cloudprovider_batcher_batch_time_seconds,
             &m.cloudprovider_batcher_batch_size,
+            &m.rest_client_request_duration_seconds,
         ];
         let mut status_gauges = Vec::new();
         let mut status_counters = Vec::new();

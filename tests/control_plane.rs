@@ -1711,6 +1711,13 @@ fn prometheus_scrapes_the_controller_and_the_shipped_dashboards_and_alerts_agree
                 .await,
             Some(1.0)
         );
+        // client-go's request counter sees the controller's own API traffic.
+        assert!(
+            prometheus
+                .value(r#"sum(rest_client_requests_total{code=~"2..", method="GET"})"#)
+                .await
+                .is_some_and(|n| n > 0.0)
+        );
         let bound_in_prometheus =
             format!(r#"count(karpenter_pods_state{{namespace="{ns}", node!=""}})"#);
         wait_for("Prometheus to see the bound pods", || async {
@@ -1741,6 +1748,8 @@ fn prometheus_scrapes_the_controller_and_the_shipped_dashboards_and_alerts_agree
             "performance.json: NodeClaims created and nodes registered",
             "performance.json: Scheduling simulation duration",
             "performance.json: Cluster state synced",
+            "performance.json: Kubernetes API requests",
+            "performance.json: Kubernetes API request latency (p99)",
         ];
         let queries = shipped_queries();
         assert!(queries.len() > 25, "{queries:?}");

@@ -97,12 +97,15 @@ pub fn may_take(
 
 impl LeaderElector {
     /// A candidate named `identity` for the Lease `namespace/name`.
+    /// A candidate that does not lead yet (`leader_election_master_status` 0 until it does).
     pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> Self {
-        Self {
+        let election = Self {
             api: Api::namespaced(client, namespace),
             name: name.into(),
             identity: identity.into(),
-        }
+        };
+        election.report(false);
+        election
     }
 
     /// Tries once to acquire or renew the lease.
@@ -180,6 +183,7 @@ impl LeaderElector {
             match self.try_acquire_or_renew().await {
                 Ok(Verdict::Leading) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "successfully acquired lease");
+                    self.report(true);
                     return;
                 }
                 Ok(Verdict::Following(holder)) => {
@@ -209,6 +213,7 @@ impl LeaderElector {
                 Ok(Ok(Verdict::Leading)) => last_ok = tokio::time::Instant::now(),
                 Ok(Ok(Verdict::Following(holder))) => {
                     tracing::error!(lease = %self.name, holder = %holder, "leadership lost");
+                    self.report(false);
                     return;
                 }
                 Ok(Err(e)) => {
@@ -218,13 +223,23 @@ impl LeaderElector {
             }
             if last_ok.elapsed() > RENEW_DEADLINE {
                 tracing::error!(lease = %self.name, "could not renew lease within the deadline");
+                self.report(false);
                 return;
             }
         }
     }
 
+    /// `leader_election_master_status` for this lease, as client-go's leader election sets it.
+    fn report(&self, leading: bool) {
+        crate::metrics::METRICS
+            .leader_election_master_status
+            .with_label_values(&[self.name.as_str()])
+            .set(if leading { 1.0 } else { 0.0 });
+    }
+
     /// Gives the lease up on a clean shutdown so another replica can lead at once.
     pub async fn release(&self) {
+        self.report(false);
         if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await
             && let Some(spec) = lease.spec.as_mut()
             && spec.holder_identity.as_deref() == Some(self.identity.as_str())

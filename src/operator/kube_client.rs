@@ -132,10 +132,73 @@ where
     }
 }
 
-/// A client for `config` whose requests go through `limiter`.
+/// A tower layer that counts and times every Kubernetes API request under client-go's metric
+/// names (`rest_client_requests_total`, `rest_client_request_duration_seconds`), which is how
+/// operators see an API request storm or a throttling API server.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestMetricsLayer;
+
+impl<S> Layer<S> for RequestMetricsLayer {
+    type Service = RequestMetrics<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestMetrics { inner }
+    }
+}
+
+/// See [`RequestMetricsLayer`].
+#[derive(Clone, Debug)]
+pub struct RequestMetrics<S> {
+    inner: S,
+}
+
+impl<S, B, R> Service<hyper::Request<B>> for RequestMetrics<S>
+where
+    S: Service<hyper::Request<B>, Response = hyper::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: hyper::Request<B>) -> Self::Future {
+        let method = request.method().to_string();
+        let host = request
+            .uri()
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let start = Instant::now();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let result = response.await;
+            let code = match &result {
+                Ok(r) => r.status().as_u16().to_string(),
+                Err(_) => "<error>".to_string(),
+            };
+            let m = &crate::metrics::METRICS;
+            m.rest_client_requests_total
+                .with_label_values(&[code.as_str(), host.as_str(), method.as_str()])
+                .inc();
+            m.rest_client_request_duration_seconds
+                .with_label_values(&[method.as_str(), host.as_str()])
+                .observe(start.elapsed().as_secs_f64());
+            result
+        })
+    }
+}
+
+/// A client for `config` whose requests go through `limiter` and are counted.
 pub fn client(config: kube::Config, limiter: &RateLimitLayer) -> Result<kube::Client, kube::Error> {
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(limiter)
+        .with_layer(&RequestMetricsLayer)
         .build())
 }
 
