@@ -5,6 +5,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use chrono::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -13,11 +15,13 @@ use karpenter_rs::apis::{NodeClaim, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
+use karpenter_rs::controllers::nodeclaim;
 use karpenter_rs::controllers::nodeclaim::termination::{self, DISRUPTION_REASON, DRAINED};
 use karpenter_rs::controllers::nodeclaim::{
     INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
 };
 use karpenter_rs::disruption::Method;
+use karpenter_rs::runtime::panics::{guarded, guarded_pass};
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::Action;
@@ -405,4 +409,69 @@ async fn the_fake_api_refuses_stale_writes_as_the_api_server_does() {
             .any(|c| c.labels().get("a").is_some_and(|v| v == "1")),
         "the cache shows the accepted write"
     );
+}
+
+/// `controller_runtime_reconcile_panics_total{controller}`, as the metrics endpoint serves it.
+fn panics_counted(controller: &str) -> f64 {
+    karpenter_rs::metrics::METRICS
+        .reconcile_panics_total
+        .with_label_values(&[controller])
+        .get()
+}
+
+#[tokio::test]
+async fn a_reconcile_that_panics_on_one_object_is_caught_counted_and_backed_off_while_the_others_reconcile()
+ {
+    const CONTROLLER: &str = "in-memory-panic-test";
+    let env = Env::new().await;
+    env.create(&builders::nodeclaim("default-hostile")).await;
+    env.create(&builders::nodeclaim("default-normal")).await;
+    // The lifecycle reconcile, except that it panics on one object, as a bug triggered by one
+    // object's content would.
+    let reconcile = |claim: Arc<NodeClaim>, ctx| async move {
+        if claim.name_any() == "default-hostile" {
+            panic!("attempt to add with overflow");
+        }
+        nodeclaim::reconcile(claim, ctx).await
+    };
+    let before = panics_counted(CONTROLLER);
+    let mut delays = Vec::new();
+    for _ in 0..3 {
+        let hostile = Arc::new(env.claim("default-hostile").await);
+        let action = guarded(CONTROLLER, hostile, env.ctx.clone(), reconcile)
+            .await
+            .expect("a caught panic is a requeue, not an error");
+        delays.push(action);
+        let normal = Arc::new(env.claim("default-normal").await);
+        guarded(CONTROLLER, normal, env.ctx.clone(), reconcile)
+            .await
+            .expect("the other object reconciles");
+    }
+    assert_eq!(
+        delays,
+        [1, 2, 4].map(|s| Action::requeue(std::time::Duration::from_secs(s))),
+        "the panicking object is retried later and later, not at once"
+    );
+    assert_eq!(panics_counted(CONTROLLER), before + 3.0);
+    let normal = env.claim("default-normal").await;
+    assert!(
+        has_condition(&normal, LAUNCHED, TRUE),
+        "the other NodeClaim got its finalizer and launched"
+    );
+    let hostile = env.claim("default-hostile").await;
+    assert!(hostile.finalizers().is_empty() && hostile.status.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_polling_pass_that_panics_is_caught_and_the_next_pass_runs() {
+    let env = Env::new().await;
+    let before = panics_counted("in-memory-pass-test");
+    let panicked: Option<()> = guarded_pass("in-memory-pass-test", &env.ctx, async {
+        panic!("index out of bounds")
+    })
+    .await;
+    assert_eq!(panicked, None);
+    assert_eq!(panics_counted("in-memory-pass-test"), before + 1.0);
+    let next = guarded_pass("in-memory-pass-test", &env.ctx, async { 42 }).await;
+    assert_eq!(next, Some(42));
 }

@@ -41,6 +41,7 @@ use crate::controllers::nodeclaim::{INITIALIZED, termination};
 use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, budgets, validation};
 use crate::metrics::METRICS;
+use crate::runtime::panics::guarded_pass;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{self, Input, Placement};
@@ -84,12 +85,15 @@ pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     let mut reported = HashMap::new();
     loop {
-        let acted = match once(&ctx, &mut reported).await {
-            Ok(acted) => acted,
-            Err(e) => {
+        // A pass that panics is dropped where it stood: a command it had not finished validating
+        // is never carried out, and the next pass resumes or rolls back what it left.
+        let acted = match guarded_pass("disruption", &ctx, once(&ctx, &mut reported)).await {
+            Some(Ok(acted)) => acted,
+            Some(Err(e)) => {
                 tracing::warn!(controller = "disruption", error = %e, "disruption pass failed; will retry");
                 false
             }
+            None => false,
         };
         // After acting, give the caches a moment to show what was done before deciding again.
         let poll = ctx.intervals.disruption_poll;

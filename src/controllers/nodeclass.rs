@@ -18,6 +18,7 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::{EC2NodeClass, NodeClaim, labels};
 use crate::cloudprovider::{CloudError, NodeClassCondition, ResolveError};
 use crate::disruption::drift;
+use crate::runtime::panics::guarded;
 use crate::runtime::{Context, Error};
 
 /// Runs the EC2NodeClass controller until the stream ends.
@@ -30,7 +31,9 @@ pub async fn run(ctx: Arc<Context>) {
             |claim: NodeClaim| Some(ObjectRef::new(&claim.spec.node_class_ref.name)),
         )
         .run(
-            |c, ctx| crate::metrics::in_controller("nodeclass", reconcile(c, ctx)),
+            |c, ctx| {
+                crate::metrics::in_controller("nodeclass", guarded("nodeclass", c, ctx, reconcile))
+            },
             error_policy,
             ctx,
         )

@@ -24,6 +24,7 @@ use crate::apis::nodepool::NodePoolStatus;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::disruption::drift;
 use crate::metrics::METRICS;
+use crate::runtime::panics::guarded;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 
@@ -55,7 +56,11 @@ pub async fn run(ctx: Arc<Context>) {
                     .collect::<Vec<_>>()
             },
         )
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |p, ctx| guarded("nodepool", p, ctx, reconcile),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }

@@ -27,6 +27,7 @@ use crate::apis::NodeClaim;
 use crate::apis::conditions;
 use crate::cloudprovider::{CloudError, Instance, InstanceState};
 use crate::runtime::Context;
+use crate::runtime::panics::guarded_pass;
 
 use super::{LAUNCHED, termination};
 
@@ -105,8 +106,11 @@ pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     loop {
         tokio::time::sleep(ctx.intervals.garbage_collection).await;
-        collect(&ctx).await;
-        if let Err(e) = collect_nodes(&ctx).await {
+        let pass = async {
+            collect(&ctx).await;
+            collect_nodes(&ctx).await
+        };
+        if let Some(Err(e)) = guarded_pass("nodeclaim.garbagecollection", &ctx, pass).await {
             tracing::warn!(controller = "garbagecollection", error = %e, "could not collect nodes");
         }
     }

@@ -34,6 +34,7 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::metrics::METRICS;
+use crate::runtime::panics::guarded;
 use crate::runtime::{Context, Error};
 use crate::snapshot::{joins, taints};
 
@@ -58,7 +59,12 @@ pub async fn run(ctx: Arc<Context>) {
             claim_of_node(&store, &node).map(|name| ObjectRef::new(&name))
         })
         .run(
-            |c, ctx| crate::metrics::in_controller("nodeclaim.lifecycle", reconcile(c, ctx)),
+            |c, ctx| {
+                crate::metrics::in_controller(
+                    "nodeclaim.lifecycle",
+                    guarded("nodeclaim.lifecycle", c, ctx, reconcile),
+                )
+            },
             error_policy,
             ctx,
         )
