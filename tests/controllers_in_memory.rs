@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use chrono::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_rs::apis::conditions::{FALSE, TRUE, UNKNOWN};
 use karpenter_rs::apis::{NodeClaim, labels};
@@ -20,10 +21,12 @@ use karpenter_rs::controllers::nodeclaim::termination::{self, DISRUPTION_REASON,
 use karpenter_rs::controllers::nodeclaim::{
     INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
 };
+use karpenter_rs::controllers::pod_annotations::{INVALID_DO_NOT_DISRUPT, InvalidAnnotations};
 use karpenter_rs::disruption::Method;
 use karpenter_rs::runtime::panics::{guarded, guarded_pass};
+use karpenter_rs::runtime::untyped;
 use kube::ResourceExt;
-use kube::api::{Api, Patch};
+use kube::api::{Api, DynamicObject, Patch};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
@@ -474,4 +477,102 @@ async fn a_polling_pass_that_panics_is_caught_and_the_next_pass_runs() {
     assert_eq!(panics_counted("in-memory-pass-test"), before + 1.0);
     let next = guarded_pass("in-memory-pass-test", &env.ctx, async { 42 }).await;
     assert_eq!(next, Some(42));
+}
+
+/// The reasons of the events recorded about objects in `namespace`.
+async fn event_reasons(env: &Env, namespace: &str) -> Vec<(String, String)> {
+    Api::<K8sEvent>::namespaced(env.ctx.client.clone(), namespace)
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .map(|e| {
+            (
+                e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_invalid_do_not_disrupt_value_gets_one_warning_event_per_pod_and_value() {
+    let env = Env::new().await;
+    for (name, value) in [
+        ("huge", "999999999999h"),
+        ("garbage", "garbage"),
+        ("honoured", "30m"),
+    ] {
+        let mut pod = builders::pod(name, "node-a");
+        pod.annotations_mut()
+            .insert(labels::DO_NOT_DISRUPT.into(), value.into());
+        env.create_namespaced(&pod).await;
+    }
+    let mut invalid = InvalidAnnotations::default();
+    invalid.report(&env.ctx).await;
+    let mut reported = event_reasons(&env, builders::NAMESPACE).await;
+    reported.sort();
+    assert_eq!(
+        reported,
+        [
+            ("garbage", INVALID_DO_NOT_DISRUPT),
+            ("huge", INVALID_DO_NOT_DISRUPT)
+        ]
+        .map(|(p, r)| (p.to_string(), r.to_string()))
+    );
+    invalid.report(&env.ctx).await;
+    assert_eq!(
+        event_reasons(&env, builders::NAMESPACE).await.len(),
+        2,
+        "a value already reported is not reported again"
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_object_is_reported_and_left_alone_while_readable_ones_reconcile() {
+    let env = Env::new().await;
+    env.create(&builders::nodeclaim("default-readable")).await;
+    let mut unreadable =
+        serde_json::to_value(builders::nodeclaim("default-unreadable")).expect("NodeClaim as JSON");
+    unreadable["spec"]["expireAfter"] = json!("9999999999h");
+    let unreadable: DynamicObject = serde_json::from_value(unreadable).expect("untyped");
+    let readable: DynamicObject = serde_json::from_value(
+        serde_json::to_value(env.claim("default-readable").await).expect("JSON"),
+    )
+    .expect("untyped");
+    let run = |object: DynamicObject| {
+        untyped::reconcile(
+            "in-memory-untyped-test",
+            Arc::new(object),
+            env.ctx.clone(),
+            nodeclaim::reconcile,
+            untyped::report::<NodeClaim>,
+        )
+    };
+    assert_eq!(
+        run(unreadable).await.expect("reported, not failed"),
+        Action::await_change()
+    );
+    run(readable)
+        .await
+        .expect("the readable NodeClaim reconciles");
+    assert_eq!(
+        env.claim("default-readable").await.finalizers(),
+        [labels::TERMINATION_FINALIZER]
+    );
+    let events = Api::<K8sEvent>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items;
+    let note = events
+        .iter()
+        .find(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("default-unreadable")
+        })
+        .and_then(|e| e.note.clone())
+        .expect("an event about the unreadable NodeClaim");
+    assert!(note.contains("spec.expireAfter"), "{note}");
+    assert!(note.contains("shorten it"), "{note}");
 }

@@ -38,6 +38,7 @@ use crate::apis::conditions;
 use crate::apis::nodepool::DisruptionReason;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::controllers::nodeclaim::{INITIALIZED, termination};
+use crate::controllers::pod_annotations::InvalidAnnotations;
 use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, budgets, validation};
 use crate::metrics::METRICS;
@@ -84,10 +85,15 @@ impl CommandMarker {
 pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     let mut reported = HashMap::new();
+    let mut invalid = InvalidAnnotations::default();
     loop {
+        let pass = async {
+            invalid.report(&ctx).await;
+            once(&ctx, &mut reported).await
+        };
         // A pass that panics is dropped where it stood: a command it had not finished validating
         // is never carried out, and the next pass resumes or rolls back what it left.
-        let acted = match guarded_pass("disruption", &ctx, once(&ctx, &mut reported)).await {
+        let acted = match guarded_pass("disruption", &ctx, pass).await {
             Some(Ok(acted)) => acted,
             Some(Err(e)) => {
                 tracing::warn!(controller = "disruption", error = %e, "disruption pass failed; will retry");

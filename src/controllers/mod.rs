@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod pod_annotations;
 pub mod provisioning;
 
 use std::sync::Arc;

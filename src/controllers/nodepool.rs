@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -24,15 +25,15 @@ use crate::apis::nodepool::NodePoolStatus;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::disruption::drift;
 use crate::metrics::METRICS;
-use crate::runtime::panics::guarded;
+use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 
-/// Runs the NodePool controller until the stream ends.
+/// Runs the NodePool controller until the stream ends. NodePools are watched untyped and read
+/// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
-    let pools: Api<NodePool> = Api::all(ctx.client.clone());
     let store = ctx.state.nodepools.clone();
-    Controller::new(pools, watcher::Config::default())
+    untyped::controller::<NodePool>(&ctx)
         .watches(
             Api::<NodeClaim>::all(ctx.client.clone()),
             watcher::Config::default(),
@@ -40,7 +41,7 @@ pub async fn run(ctx: Arc<Context>) {
                 claim
                     .labels()
                     .get(labels::NODEPOOL)
-                    .map(|p| ObjectRef::new(p))
+                    .map(|p| untyped::object_ref::<NodePool>(p))
             },
         )
         .watches(
@@ -52,12 +53,12 @@ pub async fn run(ctx: Arc<Context>) {
                     .state()
                     .iter()
                     .filter(|p| p.spec.template.spec.node_class_ref.name == name)
-                    .map(|p| ObjectRef::new(&p.name_any()))
+                    .map(|p| untyped::object_ref::<NodePool>(&p.name_any()))
                     .collect::<Vec<_>>()
             },
         )
         .run(
-            |p, ctx| guarded("nodepool", p, ctx, reconcile),
+            |p, ctx| untyped::reconcile("nodepool", p, ctx, reconcile, unreadable),
             error_policy,
             ctx,
         )
@@ -65,7 +66,7 @@ pub async fn run(ctx: Arc<Context>) {
         .await;
 }
 
-fn error_policy(pool: Arc<NodePool>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(pool: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(controller = "nodepool", nodepool = %pool.name_any(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
@@ -237,7 +238,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
                 msg,
                 now,
             ) {
-                publish(&ctx, &pool, "FailedValidation", msg).await;
+                publish(&ctx, &pool.object_ref(&()), "FailedValidation", msg).await;
                 tracing::warn!(controller = "nodepool", nodepool = %name, error = %msg, "invalid nodepool");
             }
         }
@@ -287,7 +288,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         &class_message,
         now,
     ) {
-        publish(&ctx, &pool, class_reason, &class_message).await;
+        publish(&ctx, &pool.object_ref(&()), class_reason, &class_message).await;
         tracing::warn!(controller = "nodepool", nodepool = %name, reason = class_reason, message = %class_message, "nodepool cannot launch");
     }
     if validation.is_ok() && class_ready {
@@ -318,7 +319,66 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-async fn publish(ctx: &Context, pool: &NodePool, reason: &str, note: &str) {
+/// A NodePool the controller cannot read (a value the CRD pattern admits but Karpenter cannot
+/// use, such as an `expireAfter` beyond Go's range): `ValidationSucceeded=False` and
+/// `Ready=False` naming the field and the fix, and a `FailedValidation` event when that is new.
+/// It is in no cache, so nothing provisions from it or disrupts for it until it is fixed.
+async fn unreadable(
+    object: Arc<DynamicObject>,
+    why: String,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if object.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let name = object.name_any();
+    let now = ctx.clock.now();
+    let mut status: Vec<conditions::Condition> = object
+        .data
+        .get("status")
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    let msg = format!("NodePool {name} is invalid: {why}");
+    let invalid = conditions::set(
+        &mut status,
+        "ValidationSucceeded",
+        FALSE,
+        "NodePoolValidationFailed",
+        &msg,
+        now,
+    );
+    let unready = conditions::set(
+        &mut status,
+        "Ready",
+        FALSE,
+        "UnhealthyDependents",
+        "ValidationSucceeded=False",
+        now,
+    );
+    if invalid {
+        let resource = untyped::resource::<NodePool>();
+        publish(
+            &ctx,
+            &object.object_ref(&resource),
+            "FailedValidation",
+            &msg,
+        )
+        .await;
+    }
+    if invalid || unready {
+        Api::<DynamicObject>::all_with(ctx.client.clone(), &untyped::resource::<NodePool>())
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": status}})),
+            )
+            .await?;
+    }
+    Ok(Action::await_change())
+}
+
+async fn publish(ctx: &Context, pool: &ObjectReference, reason: &str, note: &str) {
     let e = Event {
         type_: EventType::Warning,
         reason: reason.into(),
@@ -326,7 +386,7 @@ async fn publish(ctx: &Context, pool: &NodePool, reason: &str, note: &str) {
         action: "Validate".into(),
         secondary: None,
     };
-    if let Err(err) = ctx.recorder.publish(&e, &pool.object_ref(&())).await {
+    if let Err(err) = ctx.recorder.publish(&e, pool).await {
         tracing::debug!(error = %err, "could not record event");
     }
 }

@@ -7,6 +7,7 @@
 pub mod events;
 pub mod evictions;
 pub mod panics;
+pub mod untyped;
 
 use std::sync::Arc;
 

@@ -88,9 +88,9 @@ pub async fn catch<F: Future>(
     }
 }
 
-/// How logs and the backoff name an object: `Kind/name`, or `Kind/namespace/name`.
-pub fn object_key<K: Resource<DynamicType = ()>>(object: &K) -> String {
-    let kind = K::kind(&());
+/// How logs and the backoff name an object of kind `kind`: `Kind/name`, or
+/// `Kind/namespace/name`.
+pub fn object_key(kind: &str, object: &impl ResourceExt) -> String {
     match object.namespace() {
         Some(ns) => format!("{kind}/{ns}/{}", object.name_any()),
         None => format!("{kind}/{}", object.name_any()),
@@ -110,13 +110,23 @@ where
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
     Fut: Future<Output = Result<Action, Error>>,
 {
-    let key = object_key(object.as_ref());
-    match catch(controller, &key, reconcile(object, ctx.clone())).await {
+    let key = object_key(&K::kind(&()), object.as_ref());
+    guarded_object(controller, &key, &ctx, reconcile(object, ctx.clone())).await
+}
+
+/// [`guarded`] for a reconcile already bound to its object, named `key`.
+pub async fn guarded_object(
+    controller: &'static str,
+    key: &str,
+    ctx: &Context,
+    reconcile: impl Future<Output = Result<Action, Error>>,
+) -> Result<Action, Error> {
+    match catch(controller, key, reconcile).await {
         Some(result) => {
-            ctx.panics.completed(controller, &key);
+            ctx.panics.completed(controller, key);
             result
         }
-        None => Ok(Action::requeue(ctx.panics.panicked(controller, &key))),
+        None => Ok(Action::requeue(ctx.panics.panicked(controller, key))),
     }
 }
 
