@@ -1581,8 +1581,39 @@ fn absurd_objects_are_reported_while_a_normal_workload_is_provisioned_and_consol
             .expect("the enormous pod");
         karpenter_event(&client, &enormous.name_any(), "FailedScheduling").await;
 
-        // Consolidation still runs: with the normal workload gone, its empty capacity goes
-        // and the node of the annotated pod (the annotation protects nothing) stays for it.
+        assert!(controller.exited().is_none(), "still running");
+        let text = scrape(controller.metrics_port).await.expect("/metrics");
+        assert!(
+            !has_sample(&text, "controller_runtime_reconcile_panics_total{"),
+            "nothing panicked:\n{text}"
+        );
+
+        // A controller that starts while the absurd objects exist (a rollout, a new leader)
+        // lists them with everything else: it must sync its caches and serve the rest.
+        controller.kill();
+        let mut controller = Controller::start("absurd-restarted", false);
+        deployments
+            .patch(
+                "inflate",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 8}})),
+            )
+            .await
+            .expect("scale up");
+        wait_for("9 bound pods", || async {
+            (bound(&pods(&client, &ns).await) == 9).then_some(())
+        })
+        .await;
+        let claims: Vec<NodeClaim> = list(&client).await;
+        assert_eq!(claims.len(), 3, "ceil(9 / 3) m5.xlarge nodes: {claims:?}");
+        assert!(
+            claims.iter().all(
+                |c| c.labels().get("karpenter.sh/nodepool").map(String::as_str) == Some("default")
+            ),
+            "nothing from the unreadable pool: {claims:?}"
+        );
+        // Consolidation still runs: with the normal workload gone, its empty capacity goes and
+        // the node of the annotated pod (the annotation protects nothing) stays for it.
         deployments
             .patch(
                 "inflate",
