@@ -36,7 +36,7 @@ pub fn decode<K: DeserializeOwned>(object: &DynamicObject) -> Result<K, String> 
 /// A reflected watch of `K` that leaves out the objects it cannot read: at a (re)list they are
 /// skipped, and an update that makes a cached object unreadable removes it from the cache, so
 /// nothing acts on a version that is no longer the object's.
-pub fn watch<K>(
+fn watch<K>(
     client: Client,
     writer: Writer<K>,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>>
