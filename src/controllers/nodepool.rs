@@ -29,6 +29,17 @@ use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 
+/// Condition: the pool passes the API server's rules and upstream's runtime checks.
+const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+/// `ValidationSucceeded=False`'s reason, as upstream's.
+const VALIDATION_FAILED: &str = "NodePoolValidationFailed";
+/// The event an invalid pool gets.
+const FAILED_VALIDATION_EVENT: &str = "FailedValidation";
+/// `Ready=False`'s reason when a condition it depends on is false.
+const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
+/// `Ready=False`'s message when the pool is invalid.
+const READY_NOT_VALID: &str = "ValidationSucceeded=False";
+
 /// Runs the NodePool controller until the stream ends. NodePools are watched untyped and read
 /// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
@@ -222,7 +233,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         Ok(()) => {
             conditions::set(
                 &mut status.conditions,
-                "ValidationSucceeded",
+                VALIDATION_SUCCEEDED,
                 TRUE,
                 "",
                 "",
@@ -232,13 +243,13 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         Err(msg) => {
             if conditions::set(
                 &mut status.conditions,
-                "ValidationSucceeded",
+                VALIDATION_SUCCEEDED,
                 FALSE,
-                "NodePoolValidationFailed",
+                VALIDATION_FAILED,
                 msg,
                 now,
             ) {
-                publish(&ctx, &pool.object_ref(&()), "FailedValidation", msg).await;
+                publish(&ctx, &pool.object_ref(&()), FAILED_VALIDATION_EVENT, msg).await;
                 tracing::warn!(controller = "nodepool", nodepool = %name, error = %msg, "invalid nodepool");
             }
         }
@@ -295,7 +306,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         conditions::set(&mut status.conditions, "Ready", TRUE, "", "", now);
     } else {
         let msg = if validation.is_err() {
-            "ValidationSucceeded=False"
+            READY_NOT_VALID
         } else {
             "NodeClassReady=False"
         };
@@ -303,7 +314,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
             &mut status.conditions,
             "Ready",
             FALSE,
-            "UnhealthyDependents",
+            UNHEALTHY_DEPENDENTS,
             msg,
             now,
         );
@@ -333,7 +344,7 @@ async fn unreadable(
     }
     let name = object.name_any();
     let now = ctx.clock.now();
-    let mut status: Vec<conditions::Condition> = object
+    let mut current: Vec<conditions::Condition> = object
         .data
         .get("status")
         .and_then(|s| s.get("conditions"))
@@ -341,19 +352,19 @@ async fn unreadable(
         .unwrap_or_default();
     let msg = format!("NodePool {name} is invalid: {why}");
     let invalid = conditions::set(
-        &mut status,
-        "ValidationSucceeded",
+        &mut current,
+        VALIDATION_SUCCEEDED,
         FALSE,
-        "NodePoolValidationFailed",
+        VALIDATION_FAILED,
         &msg,
         now,
     );
     let unready = conditions::set(
-        &mut status,
+        &mut current,
         "Ready",
         FALSE,
-        "UnhealthyDependents",
-        "ValidationSucceeded=False",
+        UNHEALTHY_DEPENDENTS,
+        READY_NOT_VALID,
         now,
     );
     if invalid {
@@ -361,7 +372,7 @@ async fn unreadable(
         publish(
             &ctx,
             &object.object_ref(&resource),
-            "FailedValidation",
+            FAILED_VALIDATION_EVENT,
             &msg,
         )
         .await;
@@ -371,7 +382,7 @@ async fn unreadable(
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"conditions": status}})),
+                &Patch::Merge(json!({"status": {"conditions": current}})),
             )
             .await?;
     }
