@@ -17,6 +17,7 @@ use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
 use karpenter_rs::controllers::nodeclaim;
+use karpenter_rs::controllers::nodeclaim::garbage;
 use karpenter_rs::controllers::nodeclaim::termination::{self, DISRUPTION_REASON, DRAINED};
 use karpenter_rs::controllers::nodeclaim::{
     INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
@@ -575,4 +576,52 @@ async fn an_unreadable_object_is_reported_and_left_alone_while_readable_ones_rec
         .expect("an event about the unreadable NodeClaim");
     assert!(note.contains("spec.expireAfter"), "{note}");
     assert!(note.contains("shorten it"), "{note}");
+}
+
+#[tokio::test]
+async fn an_instance_whose_nodeclaim_cannot_be_read_is_not_collected_as_an_orphan() {
+    let env = Env::new().await;
+    let kept = env.launched(&builders::nodeclaim("default-kept")).await;
+    let gone = env.launched(&builders::nodeclaim("default-gone")).await;
+    // One NodeClaim becomes unreadable (the cache leaves it out); the other is gone for good.
+    Api::<DynamicObject>::all_with(env.ctx.client.clone(), &untyped::resource::<NodeClaim>())
+        .patch(
+            "default-kept",
+            &Default::default(),
+            &Patch::Merge(json!({"spec": {"expireAfter": "9999999999h"}})),
+        )
+        .await
+        .expect("an absurd expireAfter");
+    assert!(
+        !env.ctx
+            .state
+            .nodeclaims
+            .state()
+            .iter()
+            .any(|c| c.name_any() == "default-kept"),
+        "the cache leaves the unreadable NodeClaim out"
+    );
+    let claims = Api::<NodeClaim>::all(env.ctx.client.clone());
+    claims
+        .patch(
+            "default-gone",
+            &Default::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("strip the finalizer");
+    env.delete_claim("default-gone").await;
+    env.advance(Duration::minutes(2));
+
+    garbage::collect(&env.ctx).await;
+    assert_ne!(
+        instance_state(&env, &gone),
+        InstanceState::Running,
+        "the instance no NodeClaim accounts for is terminated"
+    );
+    assert_eq!(
+        instance_state(&env, &kept),
+        InstanceState::Running,
+        "the unreadable NodeClaim still owns its instance"
+    );
 }
