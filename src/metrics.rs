@@ -332,6 +332,8 @@ pub struct Metrics {
     pub cloudprovider_duration_seconds: HistogramVec,
     /// `karpenter_cloudprovider_errors_total`: controller, method, provider, error.
     pub cloudprovider_errors_total: CounterVec,
+    /// `controller_runtime_reconcile_panics_total`: controller (controller-runtime's name).
+    pub reconcile_panics_total: CounterVec,
 
     // AWS provider.
     /// `karpenter_cloudprovider_batcher_batch_time_seconds`: batcher.
@@ -883,6 +885,11 @@ impl Metrics {
                 "karpenter_cloudprovider_errors_total",
                 "Cloud provider calls that failed, by error kind.",
                 &["controller", "method", "provider", "error"],
+            ),
+            reconcile_panics_total: b.counter_vec(
+                "controller_runtime_reconcile_panics_total",
+                "Reconciles that panicked and were caught, by controller.",
+                &["controller"],
             ),
             cloudprovider_batcher_batch_time_seconds: b.histogram_vec(
                 "karpenter_cloudprovider_batcher_batch_time_seconds",
@@ -1462,6 +1469,11 @@ mod tests {
                 s(&["controller", "method", "provider", "error"]),
             ),
             (
+                "controller_runtime_reconcile_panics_total",
+                "counter",
+                s(&["controller"]),
+            ),
+            (
                 "karpenter_cloudprovider_batcher_batch_time_seconds",
                 "histogram",
                 s(&["batcher"]),
@@ -1653,6 +1665,7 @@ mod tests {
             &m.voluntary_disruption_queue_failures_total,
             &m.consolidation_moves_total,
             &m.cloudprovider_errors_total,
+            &m.reconcile_panics_total,
             &m.cloudprovider_instance_launch_failures_total,
             &m.cloudprovider_instance_termination_failures_total,
             &m.interruption_received_messages_total,

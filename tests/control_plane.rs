@@ -21,8 +21,9 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodePool};
 use karpenter_rs::controllers::nodeclaim::garbage::CLAIM_GRACE;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
+use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -100,11 +101,13 @@ impl Drop for Controller {
 /// Removes everything earlier tests (or runs) left: Karpenter objects and Nodes (finalizers
 /// stripped), test namespaces (waiting until they are gone) and the leader Lease.
 async fn reset(client: &Client) {
+    // Untyped, so an object the controller's types cannot read (a test's absurd value) goes too.
     async fn strip_and_delete<K>(api: Api<K>)
     where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-        K::DynamicType: Default,
+        K: kube::Resource<DynamicType = ()>,
     {
+        let api: Api<DynamicObject> =
+            Api::all_with(api.into_client(), &ApiResource::erase::<K>(&()));
         for o in api.list(&ListParams::default()).await.expect("list").items {
             let name = o.name_any();
             let _ = api
@@ -1805,6 +1808,208 @@ fn prometheus_scrapes_the_controller_and_the_shipped_dashboards_and_alerts_agree
         })
         .await;
         assert_eq!(list::<Node>(&client).await.len(), 1);
+        reset(&client).await;
+    });
+}
+
+/// Events recorded by Karpenter (not kube-scheduler) about the object named `name`.
+async fn karpenter_events_about(client: &Client, name: &str) -> Vec<(String, String)> {
+    events_about(client, name)
+        .await
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("karpenter"))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// Waits for a Karpenter event with `reason` about the object `name`; returns its note.
+async fn karpenter_event(client: &Client, name: &str, reason: &str) -> String {
+    wait_for(&format!("a {reason} event on {name}"), || async {
+        karpenter_events_about(client, name)
+            .await
+            .into_iter()
+            .find(|(r, _)| r == reason)
+            .map(|(_, note)| note)
+    })
+    .await
+}
+
+#[test]
+fn absurd_objects_are_reported_while_a_normal_workload_is_provisioned_and_consolidated() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let mut controller = Controller::start("absurd", false);
+        let ns = namespace(&client, "absurd").await;
+        nodeclass(&client).await;
+        nodepool(&client, "default", None).await;
+        // The CRD's pattern admits this expireAfter; Go's (and so Karpenter's) durations end at
+        // about 292 years. Preferred by weight: were it used, new NodeClaims would be its.
+        let absurd_pool: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "absurd-expiry"},
+            "spec": {"weight": 100, "template": {"spec": {
+                "expireAfter": "9999999999h",
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                ],
+            }}},
+        }))
+        .expect("NodePool");
+        let pools: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<NodePool>(&()));
+        pools
+            .create(&PostParams::default(), &absurd_pool)
+            .await
+            .expect("the API server accepts the absurd NodePool");
+        // A normal workload, a pod whose do-not-disrupt value is absurd, and a pod asking for a
+        // million billion cores.
+        inflate(&client, &ns, 5).await;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+        let pod_template = |name: &str, annotations: serde_json::Value, cpu: &str| -> Deployment {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}, "annotations": annotations},
+                        "spec": {
+                            "terminationGracePeriodSeconds": 0,
+                            "containers": [{
+                                "name": "app",
+                                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                "resources": {"requests": {"cpu": cpu}},
+                            }],
+                        },
+                    },
+                },
+            }))
+            .expect("deployment")
+        };
+        for d in [
+            pod_template(
+                "protected-forever",
+                json!({"karpenter.sh/do-not-disrupt": "999999999999h"}),
+                "1",
+            ),
+            pod_template("enormous", json!({}), "1000000000000000"),
+        ] {
+            deployments
+                .create(&PostParams::default(), &d)
+                .await
+                .expect("create Deployment");
+        }
+
+        // The normal workload and the annotated pod get capacity, from the valid pool only.
+        wait_for("6 bound pods", || async {
+            (bound(&pods(&client, &ns).await) == 6).then_some(())
+        })
+        .await;
+        let claims: Vec<NodeClaim> = list(&client).await;
+        assert_eq!(claims.len(), 2, "ceil(6 / 3) m5.xlarge nodes: {claims:?}");
+        assert!(
+            claims.iter().all(
+                |c| c.labels().get("karpenter.sh/nodepool").map(String::as_str) == Some("default")
+            ),
+            "nothing from the unreadable pool: {claims:?}"
+        );
+
+        // Each absurd object is reported where its owner looks.
+        let status = wait_for("ValidationSucceeded=False on absurd-expiry", || async {
+            let pool = pools.get("absurd-expiry").await.ok()?;
+            let conditions = pool.data["status"]["conditions"].as_array()?.clone();
+            conditions
+                .iter()
+                .find(|c| c["type"] == "ValidationSucceeded" && c["status"] == "False")
+                .cloned()
+        })
+        .await;
+        assert_eq!(status["reason"], "NodePoolValidationFailed");
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("spec.template.spec.expireAfter")
+                && message.contains("\"9999999999h\"")
+                && message.contains("shorten it"),
+            "the field and the fix: {message}"
+        );
+        let note = karpenter_event(&client, "absurd-expiry", "FailedValidation").await;
+        assert!(note.contains("spec.template.spec.expireAfter"), "{note}");
+        let protected = pods(&client, &ns)
+            .await
+            .into_iter()
+            .find(|p| p.labels().get("app").map(String::as_str) == Some("protected-forever"))
+            .expect("the annotated pod");
+        let note = karpenter_event(
+            &client,
+            &protected.name_any(),
+            "InvalidDoNotDisruptAnnotation",
+        )
+        .await;
+        assert!(note.contains("\"999999999999h\""), "{note}");
+        let enormous = pods(&client, &ns)
+            .await
+            .into_iter()
+            .find(|p| p.labels().get("app").map(String::as_str) == Some("enormous"))
+            .expect("the enormous pod");
+        karpenter_event(&client, &enormous.name_any(), "FailedScheduling").await;
+
+        assert!(controller.exited().is_none(), "still running");
+        let text = scrape(controller.metrics_port).await.expect("/metrics");
+        assert!(
+            !has_sample(&text, "controller_runtime_reconcile_panics_total{"),
+            "nothing panicked:\n{text}"
+        );
+
+        // A controller that starts while the absurd objects exist (a rollout, a new leader)
+        // lists them with everything else: it must sync its caches and serve the rest.
+        controller.kill();
+        let mut controller = Controller::start("absurd-restarted", false);
+        deployments
+            .patch(
+                "inflate",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 8}})),
+            )
+            .await
+            .expect("scale up");
+        wait_for("9 bound pods", || async {
+            (bound(&pods(&client, &ns).await) == 9).then_some(())
+        })
+        .await;
+        let claims: Vec<NodeClaim> = list(&client).await;
+        assert_eq!(claims.len(), 3, "ceil(9 / 3) m5.xlarge nodes: {claims:?}");
+        assert!(
+            claims.iter().all(
+                |c| c.labels().get("karpenter.sh/nodepool").map(String::as_str) == Some("default")
+            ),
+            "nothing from the unreadable pool: {claims:?}"
+        );
+        // Consolidation still runs: with the normal workload gone, its empty capacity goes and
+        // the node of the annotated pod (the annotation protects nothing) stays for it.
+        deployments
+            .patch(
+                "inflate",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
+            .await
+            .expect("scale down");
+        wait_for("one NodeClaim left", || async {
+            let claims: Vec<NodeClaim> = list(&client).await;
+            (claims.len() == 1).then_some(())
+        })
+        .await;
+        let pods = pods(&client, &ns).await;
+        assert_eq!(bound(&pods), 1, "the annotated pod is still running");
+        assert!(controller.exited().is_none(), "still running");
+        let text = scrape(controller.metrics_port).await.expect("/metrics");
+        assert!(
+            !has_sample(&text, "controller_runtime_reconcile_panics_total{"),
+            "nothing panicked:\n{text}"
+        );
         reset(&client).await;
     });
 }

@@ -5,21 +5,29 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use chrono::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_rs::apis::conditions::{FALSE, TRUE, UNKNOWN};
 use karpenter_rs::apis::{NodeClaim, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
+use karpenter_rs::controllers::nodeclaim;
+use karpenter_rs::controllers::nodeclaim::garbage;
 use karpenter_rs::controllers::nodeclaim::termination::{self, DISRUPTION_REASON, DRAINED};
 use karpenter_rs::controllers::nodeclaim::{
     INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
 };
+use karpenter_rs::controllers::pod_annotations::{INVALID_DO_NOT_DISRUPT, InvalidAnnotations};
 use karpenter_rs::disruption::Method;
+use karpenter_rs::runtime::panics::{guarded, guarded_pass};
+use karpenter_rs::runtime::untyped;
 use kube::ResourceExt;
-use kube::api::{Api, Patch};
+use kube::api::{Api, DynamicObject, Patch};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
@@ -404,5 +412,216 @@ async fn the_fake_api_refuses_stale_writes_as_the_api_server_does() {
             .iter()
             .any(|c| c.labels().get("a").is_some_and(|v| v == "1")),
         "the cache shows the accepted write"
+    );
+}
+
+/// `controller_runtime_reconcile_panics_total{controller}`, as the metrics endpoint serves it.
+fn panics_counted(controller: &str) -> f64 {
+    karpenter_rs::metrics::METRICS
+        .reconcile_panics_total
+        .with_label_values(&[controller])
+        .get()
+}
+
+#[tokio::test]
+async fn a_reconcile_that_panics_on_one_object_is_caught_counted_and_backed_off_while_the_others_reconcile()
+ {
+    const CONTROLLER: &str = "in-memory-panic-test";
+    let env = Env::new().await;
+    env.create(&builders::nodeclaim("default-hostile")).await;
+    env.create(&builders::nodeclaim("default-normal")).await;
+    // The lifecycle reconcile, except that it panics on one object, as a bug triggered by one
+    // object's content would.
+    let reconcile = |claim: Arc<NodeClaim>, ctx| async move {
+        if claim.name_any() == "default-hostile" {
+            panic!("attempt to add with overflow");
+        }
+        nodeclaim::reconcile(claim, ctx).await
+    };
+    let before = panics_counted(CONTROLLER);
+    let mut delays = Vec::new();
+    for _ in 0..3 {
+        let hostile = Arc::new(env.claim("default-hostile").await);
+        let action = guarded(CONTROLLER, hostile, env.ctx.clone(), reconcile)
+            .await
+            .expect("a caught panic is a requeue, not an error");
+        delays.push(action);
+        let normal = Arc::new(env.claim("default-normal").await);
+        guarded(CONTROLLER, normal, env.ctx.clone(), reconcile)
+            .await
+            .expect("the other object reconciles");
+    }
+    assert_eq!(
+        delays,
+        [1, 2, 4].map(|s| Action::requeue(std::time::Duration::from_secs(s))),
+        "the panicking object is retried later and later, not at once"
+    );
+    assert_eq!(panics_counted(CONTROLLER), before + 3.0);
+    let normal = env.claim("default-normal").await;
+    assert!(
+        has_condition(&normal, LAUNCHED, TRUE),
+        "the other NodeClaim got its finalizer and launched"
+    );
+    let hostile = env.claim("default-hostile").await;
+    assert!(hostile.finalizers().is_empty() && hostile.status.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_polling_pass_that_panics_is_caught_and_the_next_pass_runs() {
+    let env = Env::new().await;
+    let before = panics_counted("in-memory-pass-test");
+    let panicked: Option<()> = guarded_pass("in-memory-pass-test", &env.ctx, async {
+        panic!("index out of bounds")
+    })
+    .await;
+    assert_eq!(panicked, None);
+    assert_eq!(panics_counted("in-memory-pass-test"), before + 1.0);
+    let next = guarded_pass("in-memory-pass-test", &env.ctx, async { 42 }).await;
+    assert_eq!(next, Some(42));
+}
+
+/// The reasons of the events recorded about objects in `namespace`.
+async fn event_reasons(env: &Env, namespace: &str) -> Vec<(String, String)> {
+    Api::<K8sEvent>::namespaced(env.ctx.client.clone(), namespace)
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .map(|e| {
+            (
+                e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_invalid_do_not_disrupt_value_gets_one_warning_event_per_pod_and_value() {
+    let env = Env::new().await;
+    for (name, value) in [
+        ("huge", "999999999999h"),
+        ("garbage", "garbage"),
+        ("honoured", "30m"),
+    ] {
+        let mut pod = builders::pod(name, "node-a");
+        pod.annotations_mut()
+            .insert(labels::DO_NOT_DISRUPT.into(), value.into());
+        env.create_namespaced(&pod).await;
+    }
+    let mut invalid = InvalidAnnotations::default();
+    invalid.report(&env.ctx).await;
+    let mut reported = event_reasons(&env, builders::NAMESPACE).await;
+    reported.sort();
+    assert_eq!(
+        reported,
+        [
+            ("garbage", INVALID_DO_NOT_DISRUPT),
+            ("huge", INVALID_DO_NOT_DISRUPT)
+        ]
+        .map(|(p, r)| (p.to_string(), r.to_string()))
+    );
+    invalid.report(&env.ctx).await;
+    assert_eq!(
+        event_reasons(&env, builders::NAMESPACE).await.len(),
+        2,
+        "a value already reported is not reported again"
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_object_is_reported_and_left_alone_while_readable_ones_reconcile() {
+    let env = Env::new().await;
+    env.create(&builders::nodeclaim("default-readable")).await;
+    let mut unreadable =
+        serde_json::to_value(builders::nodeclaim("default-unreadable")).expect("NodeClaim as JSON");
+    unreadable["spec"]["expireAfter"] = json!("9999999999h");
+    let unreadable: DynamicObject = serde_json::from_value(unreadable).expect("untyped");
+    let readable: DynamicObject = serde_json::from_value(
+        serde_json::to_value(env.claim("default-readable").await).expect("JSON"),
+    )
+    .expect("untyped");
+    let run = |object: DynamicObject| {
+        untyped::reconcile(
+            "in-memory-untyped-test",
+            Arc::new(object),
+            env.ctx.clone(),
+            nodeclaim::reconcile,
+            untyped::report::<NodeClaim>,
+        )
+    };
+    assert_eq!(
+        run(unreadable).await.expect("reported, not failed"),
+        Action::await_change()
+    );
+    run(readable)
+        .await
+        .expect("the readable NodeClaim reconciles");
+    assert_eq!(
+        env.claim("default-readable").await.finalizers(),
+        [labels::TERMINATION_FINALIZER]
+    );
+    let events = Api::<K8sEvent>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items;
+    let note = events
+        .iter()
+        .find(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("default-unreadable")
+        })
+        .and_then(|e| e.note.clone())
+        .expect("an event about the unreadable NodeClaim");
+    assert!(note.contains("spec.expireAfter"), "{note}");
+    assert!(note.contains("shorten it"), "{note}");
+}
+
+#[tokio::test]
+async fn an_instance_whose_nodeclaim_cannot_be_read_is_not_collected_as_an_orphan() {
+    let env = Env::new().await;
+    let kept = env.launched(&builders::nodeclaim("default-kept")).await;
+    let gone = env.launched(&builders::nodeclaim("default-gone")).await;
+    // One NodeClaim becomes unreadable (the cache leaves it out); the other is gone for good.
+    Api::<DynamicObject>::all_with(env.ctx.client.clone(), &untyped::resource::<NodeClaim>())
+        .patch(
+            "default-kept",
+            &Default::default(),
+            &Patch::Merge(json!({"spec": {"expireAfter": "9999999999h"}})),
+        )
+        .await
+        .expect("an absurd expireAfter");
+    assert!(
+        !env.ctx
+            .state
+            .nodeclaims
+            .state()
+            .iter()
+            .any(|c| c.name_any() == "default-kept"),
+        "the cache leaves the unreadable NodeClaim out"
+    );
+    let claims = Api::<NodeClaim>::all(env.ctx.client.clone());
+    claims
+        .patch(
+            "default-gone",
+            &Default::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("strip the finalizer");
+    env.delete_claim("default-gone").await;
+    env.advance(Duration::minutes(2));
+
+    garbage::collect(&env.ctx).await;
+    assert_ne!(
+        instance_state(&env, &gone),
+        InstanceState::Running,
+        "the instance no NodeClaim accounts for is terminated"
+    );
+    assert_eq!(
+        instance_state(&env, &kept),
+        InstanceState::Running,
+        "the unreadable NodeClaim still owns its instance"
     );
 }

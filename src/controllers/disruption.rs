@@ -38,9 +38,11 @@ use crate::apis::conditions;
 use crate::apis::nodepool::DisruptionReason;
 use crate::apis::{NodeClaim, NodePool, labels};
 use crate::controllers::nodeclaim::{INITIALIZED, termination};
+use crate::controllers::pod_annotations::InvalidAnnotations;
 use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, budgets, validation};
 use crate::metrics::METRICS;
+use crate::runtime::panics::guarded_pass;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{self, Input, Placement};
@@ -83,13 +85,21 @@ impl CommandMarker {
 pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     let mut reported = HashMap::new();
+    let mut invalid = InvalidAnnotations::default();
     loop {
-        let acted = match once(&ctx, &mut reported).await {
-            Ok(acted) => acted,
-            Err(e) => {
+        let pass = async {
+            invalid.report(&ctx).await;
+            once(&ctx, &mut reported).await
+        };
+        // A pass that panics is dropped where it stood: a command it had not finished validating
+        // is never carried out, and the next pass resumes or rolls back what it left.
+        let acted = match guarded_pass("disruption", &ctx, pass).await {
+            Some(Ok(acted)) => acted,
+            Some(Err(e)) => {
                 tracing::warn!(controller = "disruption", error = %e, "disruption pass failed; will retry");
                 false
             }
+            None => false,
         };
         // After acting, give the caches a moment to show what was done before deciding again.
         let poll = ctx.intervals.disruption_poll;

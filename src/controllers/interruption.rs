@@ -24,6 +24,7 @@ use crate::cloudprovider::provider_id_instance;
 use crate::metrics::METRICS;
 use crate::runtime::Context;
 use crate::runtime::events::EventRecorder;
+use crate::runtime::panics::guarded_pass;
 
 /// Polls the queue until the task is dropped (SQS long polling makes this cheap).
 pub async fn run(ctx: Arc<Context>, aws: Arc<AwsProvider>) {
@@ -40,11 +41,14 @@ pub async fn run(ctx: Arc<Context>, aws: Arc<AwsProvider>) {
             }
         };
         let claims = ctx.state.nodeclaims.state();
-        for message in messages {
-            if let Err(e) = handle(&ctx.client, &ctx.recorder, &aws, &claims, &message).await {
-                tracing::warn!(controller = "interruption", error = %e, "interruption not handled; the message stays on the queue and comes back");
+        let pass = async {
+            for message in messages {
+                if let Err(e) = handle(&ctx.client, &ctx.recorder, &aws, &claims, &message).await {
+                    tracing::warn!(controller = "interruption", error = %e, "interruption not handled; the message stays on the queue and comes back");
+                }
             }
-        }
+        };
+        guarded_pass("interruption", &ctx, pass).await;
     }
 }
 

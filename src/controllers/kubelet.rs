@@ -27,6 +27,7 @@ use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::cloudprovider::simulated::{SimulatedProvider, os_image};
 use crate::cloudprovider::{Instance, InstanceState, provider_id_instance};
 use crate::runtime::Context;
+use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::CapacityType;
 
 /// Annotation on Nodes the stand-in kubelet registered.
@@ -177,51 +178,54 @@ pub async fn run(ctx: Arc<Context>, cloud: Arc<SimulatedProvider>, region: Strin
     let leases: Api<Lease> = Api::namespaced(ctx.client.clone(), NODE_LEASE_NAMESPACE);
     let mut last_heartbeat = tokio::time::Instant::now() - HEARTBEAT;
     loop {
-        let running: Vec<String> = cloud
-            .instances()
-            .into_iter()
-            .filter(|i| i.state == InstanceState::Running)
-            .map(|i| i.provider_id)
-            .collect();
-        for claim in ctx.state.nodeclaims.state() {
-            let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
-                continue;
-            };
-            if !running.iter().any(|r| r == id) || claim.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = node_name(id, &region);
-            if ctx.state.nodes.get(&ObjectRef::new(&name)).is_some() {
-                continue;
-            }
-            let class = ctx
-                .state
-                .nodeclasses
-                .get(&ObjectRef::new(&claim.spec.node_class_ref.name));
-            let Some(node) = node_for(&claim, class.as_deref(), &region) else {
-                continue;
-            };
-            match nodes.create(&PostParams::default(), &node).await {
-                Ok(_) => {
-                    tracing::info!(controller = "kubelet.simulated", node = %name, nodeclaim = %claim.name_any(), "node registered")
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => tracing::warn!(node = %name, error = %e, "could not register node"),
-            }
-        }
-        if last_heartbeat.elapsed() >= HEARTBEAT {
-            last_heartbeat = tokio::time::Instant::now();
-            for node in ctx.state.nodes.state() {
-                if !node.annotations().contains_key(SIMULATED_ANNOTATION)
-                    || node.metadata.deletion_timestamp.is_some()
-                {
+        let pass = async {
+            let running: Vec<String> = cloud
+                .instances()
+                .into_iter()
+                .filter(|i| i.state == InstanceState::Running)
+                .map(|i| i.provider_id)
+                .collect();
+            for claim in ctx.state.nodeclaims.state() {
+                let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+                    continue;
+                };
+                if !running.iter().any(|r| r == id) || claim.metadata.deletion_timestamp.is_some() {
                     continue;
                 }
-                if let Err(e) = renew_lease(&leases, &node).await {
-                    tracing::debug!(node = %node.name_any(), error = %e, "lease renewal failed");
+                let name = node_name(id, &region);
+                if ctx.state.nodes.get(&ObjectRef::new(&name)).is_some() {
+                    continue;
+                }
+                let class = ctx
+                    .state
+                    .nodeclasses
+                    .get(&ObjectRef::new(&claim.spec.node_class_ref.name));
+                let Some(node) = node_for(&claim, class.as_deref(), &region) else {
+                    continue;
+                };
+                match nodes.create(&PostParams::default(), &node).await {
+                    Ok(_) => {
+                        tracing::info!(controller = "kubelet.simulated", node = %name, nodeclaim = %claim.name_any(), "node registered")
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => tracing::warn!(node = %name, error = %e, "could not register node"),
                 }
             }
-        }
+            if last_heartbeat.elapsed() >= HEARTBEAT {
+                last_heartbeat = tokio::time::Instant::now();
+                for node in ctx.state.nodes.state() {
+                    if !node.annotations().contains_key(SIMULATED_ANNOTATION)
+                        || node.metadata.deletion_timestamp.is_some()
+                    {
+                        continue;
+                    }
+                    if let Err(e) = renew_lease(&leases, &node).await {
+                        tracing::debug!(node = %node.name_any(), error = %e, "lease renewal failed");
+                    }
+                }
+            }
+        };
+        guarded_pass("kubelet", &ctx, pass).await;
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

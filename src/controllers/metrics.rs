@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::metrics::cluster_state::{self, PodTransitions};
 use crate::metrics::status::{StatusKind, StatusObject, StatusTracker, StatusUpdate};
 use crate::metrics::{METRICS, Published, StatusMetrics};
+use crate::runtime::panics::guarded_pass;
 
 use super::Context;
 
@@ -42,103 +43,106 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
     let mut tick: u32 = 0;
     let mut last_classes = Vec::new();
     loop {
-        let now = ctx.clock.now();
-        let nodes = ctx.state.nodes.state();
-        METRICS.cluster_state_node_count.set(nodes.len() as f64);
-        if observe_cluster_state {
-            let all_pods = ctx.state.pods.state();
-            let g = cluster_state::node_gauges(&nodes, &all_pods, now);
-            for (p, (family, series)) in published.nodes.iter_mut().zip([
-                (&METRICS.nodes_allocatable, &g.allocatable),
-                (&METRICS.nodes_total_pod_requests, &g.total_pod_requests),
-                (&METRICS.nodes_total_pod_limits, &g.total_pod_limits),
-                (
-                    &METRICS.nodes_total_daemon_requests,
-                    &g.total_daemon_requests,
-                ),
-                (&METRICS.nodes_total_daemon_limits, &g.total_daemon_limits),
-                (&METRICS.nodes_system_overhead, &g.system_overhead),
-                (
-                    &METRICS.nodes_current_lifetime_seconds,
-                    &g.current_lifetime_seconds,
-                ),
-                (
-                    &METRICS.cluster_utilization_percent,
-                    &g.cluster_utilization_percent,
-                ),
-            ]) {
-                p.replace(family, series);
-            }
-            let g = cluster_state::pod_gauges(&nodes, &all_pods, now);
-            for (p, (family, series)) in published.pods.iter_mut().zip([
-                (&METRICS.pods_state, &g.state),
-                (&METRICS.pods_unbound_time_seconds, &g.unbound_time_seconds),
-                (
-                    &METRICS.pods_unstarted_time_seconds,
-                    &g.unstarted_time_seconds,
-                ),
-            ]) {
-                p.replace(family, series);
-            }
-            let durations = pods.observe(&all_pods);
-            for d in durations.bound {
-                METRICS.pods_bound_duration_seconds.observe(d);
-            }
-            for d in durations.started {
-                if let Err(e) = METRICS.pods_startup_duration_seconds.observe(&[], d) {
-                    tracing::warn!(error = %e, "could not record a pod startup duration");
+        let pass = async {
+            let now = ctx.clock.now();
+            let nodes = ctx.state.nodes.state();
+            METRICS.cluster_state_node_count.set(nodes.len() as f64);
+            if observe_cluster_state {
+                let all_pods = ctx.state.pods.state();
+                let g = cluster_state::node_gauges(&nodes, &all_pods, now);
+                for (p, (family, series)) in published.nodes.iter_mut().zip([
+                    (&METRICS.nodes_allocatable, &g.allocatable),
+                    (&METRICS.nodes_total_pod_requests, &g.total_pod_requests),
+                    (&METRICS.nodes_total_pod_limits, &g.total_pod_limits),
+                    (
+                        &METRICS.nodes_total_daemon_requests,
+                        &g.total_daemon_requests,
+                    ),
+                    (&METRICS.nodes_total_daemon_limits, &g.total_daemon_limits),
+                    (&METRICS.nodes_system_overhead, &g.system_overhead),
+                    (
+                        &METRICS.nodes_current_lifetime_seconds,
+                        &g.current_lifetime_seconds,
+                    ),
+                    (
+                        &METRICS.cluster_utilization_percent,
+                        &g.cluster_utilization_percent,
+                    ),
+                ]) {
+                    p.replace(family, series);
+                }
+                let g = cluster_state::pod_gauges(&nodes, &all_pods, now);
+                for (p, (family, series)) in published.pods.iter_mut().zip([
+                    (&METRICS.pods_state, &g.state),
+                    (&METRICS.pods_unbound_time_seconds, &g.unbound_time_seconds),
+                    (
+                        &METRICS.pods_unstarted_time_seconds,
+                        &g.unstarted_time_seconds,
+                    ),
+                ]) {
+                    p.replace(family, series);
+                }
+                let durations = pods.observe(&all_pods);
+                for d in durations.bound {
+                    METRICS.pods_bound_duration_seconds.observe(d);
+                }
+                for d in durations.started {
+                    if let Err(e) = METRICS.pods_startup_duration_seconds.observe(&[], d) {
+                        tracing::warn!(error = %e, "could not record a pod startup duration");
+                    }
                 }
             }
-        }
-        let mut objects: Vec<StatusObject> = Vec::new();
-        objects.extend(
-            ctx.state
-                .nodeclaims
-                .state()
-                .iter()
-                .map(|c| StatusObject::from_nodeclaim(c)),
-        );
-        objects.extend(
-            ctx.state
-                .nodepools
-                .state()
-                .iter()
-                .map(|p| StatusObject::from_nodepool(p)),
-        );
-        objects.extend(
-            ctx.state
+            let mut objects: Vec<StatusObject> = Vec::new();
+            objects.extend(
+                ctx.state
+                    .nodeclaims
+                    .state()
+                    .iter()
+                    .map(|c| StatusObject::from_nodeclaim(c)),
+            );
+            objects.extend(
+                ctx.state
+                    .nodepools
+                    .state()
+                    .iter()
+                    .map(|p| StatusObject::from_nodepool(p)),
+            );
+            objects.extend(
+                ctx.state
+                    .nodeclasses
+                    .state()
+                    .iter()
+                    .map(|c| StatusObject::from_nodeclass(c)),
+            );
+            // Nodes Karpenter manages only: an unmanaged node's conditions are the kubelet's
+            // business, and would multiply the series by the cluster's size.
+            objects.extend(
+                nodes
+                    .iter()
+                    .filter(|n| {
+                        n.metadata
+                            .labels
+                            .as_ref()
+                            .is_some_and(|l| l.contains_key(crate::apis::labels::NODEPOOL))
+                    })
+                    .map(|n| StatusObject::from_node(n)),
+            );
+            publish_status(&mut published, status.observe(&objects, now));
+            // Every minute, and at once when an EC2NodeClass appears, changes or goes.
+            let classes: Vec<(Option<String>, Option<String>)> = ctx
+                .state
                 .nodeclasses
                 .state()
                 .iter()
-                .map(|c| StatusObject::from_nodeclass(c)),
-        );
-        // Nodes Karpenter manages only: an unmanaged node's conditions are the kubelet's
-        // business, and would multiply the series by the cluster's size.
-        objects.extend(
-            nodes
-                .iter()
-                .filter(|n| {
-                    n.metadata
-                        .labels
-                        .as_ref()
-                        .is_some_and(|l| l.contains_key(crate::apis::labels::NODEPOOL))
-                })
-                .map(|n| StatusObject::from_node(n)),
-        );
-        publish_status(&mut published, status.observe(&objects, now));
-        // Every minute, and at once when an EC2NodeClass appears, changes or goes.
-        let classes: Vec<(Option<String>, Option<String>)> = ctx
-            .state
-            .nodeclasses
-            .state()
-            .iter()
-            .map(|c| (c.metadata.name.clone(), c.metadata.resource_version.clone()))
-            .collect();
-        if tick.is_multiple_of(INSTANCE_TYPE_EVERY) || classes != last_classes {
-            publish_instance_types(&ctx, &mut published).await;
-            last_classes = classes;
-        }
-        tick = tick.wrapping_add(1);
+                .map(|c| (c.metadata.name.clone(), c.metadata.resource_version.clone()))
+                .collect();
+            if tick.is_multiple_of(INSTANCE_TYPE_EVERY) || classes != last_classes {
+                publish_instance_types(&ctx, &mut published).await;
+                last_classes = classes;
+            }
+            tick = tick.wrapping_add(1);
+        };
+        guarded_pass("metrics", &ctx, pass).await;
         tokio::time::sleep(INTERVAL).await;
     }
 }

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
+pub mod pod_annotations;
 pub mod provisioning;
 
 use std::sync::Arc;
@@ -139,7 +140,9 @@ async fn lead(
         config.observe_cluster_state,
     );
     // Controllers and watches run until aborted; one that returns has nothing more to do (the
-    // interruption consumer without a queue), one that panicked leaves the controller without
+    // interruption consumer without a queue). A panic inside a reconcile or a pass is caught
+    // where it happens (`runtime::panics`) and costs only that object a backoff; one that still
+    // ends a task (the watch machinery around the reconciles) leaves the controller without
     // part of its job, which a restart fixes.
     loop {
         match tasks.join_next().await {

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -18,19 +17,35 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::{EC2NodeClass, NodeClaim, labels};
 use crate::cloudprovider::{CloudError, NodeClassCondition, ResolveError};
 use crate::disruption::drift;
+use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 
-/// Runs the EC2NodeClass controller until the stream ends.
+/// Runs the EC2NodeClass controller until the stream ends. Classes are watched untyped and read
+/// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
-    let classes: Api<EC2NodeClass> = Api::all(ctx.client.clone());
-    Controller::new(classes, watcher::Config::default())
+    untyped::controller::<EC2NodeClass>(&ctx)
         .watches(
             Api::<NodeClaim>::all(ctx.client.clone()),
             watcher::Config::default(),
-            |claim: NodeClaim| Some(ObjectRef::new(&claim.spec.node_class_ref.name)),
+            |claim: NodeClaim| {
+                Some(untyped::object_ref::<EC2NodeClass>(
+                    &claim.spec.node_class_ref.name,
+                ))
+            },
         )
         .run(
-            |c, ctx| crate::metrics::in_controller("nodeclass", reconcile(c, ctx)),
+            |c, ctx| {
+                crate::metrics::in_controller(
+                    "nodeclass",
+                    untyped::reconcile(
+                        "nodeclass",
+                        c,
+                        ctx,
+                        reconcile,
+                        untyped::report::<EC2NodeClass>,
+                    ),
+                )
+            },
             error_policy,
             ctx,
         )
@@ -38,7 +53,7 @@ pub async fn run(ctx: Arc<Context>) {
         .await;
 }
 
-fn error_policy(class: Arc<EC2NodeClass>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(class: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(controller = "nodeclass", ec2nodeclass = %class.name_any(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -24,14 +25,26 @@ use crate::apis::nodepool::NodePoolStatus;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::disruption::drift;
 use crate::metrics::METRICS;
+use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 
-/// Runs the NodePool controller until the stream ends.
+/// Condition: the pool passes the API server's rules and upstream's runtime checks.
+const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+/// `ValidationSucceeded=False`'s reason, as upstream's.
+const VALIDATION_FAILED: &str = "NodePoolValidationFailed";
+/// The event an invalid pool gets.
+const FAILED_VALIDATION_EVENT: &str = "FailedValidation";
+/// `Ready=False`'s reason when a condition it depends on is false.
+const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
+/// `Ready=False`'s message when the pool is invalid.
+const READY_NOT_VALID: &str = "ValidationSucceeded=False";
+
+/// Runs the NodePool controller until the stream ends. NodePools are watched untyped and read
+/// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
-    let pools: Api<NodePool> = Api::all(ctx.client.clone());
     let store = ctx.state.nodepools.clone();
-    Controller::new(pools, watcher::Config::default())
+    untyped::controller::<NodePool>(&ctx)
         .watches(
             Api::<NodeClaim>::all(ctx.client.clone()),
             watcher::Config::default(),
@@ -39,7 +52,7 @@ pub async fn run(ctx: Arc<Context>) {
                 claim
                     .labels()
                     .get(labels::NODEPOOL)
-                    .map(|p| ObjectRef::new(p))
+                    .map(|p| untyped::object_ref::<NodePool>(p))
             },
         )
         .watches(
@@ -51,16 +64,20 @@ pub async fn run(ctx: Arc<Context>) {
                     .state()
                     .iter()
                     .filter(|p| p.spec.template.spec.node_class_ref.name == name)
-                    .map(|p| ObjectRef::new(&p.name_any()))
+                    .map(|p| untyped::object_ref::<NodePool>(&p.name_any()))
                     .collect::<Vec<_>>()
             },
         )
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |p, ctx| untyped::reconcile("nodepool", p, ctx, reconcile, unreadable),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }
 
-fn error_policy(pool: Arc<NodePool>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(pool: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(controller = "nodepool", nodepool = %pool.name_any(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }
@@ -216,7 +233,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         Ok(()) => {
             conditions::set(
                 &mut status.conditions,
-                "ValidationSucceeded",
+                VALIDATION_SUCCEEDED,
                 TRUE,
                 "",
                 "",
@@ -226,13 +243,13 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         Err(msg) => {
             if conditions::set(
                 &mut status.conditions,
-                "ValidationSucceeded",
+                VALIDATION_SUCCEEDED,
                 FALSE,
-                "NodePoolValidationFailed",
+                VALIDATION_FAILED,
                 msg,
                 now,
             ) {
-                publish(&ctx, &pool, "FailedValidation", msg).await;
+                publish(&ctx, &pool.object_ref(&()), FAILED_VALIDATION_EVENT, msg).await;
                 tracing::warn!(controller = "nodepool", nodepool = %name, error = %msg, "invalid nodepool");
             }
         }
@@ -282,14 +299,14 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         &class_message,
         now,
     ) {
-        publish(&ctx, &pool, class_reason, &class_message).await;
+        publish(&ctx, &pool.object_ref(&()), class_reason, &class_message).await;
         tracing::warn!(controller = "nodepool", nodepool = %name, reason = class_reason, message = %class_message, "nodepool cannot launch");
     }
     if validation.is_ok() && class_ready {
         conditions::set(&mut status.conditions, "Ready", TRUE, "", "", now);
     } else {
         let msg = if validation.is_err() {
-            "ValidationSucceeded=False"
+            READY_NOT_VALID
         } else {
             "NodeClassReady=False"
         };
@@ -297,7 +314,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
             &mut status.conditions,
             "Ready",
             FALSE,
-            "UnhealthyDependents",
+            UNHEALTHY_DEPENDENTS,
             msg,
             now,
         );
@@ -313,7 +330,66 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-async fn publish(ctx: &Context, pool: &NodePool, reason: &str, note: &str) {
+/// A NodePool the controller cannot read (a value the CRD pattern admits but Karpenter cannot
+/// use, such as an `expireAfter` beyond Go's range): `ValidationSucceeded=False` and
+/// `Ready=False` naming the field and the fix, and a `FailedValidation` event when that is new.
+/// It is in no cache, so nothing provisions from it or disrupts for it until it is fixed.
+async fn unreadable(
+    object: Arc<DynamicObject>,
+    why: String,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if object.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let name = object.name_any();
+    let now = ctx.clock.now();
+    let mut current: Vec<conditions::Condition> = object
+        .data
+        .get("status")
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    let msg = format!("NodePool {name} is invalid: {why}");
+    let invalid = conditions::set(
+        &mut current,
+        VALIDATION_SUCCEEDED,
+        FALSE,
+        VALIDATION_FAILED,
+        &msg,
+        now,
+    );
+    let unready = conditions::set(
+        &mut current,
+        "Ready",
+        FALSE,
+        UNHEALTHY_DEPENDENTS,
+        READY_NOT_VALID,
+        now,
+    );
+    if invalid {
+        let resource = untyped::resource::<NodePool>();
+        publish(
+            &ctx,
+            &object.object_ref(&resource),
+            FAILED_VALIDATION_EVENT,
+            &msg,
+        )
+        .await;
+    }
+    if invalid || unready {
+        Api::<DynamicObject>::all_with(ctx.client.clone(), &untyped::resource::<NodePool>())
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": current}})),
+            )
+            .await?;
+    }
+    Ok(Action::await_change())
+}
+
+async fn publish(ctx: &Context, pool: &ObjectReference, reason: &str, note: &str) {
     let e = Event {
         type_: EventType::Warning,
         reason: reason.into(),
@@ -321,7 +397,7 @@ async fn publish(ctx: &Context, pool: &NodePool, reason: &str, note: &str) {
         action: "Validate".into(),
         secondary: None,
     };
-    if let Err(err) = ctx.recorder.publish(&e, &pool.object_ref(&())).await {
+    if let Err(err) = ctx.recorder.publish(&e, pool).await {
         tracing::debug!(error = %err, "could not record event");
     }
 }

@@ -38,6 +38,22 @@ pub struct Candidate {
     pub has_tgp: bool,
 }
 
+/// Why a pod's `karpenter.sh/do-not-disrupt` value is not one Karpenter honours, or `None` for
+/// `"true"` and a positive Go duration within Go's range. Such a value protects nothing, as
+/// upstream ignores it; `run` reports it in an `InvalidDoNotDisruptAnnotation` event.
+pub fn invalid_do_not_disrupt(value: &str) -> Option<String> {
+    if value == "true" {
+        return None;
+    }
+    match duration::parse_go_duration(value) {
+        Ok(d) if d.is_zero() => Some(format!(
+            "{value:?} is not a positive duration; use \"true\" or a duration such as 5m or 1h"
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!("{e}; or use \"true\"")),
+    }
+}
+
 /// Parses a pod's `karpenter.sh/do-not-disrupt`: `"true"`, or a Go duration (`30m`, `1.5h`)
 /// measured from the pod's start. Invalid values, including durations beyond Go's range, protect
 /// nothing (upstream emits an event and ignores them).

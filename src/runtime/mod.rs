@@ -1,10 +1,13 @@
 //! The runtime every controller shell shares: the [`Context`] (API clients, cluster caches,
-//! cloud provider, clock, options, event recorder), the [`Error`] a reconcile returns, and the
-//! [`Intervals`] of the polling loops. It imports no shell, so every shell can import it without
+//! cloud provider, clock, options, event recorder), the [`Error`] a reconcile returns, the
+//! [`Intervals`] of the polling loops, and the boundary that catches a reconcile's panic
+//! ([`panics`]). It imports no shell, so every shell can import it without
 //! a cycle.
 
 pub mod events;
 pub mod evictions;
+pub mod panics;
+pub mod untyped;
 
 use std::sync::Arc;
 
@@ -39,6 +42,8 @@ pub struct Context {
     pub options: EngineOptions,
     /// Retry delays for evictions refused by PodDisruptionBudgets.
     pub evictions: evictions::EvictionBackoff,
+    /// Retry delays for objects (and passes) whose reconcile panicked.
+    pub panics: panics::PanicBackoff,
     /// Poll periods and waits of the disruption and garbage-collection loops.
     pub intervals: Intervals,
 }
@@ -98,6 +103,7 @@ impl Context {
             clock,
             options,
             evictions: Default::default(),
+            panics: Default::default(),
             intervals: Intervals::default(),
         }
     }

@@ -30,6 +30,8 @@ use tokio::task::JoinSet;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::snapshot::{self, Snapshot};
 
+pub mod lenient;
+
 /// Reflected stores of every kind the core reads.
 #[derive(Clone)]
 pub struct ClusterState {
@@ -71,6 +73,18 @@ where
 {
     let (reader, writer) = reflector::store();
     tasks.spawn(drive(api, writer, changed));
+    reader
+}
+
+/// Like [`reflect`], for Karpenter's own kinds, whose objects may hold values the API server
+/// accepts and the controller cannot read (see [`lenient`]).
+fn reflect_lenient<K>(client: &Client, tasks: &mut JoinSet<()>, changed: Trigger<K>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, stream) = lenient::store::<K>(client.clone());
+    let kind = K::kind(&()).into_owned();
+    tasks.spawn(async move { consume(&kind, stream, changed).await });
     reader
 }
 
@@ -211,9 +225,9 @@ impl ClusterState {
         let state = Self {
             nodes: reflect(Api::all(client.clone()), &mut tasks, None),
             pods: reflect(Api::all(client.clone()), &mut tasks, pods),
-            nodeclaims: reflect(Api::all(client.clone()), &mut tasks, None),
-            nodepools: reflect(Api::all(client.clone()), &mut tasks, pools),
-            nodeclasses: reflect(Api::all(client.clone()), &mut tasks, None),
+            nodeclaims: reflect_lenient(client, &mut tasks, None),
+            nodepools: reflect_lenient(client, &mut tasks, pools),
+            nodeclasses: reflect_lenient(client, &mut tasks, None),
             daemonsets: reflect(Api::all(client.clone()), &mut tasks, None),
             pdbs,
             pvs: reflect(Api::all(client.clone()), &mut tasks, None),

@@ -109,13 +109,24 @@ where
     K: Resource + Clone + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
+    /// An object that does not read as its kind leaves the store, as the controller's lenient
+    /// watch (`state::lenient`) leaves it out.
     fn reflect(&mut self, object: &Value, deleted: bool) {
-        let object: K =
-            serde_json::from_value(object.clone()).expect("a stored object reads as its kind");
+        let Ok(typed) = serde_json::from_value::<K>(object.clone()) else {
+            let meta = &object["metadata"];
+            let stale = self.as_reader().state().into_iter().find(|k| {
+                k.meta().name.as_deref() == meta["name"].as_str()
+                    && k.meta().namespace.as_deref() == meta["namespace"].as_str()
+            });
+            if let Some(stale) = stale {
+                self.apply_watcher_event(&Event::Delete((*stale).clone()));
+            }
+            return;
+        };
         self.apply_watcher_event(&if deleted {
-            Event::Delete(object)
+            Event::Delete(typed)
         } else {
-            Event::Apply(object)
+            Event::Apply(typed)
         });
     }
 }

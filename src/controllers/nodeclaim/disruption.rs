@@ -22,6 +22,7 @@ use crate::disruption::candidates::candidates;
 use crate::disruption::drift::{self, DriftVerdict};
 use crate::disruption::state::State;
 use crate::runtime::Context;
+use crate::runtime::panics::guarded_pass;
 use crate::snapshot::Snapshot;
 
 /// Condition: the node no longer matches its NodePool or EC2NodeClass.
@@ -155,43 +156,46 @@ pub async fn run(ctx: Arc<Context>) {
     let mut asked: HashMap<String, DateTime<Utc>> = HashMap::new();
     let mut provider_drift: HashMap<String, (String, String)> = HashMap::new();
     loop {
-        let now = ctx.clock.now();
-        let cluster = ctx.state.snapshot();
-        let pods: Vec<Pod> = ctx
-            .state
-            .pods
-            .state()
-            .iter()
-            .map(|p| (**p).clone())
-            .collect();
-        let changed_nodes = events.observe(&pods);
-        ask_provider(&ctx, &cluster, now, &mut asked, &mut provider_drift).await;
-        let state = crate::snapshot::disruption_input::disruption_state(
-            &cluster,
-            Vec::new(),
-            ctx.options.scheduler,
-            now,
-        );
-        let want = desired(&state, now);
-        for claim in &cluster.nodeclaims {
-            if claim.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            if let Err(e) = update(
-                &ctx,
-                claim,
-                want.get(&claim.name_any()),
-                provider_drift.get(&claim.name_any()),
-                &changed_nodes,
+        let pass = async {
+            let now = ctx.clock.now();
+            let cluster = ctx.state.snapshot();
+            let pods: Vec<Pod> = ctx
+                .state
+                .pods
+                .state()
+                .iter()
+                .map(|p| (**p).clone())
+                .collect();
+            let changed_nodes = events.observe(&pods);
+            ask_provider(&ctx, &cluster, now, &mut asked, &mut provider_drift).await;
+            let state = crate::snapshot::disruption_input::disruption_state(
+                &cluster,
+                Vec::new(),
+                ctx.options.scheduler,
                 now,
-            )
-            .await
-            {
-                tracing::debug!(controller = "nodeclaim.disruption", nodeclaim = %claim.name_any(), error = %e, "status update failed; retrying");
+            );
+            let want = desired(&state, now);
+            for claim in &cluster.nodeclaims {
+                if claim.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                if let Err(e) = update(
+                    &ctx,
+                    claim,
+                    want.get(&claim.name_any()),
+                    provider_drift.get(&claim.name_any()),
+                    &changed_nodes,
+                    now,
+                )
+                .await
+                {
+                    tracing::debug!(controller = "nodeclaim.disruption", nodeclaim = %claim.name_any(), error = %e, "status update failed; retrying");
+                }
             }
-        }
-        asked.retain(|name, _| cluster.nodeclaims.iter().any(|c| &c.name_any() == name));
-        provider_drift.retain(|name, _| asked.contains_key(name));
+            asked.retain(|name, _| cluster.nodeclaims.iter().any(|c| &c.name_any() == name));
+            provider_drift.retain(|name, _| asked.contains_key(name));
+        };
+        guarded_pass("nodeclaim.disruption", &ctx, pass).await;
         tokio::time::sleep(ctx.intervals.disruption_status).await;
     }
 }

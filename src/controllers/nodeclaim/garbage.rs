@@ -12,6 +12,10 @@
 //! leaves such a Node stuck terminating with an error; nothing is left to wait for here.
 //! Nodes Karpenter never registered are left alone.
 //!
+//! An instance or a Node is collected only once the API server confirms no NodeClaim accounts
+//! for it, read untyped ([`Claimed`]): the cache may lag behind a NodeClaim just created, and
+//! leaves out one the controller cannot read, which still owns its instance.
+//!
 //! [`orphaned_instances`], [`vanished_claims`] and [`orphaned_nodes`] are pure; [`run`] is the
 //! loop.
 
@@ -21,12 +25,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 
 use crate::apis::NodeClaim;
 use crate::apis::conditions;
 use crate::cloudprovider::{CloudError, Instance, InstanceState};
 use crate::runtime::Context;
+use crate::runtime::panics::guarded_pass;
 
 use super::{LAUNCHED, termination};
 
@@ -35,24 +40,64 @@ pub const INSTANCE_GRACE: chrono::Duration = chrono::Duration::seconds(30);
 /// NodeClaims launched less than this long ago are not checked: the cloud's view may lag.
 pub const CLAIM_GRACE: chrono::Duration = chrono::Duration::minutes(1);
 
+/// What the NodeClaims account for: their names and their instances' provider IDs.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    names: HashSet<String>,
+    ids: HashSet<String>,
+}
+
+impl Claimed {
+    /// What `claims` account for.
+    pub fn of(claims: &[Arc<NodeClaim>]) -> Self {
+        Self {
+            names: claims.iter().map(|c| c.name_any()).collect(),
+            ids: claims
+                .iter()
+                .filter_map(|c| crate::snapshot::joins::claim_provider_id(c))
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+
+    /// What the NodeClaims the API server holds account for, read untyped: one the controller
+    /// cannot read (and so does not cache) still owns its instance and its Node, which must
+    /// not be collected as orphans.
+    async fn listed(ctx: &Context) -> Result<Self, crate::runtime::Error> {
+        let api: Api<DynamicObject> = Api::all_with(
+            ctx.client.clone(),
+            &crate::runtime::untyped::resource::<NodeClaim>(),
+        );
+        let claims = api.list(&ListParams::default()).await?.items;
+        Ok(Self {
+            names: claims.iter().map(|c| c.name_any()).collect(),
+            ids: claims
+                .iter()
+                .filter_map(|c| c.data.get("status")?.get("providerID")?.as_str())
+                .filter(|id| !id.is_empty())
+                .map(str::to_string)
+                .collect(),
+        })
+    }
+}
+
 /// Instances (provider IDs) to terminate: running, older than [`INSTANCE_GRACE`], and claimed
 /// by no NodeClaim, neither by the NodeClaim tag nor by provider ID.
 pub fn orphaned_instances(
     instances: &[Instance],
-    claims: &[Arc<NodeClaim>],
+    claimed: &Claimed,
     now: DateTime<Utc>,
 ) -> Vec<String> {
-    let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
-    let ids: HashSet<&str> = claims
-        .iter()
-        .filter_map(|c| crate::snapshot::joins::claim_provider_id(c))
-        .collect();
     instances
         .iter()
         .filter(|i| !i.state.is_terminating())
         .filter(|i| now - i.launch_time >= INSTANCE_GRACE)
-        .filter(|i| !ids.contains(i.provider_id.as_str()))
-        .filter(|i| i.nodeclaim.as_ref().is_none_or(|n| !names.contains(n)))
+        .filter(|i| !claimed.ids.contains(&i.provider_id))
+        .filter(|i| {
+            i.nodeclaim
+                .as_ref()
+                .is_none_or(|n| !claimed.names.contains(n))
+        })
         .map(|i| i.provider_id.clone())
         .collect()
 }
@@ -76,12 +121,7 @@ pub fn vanished_claims(claims: &[Arc<NodeClaim>], now: DateTime<Utc>) -> Vec<(St
 
 /// Nodes to collect: carrying Karpenter's termination finalizer (so registered by it) while no
 /// NodeClaim has their provider ID or is named in their owner references.
-pub fn orphaned_nodes(nodes: &[Arc<Node>], claims: &[Arc<NodeClaim>]) -> Vec<Arc<Node>> {
-    let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
-    let ids: HashSet<&str> = claims
-        .iter()
-        .filter_map(|c| crate::snapshot::joins::claim_provider_id(c))
-        .collect();
+pub fn orphaned_nodes(nodes: &[Arc<Node>], claimed: &Claimed) -> Vec<Arc<Node>> {
     nodes
         .iter()
         .filter(|n| termination::has_finalizer(n.as_ref()))
@@ -89,12 +129,12 @@ pub fn orphaned_nodes(nodes: &[Arc<Node>], claims: &[Arc<NodeClaim>]) -> Vec<Arc
             n.spec
                 .as_ref()
                 .and_then(|s| s.provider_id.as_deref())
-                .is_none_or(|id| !ids.contains(id))
+                .is_none_or(|id| !claimed.ids.contains(id))
         })
         .filter(|n| {
             !n.owner_references()
                 .iter()
-                .any(|o| o.kind == "NodeClaim" && names.contains(&o.name))
+                .any(|o| o.kind == "NodeClaim" && claimed.names.contains(&o.name))
         })
         .cloned()
         .collect()
@@ -105,8 +145,11 @@ pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     loop {
         tokio::time::sleep(ctx.intervals.garbage_collection).await;
-        collect(&ctx).await;
-        if let Err(e) = collect_nodes(&ctx).await {
+        let pass = async {
+            collect(&ctx).await;
+            collect_nodes(&ctx).await
+        };
+        if let Some(Err(e)) = guarded_pass("nodeclaim.garbagecollection", &ctx, pass).await {
             tracing::warn!(controller = "garbagecollection", error = %e, "could not collect nodes");
         }
     }
@@ -115,20 +158,18 @@ pub async fn run(ctx: Arc<Context>) {
 /// Deletes Karpenter's Nodes whose NodeClaim is gone, and releases them once their instance
 /// is terminated.
 async fn collect_nodes(ctx: &Context) -> Result<(), crate::runtime::Error> {
-    let cached = orphaned_nodes(&ctx.state.nodes.state(), &ctx.state.nodeclaims.state());
+    let cached = orphaned_nodes(
+        &ctx.state.nodes.state(),
+        &Claimed::of(&ctx.state.nodeclaims.state()),
+    );
     if cached.is_empty() {
         return Ok(());
     }
-    // The cache may lag behind a NodeClaim just created: confirm with the API server.
-    let claims: Vec<Arc<NodeClaim>> = Api::<NodeClaim>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(Arc::new)
-        .collect();
+    // The cache may lag behind a NodeClaim just created, and leaves out one it cannot read:
+    // confirm with the API server.
+    let claimed = Claimed::listed(ctx).await?;
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    for node in orphaned_nodes(&cached, &claims) {
+    for node in orphaned_nodes(&cached, &claimed) {
         let name = node.name_any();
         if node.metadata.deletion_timestamp.is_none() {
             tracing::info!(controller = "garbagecollection", node = %name, "the node's NodeClaim is gone; deleting the node");
@@ -163,7 +204,9 @@ async fn collect_nodes(ctx: &Context) -> Result<(), crate::runtime::Error> {
     Ok(())
 }
 
-async fn collect(ctx: &Context) {
+/// One collection of NodeClaims whose instance is gone and of instances no NodeClaim accounts
+/// for. Public so the in-memory controller tests can drive it without the polling loop.
+pub async fn collect(ctx: &Context) {
     let now = ctx.clock.now();
     let claims = ctx.state.nodeclaims.state();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
@@ -191,9 +234,25 @@ async fn collect(ctx: &Context) {
         }
     };
     // Read the claims again: one created since the first read must not lose its instance.
-    let claims = ctx.state.nodeclaims.state();
+    let orphans = orphaned_instances(&instances, &Claimed::of(&ctx.state.nodeclaims.state()), now);
+    if orphans.is_empty() {
+        return;
+    }
+    // Confirm with the API server, which also holds the NodeClaims the cache leaves out
+    // because they cannot be read: their instances are not orphans.
+    let claimed = match Claimed::listed(ctx).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(controller = "garbagecollection", error = %e, "could not list nodeclaims; terminating no instance this pass");
+            return;
+        }
+    };
+    let orphans: Vec<String> = orphaned_instances(&instances, &claimed, now)
+        .into_iter()
+        .filter(|id| orphans.contains(id))
+        .collect();
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    for id in orphaned_instances(&instances, &claims, now) {
+    for id in orphans {
         tracing::info!(controller = "garbagecollection", provider_id = %id, "terminating an instance no NodeClaim owns");
         match ctx.provider.delete(&id).await {
             Ok(()) | Err(CloudError::NotFound(_)) => {}
@@ -285,7 +344,7 @@ mod tests {
             instance("id-dying", Some("gone"), 0, InstanceState::ShuttingDown),
         ];
         assert_eq!(
-            orphaned_instances(&instances, &claims, t(100)),
+            orphaned_instances(&instances, &Claimed::of(&claims), t(100)),
             ["id-x", "id-y"]
         );
     }
@@ -315,7 +374,7 @@ mod tests {
             node("orphan-no-owner", "id-y", true, None),
             node("not-ours", "id-z", false, None),
         ];
-        let names: Vec<String> = orphaned_nodes(&nodes, &claims)
+        let names: Vec<String> = orphaned_nodes(&nodes, &Claimed::of(&claims))
             .iter()
             .map(|n| n.name_any())
             .collect();

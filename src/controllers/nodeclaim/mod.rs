@@ -21,8 +21,8 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint as K8sTaint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -34,6 +34,7 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::metrics::METRICS;
+use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 use crate::snapshot::{joins, taints};
 
@@ -48,17 +49,29 @@ pub const READY: &str = "Ready";
 
 pub use liveness::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 
-/// Runs the NodeClaim lifecycle controller until the stream ends.
+/// Runs the NodeClaim lifecycle controller until the stream ends. NodeClaims are watched
+/// untyped and read one at a time, so one the controller cannot read is reported while the
+/// others are served.
 pub async fn run(ctx: Arc<Context>) {
-    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let store = ctx.state.nodeclaims.clone();
-    Controller::new(claims, watcher::Config::default())
+    untyped::controller::<NodeClaim>(&ctx)
         .watches(nodes, watcher::Config::default(), move |node: Node| {
-            claim_of_node(&store, &node).map(|name| ObjectRef::new(&name))
+            claim_of_node(&store, &node).map(|name| untyped::object_ref::<NodeClaim>(&name))
         })
         .run(
-            |c, ctx| crate::metrics::in_controller("nodeclaim.lifecycle", reconcile(c, ctx)),
+            |c, ctx| {
+                crate::metrics::in_controller(
+                    "nodeclaim.lifecycle",
+                    untyped::reconcile(
+                        "nodeclaim.lifecycle",
+                        c,
+                        ctx,
+                        reconcile,
+                        untyped::report::<NodeClaim>,
+                    ),
+                )
+            },
             error_policy,
             ctx,
         )
@@ -74,7 +87,7 @@ pub fn claim_of_node(
     joins::claim_of(&store.state(), node).map(|c| c.name_any())
 }
 
-fn error_policy(claim: Arc<NodeClaim>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(claim: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %claim.name_any(), error = %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
 }

@@ -22,6 +22,7 @@ use crate::controllers::nodepool::runtime_validate;
 use crate::disruption::drift;
 use crate::metrics::METRICS;
 use crate::runtime::Context;
+use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::requirements::Requirement;
 use crate::scheduling::scheduler;
@@ -290,7 +291,8 @@ impl Provisioner {
         let changed = self.ctx.state.changed.clone();
         loop {
             wait_for_batch(&changed, self.window).await;
-            if let Err(e) = self.provision_once().await {
+            let round = guarded_pass("provisioner", &self.ctx, self.provision_once()).await;
+            if let Some(Err(e)) = round {
                 tracing::error!(controller = "provisioner", error = %e, "provisioning failed; will retry");
             }
         }
