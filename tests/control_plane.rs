@@ -1761,7 +1761,9 @@ fn prometheus_scrapes_the_controller_and_the_shipped_dashboards_and_alerts_agree
                 .query(expr)
                 .await
                 .unwrap_or_else(|e| panic!("{what}: Prometheus refuses {expr}: {e}"));
-            if what.starts_with("alert ") {
+            // KarpenterDisruptionBlocked's condition (nodes eligible, none disrupted in 6 h) may
+            // hold for a moment on any cluster; only its `for: 30m` makes it an alert.
+            if what.starts_with("alert ") && what != "alert KarpenterDisruptionBlocked" {
                 assert!(
                     series.is_empty(),
                     "{what} fires on a healthy cluster: {series:?}"
