@@ -5,8 +5,8 @@ use std::path::Path;
 
 use chrono::{DateTime, TimeZone, Utc};
 use karpenter_rs::apis::ec2nodeclass::AMIFamily;
+use karpenter_rs::apis::hash::NODEPOOL_HASH_VERSION;
 use karpenter_rs::catalog::Catalog;
-use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use karpenter_rs::disruption::{self, Method};
 use karpenter_rs::manifest;
 use karpenter_rs::scheduling::instance_type::NodeClassSettings;
@@ -93,7 +93,7 @@ fn node(
     let pool_obj =
         serde_yaml_ng::from_str::<karpenter_rs::apis::NodePool>(&nodepool(pool, CONSOLIDATE, ""))
             .expect("pool");
-    let hash = nodepool_hash(&pool_obj);
+    let hash = pool_obj.static_hash();
     format!(
         r#"
 apiVersion: v1

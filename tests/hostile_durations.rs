@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use karpenter_rs::apis::duration;
+use karpenter_rs::apis::hash::NODEPOOL_HASH_VERSION;
 use karpenter_rs::catalog::Catalog;
-use karpenter_rs::disruption::drift::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use karpenter_rs::disruption::{Command, Method};
 use karpenter_rs::manifest;
 use karpenter_rs::manifest::legacy::{Options, convert_with};
@@ -68,7 +68,7 @@ const CONSOLIDATE_NOW: &str =
 /// NodeClaim's spec.
 fn node(name: &str, pool: &str, age_hours: i64, claim_spec: &str) -> String {
     let pool: karpenter_rs::apis::NodePool = serde_yaml_ng::from_str(pool).expect("pool");
-    let hash = nodepool_hash(&pool);
+    let hash = pool.static_hash();
     let created = (monday_10() - TimeDelta::hours(age_hours)).to_rfc3339();
     format!(
         r#"

@@ -6,6 +6,7 @@ pub mod conditions;
 pub mod crds;
 pub mod duration;
 pub mod ec2nodeclass;
+pub mod hash;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;

@@ -14,9 +14,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::apis::conditions::{self, FALSE, TRUE};
+use crate::apis::hash;
 use crate::apis::{EC2NodeClass, NodeClaim, labels};
 use crate::cloudprovider::{CloudError, NodeClassCondition, ResolveError};
-use crate::disruption::drift;
 use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 
@@ -115,14 +115,14 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
         )
         .await?;
     }
-    let hash = drift::nodeclass_hash(&class);
+    let hash = class.static_hash();
     if class.annotations().get(labels::EC2NODECLASS_HASH) != Some(&hash) {
         api.patch(
             &name,
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {
                 labels::EC2NODECLASS_HASH: hash,
-                labels::EC2NODECLASS_HASH_VERSION: drift::NODECLASS_HASH_VERSION,
+                labels::EC2NODECLASS_HASH_VERSION: hash::NODECLASS_HASH_VERSION,
             }}})),
         )
         .await?;

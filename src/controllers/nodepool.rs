@@ -20,10 +20,10 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::apis::conditions::{self, FALSE, TRUE};
+use crate::apis::hash;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePoolStatus;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
-use crate::disruption::drift;
 use crate::metrics::METRICS;
 use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
@@ -185,20 +185,20 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     let name = pool.name_any();
     let now = ctx.clock.now();
 
-    let hash = drift::nodepool_hash(&pool);
+    let hash = pool.static_hash();
     if pool.annotations().get(labels::NODEPOOL_HASH) != Some(&hash)
         || pool
             .annotations()
             .get(labels::NODEPOOL_HASH_VERSION)
             .map(String::as_str)
-            != Some(drift::NODEPOOL_HASH_VERSION)
+            != Some(hash::NODEPOOL_HASH_VERSION)
     {
         api.patch(
             &name,
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {
                 labels::NODEPOOL_HASH: hash,
-                labels::NODEPOOL_HASH_VERSION: drift::NODEPOOL_HASH_VERSION,
+                labels::NODEPOOL_HASH_VERSION: hash::NODEPOOL_HASH_VERSION,
             }}})),
         )
         .await?;

@@ -1,24 +1,18 @@
 //! Drift: a node no longer matches what its NodePool or EC2NodeClass asks for.
 //!
-//! Static drift compares hashes stamped at creation with the current ones. Every hash carries a
-//! version; a NodeClaim stamped by another implementation (upstream Karpenter writes `v3`) or an
-//! older version of ours is re-stamped, never drifted — that is what makes swapping controllers
-//! safe: a fleet does not roll just because the hashing code changed.
+//! Static drift compares the hashes stamped at creation with the current ones
+//! ([`NodePool::static_hash`], [`EC2NodeClass::static_hash`]); a hash of another version is
+//! re-stamped, never drifted, so swapping controllers does not roll a fleet.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::apis::ec2nodeclass::EC2NodeClass;
+use crate::apis::hash::{NODECLASS_HASH_VERSION, NODEPOOL_HASH_VERSION};
 use crate::apis::labels;
 use crate::apis::nodepool::NodePool;
 use crate::scheduling::requirements::Requirements;
-
-/// The version of our NodePool template hash (`karpenter.sh/nodepool-hash-version`).
-pub const NODEPOOL_HASH_VERSION: &str = "karpenter-rs-v1";
-/// The version of our EC2NodeClass hash (`karpenter.k8s.aws/ec2nodeclass-hash-version`).
-pub const NODECLASS_HASH_VERSION: &str = "karpenter-rs-v1";
 
 /// Why a node is drifted (upstream's condition reasons).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -99,69 +93,6 @@ pub enum DriftVerdict {
     Drifted(DriftReason, String),
 }
 
-/// Stable 64-bit FNV-1a: the hash must not change between builds or platforms, which rules out
-/// the standard library's randomized hasher.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// Canonical JSON: object keys sorted (serde_json's map is ordered), arrays of objects that are
-/// sets (taints) sorted, so equal templates hash equally whatever the order users wrote.
-fn canonical(mut value: Value) -> String {
-    fn sort_sets(v: &mut Value) {
-        match v {
-            Value::Object(map) => {
-                for (k, child) in map.iter_mut() {
-                    sort_sets(child);
-                    if matches!(k.as_str(), "taints" | "startupTaints")
-                        && let Value::Array(items) = child
-                    {
-                        items.sort_by_key(|a| a.to_string());
-                    }
-                }
-            }
-            Value::Array(items) => items.iter_mut().for_each(sort_sets),
-            _ => {}
-        }
-    }
-    sort_sets(&mut value);
-    value.to_string()
-}
-
-/// The NodePool template hash: everything in `spec.template` except `requirements` (which drift
-/// through [`DriftReason::RequirementsDrifted`] instead).
-pub fn nodepool_hash(pool: &NodePool) -> String {
-    let mut template = serde_json::to_value(&pool.spec.template).unwrap_or(Value::Null);
-    if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("requirements");
-    }
-    fnv1a(canonical(template).as_bytes()).to_string()
-}
-
-/// The EC2NodeClass static hash: the fields that shape a launch but are not re-resolved
-/// dynamically (selectors are: their results drift through AMIs, subnets and security groups).
-pub fn nodeclass_hash(class: &EC2NodeClass) -> String {
-    let mut spec = serde_json::to_value(&class.spec).unwrap_or(Value::Null);
-    if let Some(map) = spec.as_object_mut() {
-        for dynamic in [
-            "subnetSelectorTerms",
-            "securityGroupSelectorTerms",
-            "amiSelectorTerms",
-            "capacityReservationSelectorTerms",
-            "ipPrefixCount",
-        ] {
-            map.remove(dynamic);
-        }
-        map.insert(
-            "amiFamily".into(),
-            serde_json::to_value(class.spec.ami_family()).unwrap_or(Value::Null),
-        );
-    }
-    fnv1a(canonical(spec).as_bytes()).to_string()
-}
-
 /// Decides whether a node drifted from its NodePool and EC2NodeClass.
 pub fn detect(
     node: &DriftInput<'_>,
@@ -181,7 +112,7 @@ pub fn detect(
         labels::NODEPOOL_HASH,
         labels::NODEPOOL_HASH_VERSION,
         NODEPOOL_HASH_VERSION,
-        &nodepool_hash(pool),
+        &pool.static_hash(),
     ) {
         Some(true) => {
             return DriftVerdict::Drifted(
@@ -220,7 +151,7 @@ pub fn detect(
             labels::EC2NODECLASS_HASH,
             labels::EC2NODECLASS_HASH_VERSION,
             NODECLASS_HASH_VERSION,
-            &nodeclass_hash(class),
+            &class.static_hash(),
         ) {
             Some(true) => {
                 return DriftVerdict::Drifted(
@@ -343,8 +274,8 @@ mod tests {
         let mut b = pool("blue");
         b.spec.template.spec.requirements.clear();
         b.spec.template.spec.taints.reverse();
-        assert_eq!(nodepool_hash(&a), nodepool_hash(&b));
-        assert_ne!(nodepool_hash(&a), nodepool_hash(&pool("green")));
+        assert_eq!(a.static_hash(), b.static_hash());
+        assert_ne!(a.static_hash(), pool("green").static_hash());
     }
 
     #[test]
@@ -353,7 +284,7 @@ mod tests {
             BTreeMap::from([("karpenter.sh/capacity-type".to_string(), "spot".to_string())]);
         let old = pool("blue");
         let new = pool("green");
-        let ann = stamped(&nodepool_hash(&old), NODEPOOL_HASH_VERSION);
+        let ann = stamped(&old.static_hash(), NODEPOOL_HASH_VERSION);
         let node = DriftInput {
             labels: &labels_,
             annotations: &ann,

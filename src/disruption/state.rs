@@ -245,25 +245,19 @@ impl State {
         let pool = self.nodepool(nodepool);
         let mut annotations = BTreeMap::new();
         if let Some(pool) = pool {
-            annotations.insert(
-                labels::NODEPOOL_HASH.into(),
-                super::drift::nodepool_hash(pool),
-            );
+            annotations.insert(labels::NODEPOOL_HASH.into(), pool.static_hash());
             annotations.insert(
                 labels::NODEPOOL_HASH_VERSION.into(),
-                super::drift::NODEPOOL_HASH_VERSION.into(),
+                crate::apis::hash::NODEPOOL_HASH_VERSION.into(),
             );
             if let Some(class) = self.nodeclasses.iter().find(|c| {
                 c.metadata.name.as_deref()
                     == Some(pool.spec.template.spec.node_class_ref.name.as_str())
             }) {
-                annotations.insert(
-                    labels::EC2NODECLASS_HASH.into(),
-                    super::drift::nodeclass_hash(class),
-                );
+                annotations.insert(labels::EC2NODECLASS_HASH.into(), class.static_hash());
                 annotations.insert(
                     labels::EC2NODECLASS_HASH_VERSION.into(),
-                    super::drift::NODECLASS_HASH_VERSION.into(),
+                    crate::apis::hash::NODECLASS_HASH_VERSION.into(),
                 );
             }
         }

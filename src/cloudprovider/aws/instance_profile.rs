@@ -8,23 +8,17 @@
 use std::collections::BTreeMap;
 
 use crate::apis::EC2NodeClass;
+use crate::apis::hash::fnv1a;
 use crate::apis::labels;
 use crate::cloudprovider::CloudError;
 
 use super::sdk_error;
 use super::tags;
 
-/// FNV-1a, stable across builds: the profile name must not change between versions.
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// The name of the instance profile Karpenter manages for a node class with `spec.role`:
 /// `<cluster>_<hash of region and node class>` (IAM allows 128 characters).
 pub fn managed_name(cluster: &str, region: &str, nodeclass: &str) -> String {
-    let hash = fnv1a(&format!("{region}/{nodeclass}"));
+    let hash = fnv1a(format!("{region}/{nodeclass}").as_bytes());
     let mut name = format!("{cluster}_{hash}");
     name.truncate(128);
     name

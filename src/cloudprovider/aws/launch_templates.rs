@@ -19,6 +19,7 @@ use aws_sdk_ec2::types::{
 use serde::Serialize;
 
 use crate::apis::ec2nodeclass::{AMIFamily, BlockDevice, BlockDeviceMapping, MetadataOptions};
+use crate::apis::hash::fnv1a;
 use crate::cloudprovider::CloudError;
 use crate::scheduling::resources::{self, gib};
 
@@ -49,12 +50,6 @@ pub struct LaunchTemplateSpec {
     pub associate_public_ip: Option<bool>,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 impl LaunchTemplateSpec {

@@ -15,11 +15,11 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tokio::sync::Notify;
 
+use crate::apis::hash;
 use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimSpec, Operator, ResourceRequirements};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::controllers::nodepool::runtime_validate;
-use crate::disruption::drift;
 use crate::metrics::METRICS;
 use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
@@ -218,19 +218,16 @@ fn nodeclaim_for(
     );
     node_labels.insert(labels::NODEPOOL.into(), pool_name.clone());
     let mut annotations = template.metadata.annotations.clone();
-    annotations.insert(labels::NODEPOOL_HASH.into(), drift::nodepool_hash(pool));
+    annotations.insert(labels::NODEPOOL_HASH.into(), pool.static_hash());
     annotations.insert(
         labels::NODEPOOL_HASH_VERSION.into(),
-        drift::NODEPOOL_HASH_VERSION.into(),
+        hash::NODEPOOL_HASH_VERSION.into(),
     );
     if let Some(class) = nodeclass {
-        annotations.insert(
-            labels::EC2NODECLASS_HASH.into(),
-            drift::nodeclass_hash(class),
-        );
+        annotations.insert(labels::EC2NODECLASS_HASH.into(), class.static_hash());
         annotations.insert(
             labels::EC2NODECLASS_HASH_VERSION.into(),
-            drift::NODECLASS_HASH_VERSION.into(),
+            hash::NODECLASS_HASH_VERSION.into(),
         );
     }
     if planned.min_values_relaxed {
