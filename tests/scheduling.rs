@@ -866,3 +866,66 @@ fn node_taints_policy_honor_leaves_out_zones_only_tainted_pools_provide() {
         BTreeMap::from([("us-east-1a".to_string(), 2), ("us-east-1b".to_string(), 2)])
     );
 }
+
+/// `n` pods of `cpu` each, none sharing a node with another (required hostname anti-affinity).
+fn one_per_node(name: &str, n: u32, cpu: &str) -> String {
+    deployment(
+        name,
+        n,
+        cpu,
+        &format!(
+            "      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            - {{topologyKey: kubernetes.io/hostname, labelSelector: {{matchLabels: {{app: {name}}}}}}}"
+        ),
+    )
+}
+
+#[test]
+fn thousands_of_nodeclaims_get_distinct_names() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        one_per_node("spread", 6000, "100m"),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 6000);
+    let names: BTreeSet<&str> = report.nodeclaims.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names.len(), report.nodeclaims.len());
+    // Every pod is placed on the NodeClaim that lists it: no two claims merged under one name.
+    for claim in &report.nodeclaims {
+        assert!(
+            claim
+                .pods
+                .iter()
+                .all(|p| report.placements[p] == claim.name)
+        );
+    }
+}
+
+#[test]
+fn a_planned_name_never_repeats_an_existing_nodeclaim() {
+    // Pods of 3 CPU do not fit the existing m5.large, so the plan is the same with and without it.
+    let docs = [
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        one_per_node("big", 3, "3"),
+    ];
+    let alone = run(&docs);
+    let taken = alone.nodeclaims[0].name.clone();
+    let existing = format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: {taken}
+  labels: {{karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: m5.large, kubernetes.io/arch: amd64, topology.kubernetes.io/zone: us-east-1a}}
+spec:
+  requirements: [{{key: karpenter.sh/nodepool, operator: In, values: [default]}}]
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+"#
+    );
+    let mut with_existing = docs.to_vec();
+    with_existing.push(existing);
+    let report = run(&with_existing);
+    assert_eq!(report.nodeclaims.len(), 3, "{:#?}", report.unschedulable);
+    assert!(report.nodeclaims.iter().all(|c| c.name != taken));
+    assert!(report.placements.values().all(|n| *n != taken));
+}
