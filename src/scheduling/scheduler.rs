@@ -265,6 +265,8 @@ struct Claim {
     /// What the claim holds of its pool's remaining limits, one amount per entry of
     /// `NodePoolTemplate::limits`: the capacity of its largest option when it was created.
     reserved: Vec<i64>,
+    /// Whether `options` were narrowed to the cost-efficient types when the claim was opened.
+    sized_by_cost: bool,
 }
 
 struct Existing<'a> {
@@ -722,10 +724,13 @@ impl<'a> Solver<'a> {
 
     fn finish(&self, claim: Claim) -> PlannedNodeClaim {
         let prices = self.prices(claim.nodepool, &claim.requirements);
-        let mut options: Vec<u32> = claim
-            .options
-            .types(&self.pools[claim.nodepool].by_price)
-            .collect();
+        let pool = &self.pools[claim.nodepool];
+        let launchable = if claim.sized_by_cost {
+            self.launch_options(&claim)
+        } else {
+            claim.options.clone()
+        };
+        let mut options: Vec<u32> = launchable.types(&pool.by_price).collect();
         // Options are kept in the pool's overall price order; re-sort only when the claim's zone
         // or capacity type makes that order wrong.
         let price_order = |a: &u32, b: &u32| {
@@ -1473,6 +1478,7 @@ impl<'a> Solver<'a> {
             headroom: Resources::default(),
             min_values_relaxed: false,
             reserved: Vec::new(),
+            sized_by_cost: false,
         };
         if pod
             .host_ports
@@ -1515,6 +1521,7 @@ impl<'a> Solver<'a> {
                 );
             }
         }
+        let mut sized_by_cost = false;
         if !self.input.options.every_fitting_type {
             let efficient = self.cost_efficient(p, &options, &requirements);
             // `minValues` are kept exactly: when the efficient types alone do not meet them,
@@ -1523,6 +1530,7 @@ impl<'a> Solver<'a> {
                 && self.check_min_values(&self.pools[p], &efficient, &requirements) == Some(false)
             {
                 options = efficient;
+                sized_by_cost = true;
             }
         }
         let pool = &self.pools[p];
@@ -1550,7 +1558,28 @@ impl<'a> Solver<'a> {
             headroom,
             min_values_relaxed: relaxed,
             reserved: Vec::new(),
+            sized_by_cost,
         })
+    }
+
+    /// The options a NodeClaim sized by cost launches with: every type that holds its pods, meets
+    /// its requirements and stays within what it reserved of the pool's limits. Sizing by cost
+    /// decides how far the pile may grow; once it is complete, any type that holds it may launch
+    /// it (a superset of the efficient options, so `minValues` still hold), which keeps the
+    /// cheapest such type and gives the launch upstream's flexibility.
+    fn launch_options(&self, claim: &Claim) -> TypeSet {
+        let pool = &self.pools[claim.nodepool];
+        let template = &pool.template;
+        self.compatible_types(claim.nodepool, &claim.requirements)
+            .filter(&pool.by_price, |t| {
+                let it = &template.instance_types[t as usize];
+                claim.requests.fits(&it.allocatable)
+                    && template
+                        .limits
+                        .iter()
+                        .zip(&claim.reserved)
+                        .all(|((name, _), reserved)| it.capacity.get(name) <= *reserved)
+            })
     }
 
     /// The options (types that fit the opening pod plus the DaemonSet overhead) a new
