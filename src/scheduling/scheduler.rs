@@ -8,7 +8,11 @@
 //!   count before every pod; with the per-class skip cursors below this makes a pod's cost
 //!   independent of how many full NodeClaims precede it (upstream: O(pods × NodeClaims));
 //! * a NodeClaim that receives a pod counted by a topology group on a key other than hostname is
-//!   narrowed to one domain of that key, so spread counts are exact rather than deferred.
+//!   narrowed to one domain of that key, so spread counts are exact rather than deferred;
+//! * a new NodeClaim grows only within the instance types that are cost-efficient for the round's
+//!   typical pod (`Solver::cost_efficient`), not into whatever type still fits the pile;
+//! * limits reserved by this round's NodeClaims are given back when a pod needs them
+//!   (`Solver::reclaim_limits`).
 //!
 //! Performance notes: pods with identical constraints form a *class*; requirement algebra is done
 //! once per (class, relaxation) and per (NodeClaim, class), never per pod; each class keeps a
