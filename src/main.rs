@@ -290,6 +290,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                         settings.min_values_policy,
                         karpenter_rs::operator::settings::MinValuesPolicy::BestEffort
                     ),
+                    ..Options::default()
                 },
                 disruption: karpenter_rs::disruption::Options {
                     spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
@@ -347,6 +348,7 @@ fn main() -> ExitCode {
                         min_values_policy,
                         MinValuesPolicy::BestEffort
                     ),
+                    ..Options::default()
                 },
                 disruption: karpenter_rs::disruption::Options { spot_to_spot },
             };

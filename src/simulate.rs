@@ -120,17 +120,64 @@ pub struct Cost {
     pub after: Option<f64>,
 }
 
-/// A deterministic five-character suffix, like the API server's generateName.
-fn suffix(seed: &str) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+/// Characters of a generated name suffix, as the API server's generateName uses.
+const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// A deterministic suffix of `len` characters hashed from `seed`, like the API server's
+/// generateName.
+fn suffix(seed: &str, len: usize) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in seed.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    (0..5)
-        .map(|i| ALPHABET[((h >> (i * 8)) % ALPHABET.len() as u64) as usize] as char)
+    let base = SUFFIX_ALPHABET.len() as u64;
+    (0..len)
+        .map(|_| {
+            let c = SUFFIX_ALPHABET[(h % base) as usize] as char;
+            h /= base;
+            c
+        })
         .collect()
+}
+
+/// The NodeClaim names one simulation hands out: `<nodepool>-<suffix>`, deterministic from a
+/// seed, and never a name already taken. Five hashed characters give 27^5 names per NodePool, so a
+/// plan of a few thousand NodeClaims collides more likely than not (a collision merges two
+/// NodeClaims in the placement map, and in a cluster is an AlreadyExists); uniqueness is
+/// therefore checked, not hoped for: a taken name is re-hashed with an attempt number, and after
+/// a few attempts the suffix doubles in length so a search always ends quickly.
+struct Names {
+    /// Existing NodeClaims and nodes, and every name handed out so far.
+    taken: std::collections::HashSet<String>,
+}
+
+impl Names {
+    /// Attempts at five characters before the suffix grows to ten.
+    const SHORT_ATTEMPTS: u32 = 8;
+
+    fn new<'n>(taken: impl IntoIterator<Item = &'n str>) -> Self {
+        Self {
+            taken: taken.into_iter().map(str::to_string).collect(),
+        }
+    }
+
+    /// A name for a NodeClaim of `pool`, derived from `seed`, not taken before.
+    fn next(&mut self, pool: &str, seed: &str) -> String {
+        let mut attempt: u32 = 0;
+        loop {
+            let (seed, len) = match attempt {
+                0 => (seed.to_string(), 5),
+                a if a < Self::SHORT_ATTEMPTS => (format!("{seed}#{a}"), 5),
+                a => (format!("{seed}#{a}"), 10),
+            };
+            let name = format!("{pool}-{}", suffix(&seed, len));
+            if self.taken.insert(name.clone()) {
+                return name;
+            }
+            attempt = attempt.saturating_add(1);
+        }
+    }
 }
 
 /// Runs provisioning on a cluster.
@@ -142,9 +189,22 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
     let mut nodeclaims = Vec::new();
     let mut cost = Cost::default();
     let mut option_lists: HashMap<(usize, &[u32]), OptionList> = HashMap::new();
+    let mut names = Names::new(
+        cluster
+            .nodeclaims
+            .iter()
+            .filter_map(|c| c.metadata.name.as_deref())
+            .chain(
+                cluster
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.metadata.name.as_deref()),
+            )
+            .chain(input.existing.iter().map(|n| n.name.as_ref())),
+    );
     for (i, planned) in outcome.nodeclaims.iter().enumerate() {
         let pool = &input.nodepools[planned.nodepool];
-        let name = format!("{}-{}", pool.name, suffix(&format!("{}/{i}", pool.name)));
+        let name = names.next(&pool.name, &format!("{}/{i}", pool.name));
         let options: Vec<&InstanceType> = planned
             .instance_types
             .iter()
@@ -397,6 +457,7 @@ pub fn simulate_with_disruption(
 /// Carries out a command on the state: launch replacements with the candidates' pods, then
 /// remove the candidates.
 fn apply_command(state: &mut State, cmd: &Command, now: DateTime<Utc>) {
+    let mut names = Names::new(state.nodes.iter().map(|n| n.name.as_ref()));
     let candidates: Vec<usize> = cmd
         .candidates
         .iter()
@@ -426,14 +487,9 @@ fn apply_command(state: &mut State, cmd: &Command, now: DateTime<Utc>) {
             .filter(|(_, p)| r.pods.contains(&p.pod.key()))
             .map(|(k, _)| k)
             .collect();
-        let name = format!(
-            "{}-{}",
-            r.node_pool,
-            suffix(&format!(
-                "{}/{}/{i}",
-                cmd.candidates.join(","),
-                now.timestamp()
-            ))
+        let name = names.next(
+            &r.node_pool,
+            &format!("{}/{}/{i}", cmd.candidates.join(","), now.timestamp()),
         );
         let pool = r.node_pool.clone();
         state.launch(&name, &pool, &reqs, &it, &offering, &pods, now);

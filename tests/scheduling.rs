@@ -4,8 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use karpenter_rs::apis::ec2nodeclass::AMIFamily;
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::manifest;
+use karpenter_rs::scheduling::instance_type::NodeClassSettings;
 use karpenter_rs::scheduling::scheduler::Options;
 use karpenter_rs::simulate::{self, Report};
 use karpenter_rs::snapshot::EngineOptions;
@@ -897,4 +899,169 @@ fn node_taints_policy_honor_leaves_out_zones_only_tainted_pools_provide() {
         pods_per_zone(&honored),
         BTreeMap::from([("us-east-1a".to_string(), 2), ("us-east-1b".to_string(), 2)])
     );
+}
+
+/// `n` pods of `cpu` each, none sharing a node with another (required hostname anti-affinity).
+fn one_per_node(name: &str, n: u32, cpu: &str) -> String {
+    deployment(
+        name,
+        n,
+        cpu,
+        &format!(
+            "      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            - {{topologyKey: kubernetes.io/hostname, labelSelector: {{matchLabels: {{app: {name}}}}}}}"
+        ),
+    )
+}
+
+#[test]
+fn thousands_of_nodeclaims_get_distinct_names() {
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        one_per_node("spread", 6000, "100m"),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 6000);
+    let names: BTreeSet<&str> = report.nodeclaims.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names.len(), report.nodeclaims.len());
+    // Every pod is placed on the NodeClaim that lists it: no two claims merged under one name.
+    for claim in &report.nodeclaims {
+        assert!(
+            claim
+                .pods
+                .iter()
+                .all(|p| report.placements[p] == claim.name)
+        );
+    }
+}
+
+#[test]
+fn a_planned_name_never_repeats_an_existing_nodeclaim() {
+    // Pods of 3 CPU do not fit the existing m5.large, so the plan is the same with and without it.
+    let docs = [
+        NODECLASS.into(),
+        nodepool("default", "", ""),
+        one_per_node("big", 3, "3"),
+    ];
+    let alone = run(&docs);
+    let taken = alone.nodeclaims[0].name.clone();
+    let existing = format!(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: {taken}
+  labels: {{karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: m5.large, kubernetes.io/arch: amd64, topology.kubernetes.io/zone: us-east-1a}}
+spec:
+  requirements: [{{key: karpenter.sh/nodepool, operator: In, values: [default]}}]
+  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+"#
+    );
+    let mut with_existing = docs.to_vec();
+    with_existing.push(existing);
+    let report = run(&with_existing);
+    assert_eq!(report.nodeclaims.len(), 3, "{:#?}", report.unschedulable);
+    assert!(report.nodeclaims.iter().all(|c| c.name != taken));
+    assert!(report.placements.values().all(|n| *n != taken));
+}
+
+#[test]
+fn limits_leave_room_for_every_small_pod_of_a_round() {
+    // Every NodeClaim first reserves its largest option (up to 384 vCPUs); four of them would
+    // use up the 1000 vCPUs although each launches a small type.
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "default",
+            "  limits: {cpu: \"1000\"}",
+            "        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}",
+        ),
+        one_per_node("db", 5, "100m"),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    assert_eq!(report.nodeclaims.len(), 5);
+    // What the round reserves (each NodeClaim's largest option) stays within the limit.
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+    let vcpus = |name: &str| {
+        types
+            .iter()
+            .find(|t| t.name.as_ref() == name)
+            .map_or(0, |t| t.capacity.cpu)
+    };
+    let reserved: i64 = report
+        .nodeclaims
+        .iter()
+        .map(|c| {
+            c.instance_type_options
+                .iter()
+                .map(|n| vcpus(n))
+                .max()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(reserved <= 1_000_000, "{reserved}m reserved");
+}
+
+/// 30 Deployments × 100 replicas of 250m–1 CPU and 256Mi–2Gi, on a NodePool open to every x86
+/// on-demand type.
+fn web_fleet() -> Report {
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+        ),
+    ];
+    for d in 0..30 {
+        let cpu = [250, 500, 750, 1000][d % 4];
+        let memory = [256, 512, 1024, 2048][(d / 4) % 4];
+        docs.push(format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web-{d}}}
+spec:
+  replicas: 100
+  selector: {{matchLabels: {{app: web-{d}}}}}
+  template:
+    metadata: {{labels: {{app: web-{d}}}}}
+    spec:
+      containers:
+        - {{name: c, image: pause, resources: {{requests: {{cpu: {cpu}m, memory: {memory}Mi}}}}}}
+"#
+        ));
+    }
+    run(&docs)
+}
+
+#[test]
+fn many_small_pods_are_not_piled_onto_giant_nodes() {
+    let report = web_fleet();
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    assert_eq!(report.placements.len(), 3000);
+    // Piling every pod that still fits onto one NodeClaim planned four nodes, two of them
+    // u7in-16tb.224xlarge, for $386/h; ordinary nodes hold the same pods for about $83/h.
+    let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
+    assert!(cost < 120.0, "${cost:.2}/h");
+    let mut prices: Vec<f64> = report.nodeclaims.iter().map(|c| c.price).collect();
+    prices.sort_by(f64::total_cmp);
+    let median = prices[prices.len() / 2];
+    for claim in &report.nodeclaims {
+        assert!(
+            claim.price <= 4.0 * median,
+            "{} ({}, ${}/h) costs more than 4x the median NodeClaim (${median}/h)",
+            claim.name,
+            claim.instance_type,
+            claim.price
+        );
+    }
 }

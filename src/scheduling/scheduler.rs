@@ -8,7 +8,11 @@
 //!   count before every pod; with the per-class skip cursors below this makes a pod's cost
 //!   independent of how many full NodeClaims precede it (upstream: O(pods × NodeClaims));
 //! * a NodeClaim that receives a pod counted by a topology group on a key other than hostname is
-//!   narrowed to one domain of that key, so spread counts are exact rather than deferred.
+//!   narrowed to one domain of that key, so spread counts are exact rather than deferred;
+//! * a new NodeClaim grows only within the instance types that are cost-efficient for the round's
+//!   typical pod (`Solver::cost_efficient`), not into whatever type still fits the pile;
+//! * limits reserved by this round's NodeClaims are given back when a pod needs them
+//!   (`Solver::reclaim_limits`).
 //!
 //! Performance notes: pods with identical constraints form a *class*; requirement algebra is done
 //! once per (class, relaxation) and per (NodeClaim, class), never per pod; each class keeps a
@@ -33,6 +37,14 @@ use super::type_set::TypeSet;
 
 /// Upstream's cap on instance-type options per NodeClaim.
 pub const MAX_INSTANCE_TYPES: usize = 600;
+
+/// How much more per pod than the best instance type for the typical pod a new NodeClaim's
+/// options may cost (see `Solver::cost_efficient`). Measured with `benches/gen-cost.py`: at 1.25
+/// three narrow-pool plans were up to 6% dearer than sizing by fit alone (piles capped at
+/// c8i.96xlarge ran out of memory where an m8i, 13% dearer per vCPU, would have held them); at 1.5
+/// no case is dearer, while the giants that made broad pools expensive (u7in, x2iedn: several
+/// times the best price per typical pod) stay out.
+const COST_SLACK: f64 = 1.5;
 
 /// A NodePool ready for scheduling: its template flattened and its instance types resolved.
 #[derive(Clone, Debug)]
@@ -105,6 +117,11 @@ pub struct Options {
     pub ignore_preferences: bool,
     /// `MIN_VALUES_POLICY=BestEffort`: relax `minValues` instead of failing.
     pub min_values_best_effort: bool,
+    /// Keep every instance type that fits as a new NodeClaim's option, as upstream, instead of
+    /// only the cost-efficient ones (`Solver::cost_efficient`). The disruption engine sets it:
+    /// a multi-node consolidation may launch at most one replacement (upstream's rule), and
+    /// sizing that replacement by cost would split it in several and block the merge.
+    pub every_fitting_type: bool,
 }
 
 /// Everything the solver reads.
@@ -251,6 +268,11 @@ struct Claim {
     /// Per-resource maximum of `allocatable - requests` over the options.
     headroom: Resources,
     min_values_relaxed: bool,
+    /// What the claim holds of its pool's remaining limits, one amount per entry of
+    /// `NodePoolTemplate::limits`: the capacity of its largest option when it was created.
+    reserved: Vec<i64>,
+    /// Whether `options` were narrowed to the cost-efficient types when the claim was opened.
+    sized_by_cost: bool,
 }
 
 struct Existing<'a> {
@@ -285,6 +307,26 @@ struct Pool {
     by_price: Arc<Vec<u32>>,
     /// Largest allocatable of any instance type, per resource.
     max_allocatable: Resources,
+    /// Claims before this index have given back what they can of the pool's limits (see
+    /// `Solver::reclaim_limits`).
+    reclaimed_to: usize,
+}
+
+/// Why a NodePool cannot open a NodeClaim for a pod.
+struct Rejection {
+    reason: String,
+    /// The pool's remaining limits are what stands in the way: an instance type that fits the
+    /// pod exists, but none within the limits.
+    by_limits: bool,
+}
+
+impl From<String> for Rejection {
+    fn from(reason: String) -> Self {
+        Self {
+            reason,
+            by_limits: false,
+        }
+    }
 }
 
 struct Solver<'a> {
@@ -300,6 +342,9 @@ struct Solver<'a> {
     claim_skip: HashMap<(u32, Relaxation), SkipList>,
     existing_skip: HashMap<(u32, Relaxation), SkipList>,
     allow_well_known: AllowUndefined,
+    /// The average pending pod's CPU, memory, pod slots and ephemeral storage: the shape new
+    /// NodeClaims are sized for (see `Solver::cost_efficient`).
+    typical_pod: [f64; 4],
 }
 
 /// Runs the solver.
@@ -499,6 +544,7 @@ impl<'a> Solver<'a> {
                     type_requirements,
                     by_price,
                     max_allocatable,
+                    reclaimed_to: 0,
                 }
             })
             .collect();
@@ -616,6 +662,19 @@ impl<'a> Solver<'a> {
             })
             .collect();
 
+        let count = input.pods.len().max(1) as f64;
+        let mut typical_pod = [0.0; 4];
+        for p in &input.pods {
+            let r = &p.requests;
+            for (sum, amount) in
+                typical_pod
+                    .iter_mut()
+                    .zip([r.cpu, r.memory, r.pods, r.ephemeral_storage])
+            {
+                *sum += amount.max(0) as f64 / count;
+            }
+        }
+
         Self {
             input,
             pools,
@@ -629,6 +688,7 @@ impl<'a> Solver<'a> {
             claim_skip: HashMap::new(),
             existing_skip: HashMap::new(),
             allow_well_known: AllowUndefined::well_known_labels(),
+            typical_pod,
         }
     }
 
@@ -670,10 +730,13 @@ impl<'a> Solver<'a> {
 
     fn finish(&self, claim: Claim) -> PlannedNodeClaim {
         let prices = self.prices(claim.nodepool, &claim.requirements);
-        let mut options: Vec<u32> = claim
-            .options
-            .types(&self.pools[claim.nodepool].by_price)
-            .collect();
+        let pool = &self.pools[claim.nodepool];
+        let launchable = if claim.sized_by_cost {
+            self.launch_options(&claim)
+        } else {
+            claim.options.clone()
+        };
+        let mut options: Vec<u32> = launchable.types(&pool.by_price).collect();
         // Options are kept in the pool's overall price order; re-sort only when the claim's zone
         // or capacity type makes that order wrong.
         let price_order = |a: &u32, b: &u32| {
@@ -1201,7 +1264,11 @@ impl<'a> Solver<'a> {
                 rejected.push((p, None));
                 continue;
             }
-            match self.new_claim(i, p, relax, reqs) {
+            let mut attempt = self.new_claim(i, p, relax, reqs);
+            if attempt.as_ref().is_err_and(|r| r.by_limits) && self.reclaim_limits(p) {
+                attempt = self.new_claim(i, p, relax, reqs);
+            }
+            match attempt {
                 Ok(claim) => {
                     self.claims.push(claim);
                     let c = self.claims.len() - 1;
@@ -1209,7 +1276,7 @@ impl<'a> Solver<'a> {
                     self.consume_limits(p, c);
                     return Ok(Placement::NodeClaim(c));
                 }
-                Err(reason) => rejected.push((p, Some(reason))),
+                Err(rejection) => rejected.push((p, Some(rejection.reason))),
             }
         }
         let mut msg = format!(
@@ -1227,32 +1294,95 @@ impl<'a> Solver<'a> {
         Err(msg)
     }
 
-    /// Pessimistically charges a new NodeClaim to its pool's limits: the capacity of its largest
-    /// instance-type option, per limited resource.
-    fn consume_limits(&mut self, p: usize, c: usize) {
-        let claim = &self.claims[c];
+    /// The capacity of the largest option of `options`, per limited resource of pool `p`.
+    fn largest_capacity(&self, p: usize, options: &TypeSet) -> Vec<i64> {
         let pool = &self.pools[p];
-        let charges: Vec<i64> = pool
-            .template
+        pool.template
             .limits
             .iter()
             .map(|(name, _)| {
-                claim
-                    .options
+                options
                     .types(&pool.by_price)
                     .map(|t| pool.template.instance_types[t as usize].capacity.get(name))
                     .max()
                     .unwrap_or(0)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Pessimistically charges a new NodeClaim to its pool's limits, as upstream does: its
+    /// options were filtered to what the remaining limits allow, and it reserves the capacity of
+    /// the largest of them, per limited resource.
+    fn consume_limits(&mut self, p: usize, c: usize) {
+        let charges = self.largest_capacity(p, &self.claims[c].options);
         let template = &mut self.pools[p].template;
         // Saturating: a limit written hugely negative must stay exhausted, not wrap to plenty.
-        for ((_, remaining), charge) in template.limits.iter_mut().zip(charges) {
-            *remaining = remaining.saturating_sub(charge);
+        for ((_, remaining), charge) in template.limits.iter_mut().zip(&charges) {
+            *remaining = remaining.saturating_sub(*charge);
         }
         if let Some(n) = template.nodes_limit.as_mut() {
             *n = n.saturating_sub(1);
         }
+        self.claims[c].reserved = charges;
+    }
+
+    /// Gives back limits reserved by this round's NodeClaims of pool `p` that they do not need,
+    /// when a pod finds no instance type within what remains; whether anything was freed.
+    ///
+    /// Each NodeClaim reserves its largest option, so under `limits: {cpu: 1000}` four claims
+    /// for one small pod each could hold 384 + 384 + 192 + 40 vCPUs and starve the fifth,
+    /// although every one of them launches a 2-vCPU type. Giving back means keeping only the
+    /// options no larger (in every limited resource) than the claim's cheapest option, which
+    /// holds its pods: the claim can then only take pods that fit that size, and reserves just
+    /// it. A claim whose `minValues` the smaller set would break keeps its options. Each claim
+    /// gives back at most once, so a round does this work once per NodeClaim.
+    fn reclaim_limits(&mut self, p: usize) -> bool {
+        let start = self.pools[p].reclaimed_to;
+        self.pools[p].reclaimed_to = self.claims.len();
+        let mut freed = false;
+        for c in start..self.claims.len() {
+            if self.claims[c].nodepool != p {
+                continue;
+            }
+            let pool = &self.pools[p];
+            let types = &pool.template.instance_types;
+            let claim = &self.claims[c];
+            let Some(cheapest) = claim.options.types(&pool.by_price).next() else {
+                continue;
+            };
+            let cap = &types[cheapest as usize].capacity;
+            let smaller = claim.options.filter(&pool.by_price, |t| {
+                pool.template
+                    .limits
+                    .iter()
+                    .all(|(name, _)| types[t as usize].capacity.get(name) <= cap.get(name))
+            });
+            if smaller == claim.options {
+                continue;
+            }
+            match self.check_min_values(pool, &smaller, &claim.requirements) {
+                Some(relaxed) if !relaxed || claim.min_values_relaxed => {}
+                _ => continue,
+            }
+            let charges = self.largest_capacity(p, &smaller);
+            let max_allocatable = max_allocatable(pool, &smaller);
+            let template = &mut self.pools[p].template;
+            let claim = &mut self.claims[c];
+            for (((_, remaining), old), new) in template
+                .limits
+                .iter_mut()
+                .zip(&claim.reserved)
+                .zip(&charges)
+            {
+                *remaining = remaining.saturating_add(old.saturating_sub(*new));
+            }
+            freed |= claim.reserved != charges;
+            claim.reserved = charges;
+            claim.headroom = headroom(&max_allocatable, &claim.requests);
+            claim.max_allocatable = max_allocatable;
+            claim.options = smaller;
+        }
+        freed
     }
 
     /// A new NodeClaim from pool `p` for pod `i`, whose taints the caller found tolerated.
@@ -1262,12 +1392,14 @@ impl<'a> Solver<'a> {
         p: usize,
         relax: Relaxation,
         reqs: &Arc<Requirements>,
-    ) -> Result<Claim, String> {
+    ) -> Result<Claim, Rejection> {
         let pod = &self.input.pods[i];
         let pool = &self.pools[p];
         let template = &pool.template;
         if template.nodes_limit.is_some_and(|n| n <= 0) {
-            return Err("node limits have been exhausted for nodepool".to_string());
+            return Err("node limits have been exhausted for nodepool"
+                .to_string()
+                .into());
         }
         if let Some(r) = reqs.iter().find(|r| {
             labels::is_restricted_label(r.key())
@@ -1276,19 +1408,20 @@ impl<'a> Solver<'a> {
             return Err(format!(
                 "the pod requires label {} ({r}), which is restricted: only Kubernetes or the cloud provider set it, so no new node can be launched with a chosen value; select a well-known or custom label instead",
                 r.key()
-            ));
+            )
+            .into());
         }
         template
             .requirements
             .compatible(reqs, &self.allow_well_known)
-            .map_err(|e| e.describe("the pod", "the NodePool"))?;
+            .map_err(|e| Rejection::from(e.describe("the pod", "the NodePool")))?;
         let mut requirements = template.requirements.clone();
         requirements.add(reqs);
         let compatible = self.compatible_types(p, &requirements);
         let pool = &self.pools[p];
         let template = &pool.template;
         if compatible.is_empty() {
-            return Err("no instance type satisfies the requirements of the pod and the NodePool (e.g. zone, capacity type, architecture)".to_string());
+            return Err("no instance type satisfies the requirements of the pod and the NodePool (e.g. zone, capacity type, architecture)".to_string().into());
         }
         let mut total = template.daemon_overhead.clone();
         total.add(&pod.requests);
@@ -1307,15 +1440,21 @@ impl<'a> Solver<'a> {
                 .types(&pool.by_price)
                 .any(|t| total.fits(&template.instance_types[t as usize].allocatable));
             if any_fit {
-                return Err(format!(
-                    "node limits: every instance type that fits exceeds the NodePool's remaining limits ({}); within one provisioning round each planned NodeClaim reserves the capacity of its largest instance type option",
-                    template
-                        .limits
-                        .iter()
-                        .map(|(n, v)| format!("{n}: {}", super::resources::format_amount(n, *v)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                return Err(Rejection {
+                    reason: format!(
+                        "node limits: every instance type that fits exceeds the NodePool's remaining limits ({}); within one provisioning round each planned NodeClaim reserves the capacity of its largest instance type option",
+                        template
+                            .limits
+                            .iter()
+                            .map(|(n, v)| format!(
+                                "{n}: {}",
+                                super::resources::format_amount(n, *v)
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    by_limits: true,
+                });
             }
             let exceeding = compatible
                 .types(&pool.by_price)
@@ -1327,7 +1466,8 @@ impl<'a> Solver<'a> {
             return Err(format!(
                 "no instance type has enough allocatable {exceeding} for the pod plus DaemonSet overhead ({})",
                 total
-            ));
+            )
+            .into());
         }
         let hostname: Arc<str> =
             Arc::from(format!("hostname-placeholder-{:04}", self.claims.len()));
@@ -1343,19 +1483,25 @@ impl<'a> Solver<'a> {
             max_allocatable: Resources::default(),
             headroom: Resources::default(),
             min_values_relaxed: false,
+            reserved: Vec::new(),
+            sized_by_cost: false,
         };
         if pod
             .host_ports
             .iter()
             .any(|a| probe.host_ports.iter().any(|b| a.conflicts(b)))
         {
-            return Err("a host port of the pod is taken by a DaemonSet pod".to_string());
+            return Err("a host port of the pod is taken by a DaemonSet pod"
+                .to_string()
+                .into());
         }
         let candidates = |key: &str| {
             self.claim_domains(p, &probe.hostname, &probe.requirements, &probe.options, key)
         };
         let narrowing = self.topology_for(i, relax, &candidates).ok_or_else(|| {
-            "its topology spread or pod (anti-)affinity constraints cannot be met".to_string()
+            Rejection::from(
+                "its topology spread or pod (anti-)affinity constraints cannot be met".to_string(),
+            )
         })?;
         if !narrowing.is_empty() {
             for (key, domain) in narrowing {
@@ -1375,14 +1521,31 @@ impl<'a> Solver<'a> {
             });
             if options.is_empty() {
                 return Err(
-                    "no instance type is offered in the topology domain the pod needs".to_string(),
+                    "no instance type is offered in the topology domain the pod needs"
+                        .to_string()
+                        .into(),
                 );
             }
         }
+        let mut sized_by_cost = false;
+        if !self.input.options.every_fitting_type {
+            let efficient = self.cost_efficient(p, &options, &requirements);
+            // `minValues` are kept exactly: when the efficient types alone do not meet them,
+            // the NodeClaim keeps every type that fits.
+            if efficient != options
+                && self.check_min_values(&self.pools[p], &efficient, &requirements) == Some(false)
+            {
+                options = efficient;
+                sized_by_cost = true;
+            }
+        }
+        let pool = &self.pools[p];
         let relaxed = self
             .check_min_values(pool, &options, &requirements)
             .ok_or_else(|| {
-                "minValues requirements are not met by the instance types that fit".to_string()
+                Rejection::from(
+                    "minValues requirements are not met by the instance types that fit".to_string(),
+                )
             })?;
         let max_allocatable = max_allocatable(pool, &options);
         let headroom = headroom(&max_allocatable, &total);
@@ -1400,6 +1563,106 @@ impl<'a> Solver<'a> {
             max_allocatable,
             headroom,
             min_values_relaxed: relaxed,
+            reserved: Vec::new(),
+            sized_by_cost,
+        })
+    }
+
+    /// The options a NodeClaim sized by cost launches with: every type that holds its pods, meets
+    /// its requirements and stays within what it reserved of the pool's limits. Sizing by cost
+    /// decides how far the pile may grow; once it is complete, any type that holds it may launch
+    /// it (a superset of the efficient options, so `minValues` still hold), which keeps the
+    /// cheapest such type and gives the launch upstream's flexibility.
+    fn launch_options(&self, claim: &Claim) -> TypeSet {
+        let pool = &self.pools[claim.nodepool];
+        let template = &pool.template;
+        self.compatible_types(claim.nodepool, &claim.requirements)
+            .filter(&pool.by_price, |t| {
+                let it = &template.instance_types[t as usize];
+                claim.requests.fits(&it.allocatable)
+                    && template
+                        .limits
+                        .iter()
+                        .zip(&claim.reserved)
+                        .all(|((name, _), reserved)| it.capacity.get(name) <= *reserved)
+            })
+    }
+
+    /// The options (types that fit the opening pod plus the DaemonSet overhead) a new
+    /// NodeClaim of pool `p` keeps: the cheapest, and those whose price per typical pod is within
+    /// [`COST_SLACK`] of the best of them.
+    ///
+    /// Pods join a planned NodeClaim while one of its options holds them all, and the NodeClaim
+    /// launches the cheapest option that does. With every fitting type as an option, a pile grows
+    /// until only the types with the most CPU, memory or pod slots are left, and those are often
+    /// far dearer per unit than the ones it outgrew: 3,000 small web pods end up on four
+    /// NodeClaims, two of them u7in-16tb.224xlarge, for $386/h where ordinary nodes cost $83/h.
+    /// A type's price per typical pod is what the round's average pending pod (`typical_pod`)
+    /// costs on a node of that type filled with such pods: the price times the largest share of
+    /// the node's room (allocatable minus DaemonSet overhead) the pod takes of CPU, memory, pod
+    /// slots or ephemeral storage, i.e. its fractional (LP) cost on that type. The average pod,
+    /// not the opening one, because a NodeClaim is filled with the whole mix: sizing for the
+    /// opening pod's shape alone would let a memory-heavy pod's NodeClaim grow to a type that
+    /// only pays off for memory, beside CPU-heavy ones sized for CPU, a fleet of very uneven
+    /// nodes. Keeping only the efficient types lets a NodeClaim grow as long as growing costs no
+    /// more per pod than opening another node would, and then makes it full (its headroom is
+    /// that of its largest option), so the next pod opens a new NodeClaim. The cheapest type is
+    /// always kept, so a lone pod still gets the cheapest node that fits it, and a pod only giant
+    /// types can hold still gets one. Hard constraints are untouched: this only removes options.
+    fn cost_efficient(&self, p: usize, options: &TypeSet, reqs: &Requirements) -> TypeSet {
+        let pool = &self.pools[p];
+        let prices = self.prices(p, reqs);
+        let overhead = &pool.template.daemon_overhead;
+        let types = &pool.template.instance_types;
+        let [cpu, memory, pods, storage] = self.typical_pod;
+        let share = |need: f64, allocatable: i64, reserved: i64| {
+            let room = allocatable.saturating_sub(reserved);
+            if need <= 0.0 {
+                0.0
+            } else if room <= 0 {
+                f64::INFINITY
+            } else {
+                need / room as f64
+            }
+        };
+        let per_pod = |t: u32| {
+            let a = &types[t as usize].allocatable;
+            let largest = share(cpu, a.cpu, overhead.cpu)
+                .max(share(memory, a.memory, overhead.memory))
+                .max(share(pods, a.pods, overhead.pods))
+                .max(share(
+                    storage,
+                    a.ephemeral_storage,
+                    overhead.ephemeral_storage,
+                ));
+            // A type without room for the pod is never efficient (and a zero price must not
+            // make 0 × ∞ a NaN).
+            if largest.is_finite() {
+                prices[t as usize] * largest
+            } else {
+                f64::INFINITY
+            }
+        };
+        let mut cheapest: Option<(u32, f64)> = None;
+        let costs: Vec<f64> = options
+            .types(&pool.by_price)
+            .map(|t| {
+                let price = prices[t as usize];
+                if cheapest.is_none_or(|(_, c)| price < c) {
+                    cheapest = Some((t, price));
+                }
+                per_pod(t)
+            })
+            .collect();
+        let Some((cheapest, _)) = cheapest else {
+            return options.clone();
+        };
+        let bound = costs.iter().copied().fold(f64::INFINITY, f64::min) * COST_SLACK;
+        // `filter` visits the options in the order `types` listed them.
+        let mut cost = costs.iter();
+        options.filter(&pool.by_price, |t| {
+            let efficient = cost.next().is_some_and(|c| *c <= bound);
+            t == cheapest || efficient
         })
     }
 

@@ -80,7 +80,11 @@ pub fn disruption_state(
         nodes,
         pods,
         pdbs,
-        options,
+        // Consolidation keeps upstream's NodeClaim sizing (see `Options::every_fitting_type`).
+        options: Options {
+            every_fitting_type: true,
+            ..options
+        },
     }
 }
 

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Cost benchmark: how close `simulate`'s planned fleet comes to a lower bound on its price.
+
+Writes the manifests of one case (a workload on a NodePool), or runs every case through
+`karpenter-rs simulate -o json` and prints one Markdown row per case: the fleet's $/h, its node
+count, its dearest node, how that node compares with the median one, and the ratio of the fleet's
+price to a fractional lower bound computed here from the same bundled catalog.
+
+Workloads (deterministic: every draw comes from a splitmix64 generator with seed 42):
+  web     30 Deployments x 100 replicas, 250m-1 CPU and 256Mi-2Gi each
+  batch   20 Deployments x 10 replicas, 2-16 CPU and 4-64Gi each
+  memory  30 Deployments x 40 replicas, 250m-1 CPU and 4-16Gi each
+  mixed   a third of each of the above
+NodePools: `narrow` (instance categories c, m, r of generation > 5) or `broad` (every x86 type),
+`od` (on-demand) or `spot` (spot and on-demand), at the default ENI-limited pod density or with
+kubelet `maxPods: 110` (`--max-pods 110`).
+
+The lower bound is the LP relaxation of the fleet: the cheapest fractional mix of the NodePool's
+instance types (on-demand price, or the lowest spot price when spot is allowed) whose allocatable
+CPU, memory and pod slots cover the workload's totals, ignoring that pods are indivisible.
+Allocatable follows the AL2023 overhead model of `src/scheduling/instance_type.rs`. No fleet can
+cost less, whatever the packing.
+
+    python3 benches/gen-cost.py --workload web --pool broad --capacity od > /tmp/web.yaml
+    target/release/karpenter-rs simulate -f /tmp/web.yaml
+    python3 benches/gen-cost.py --run --binary target/release/karpenter-rs
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import itertools
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CATALOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "catalog", "us-east-1.json")
+MASK = (1 << 64) - 1
+
+NODECLASS = """apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: default}}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: c}}}}]
+  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: c}}}}]
+{kubelet}"""
+
+
+class SplitMix:
+    def __init__(self, seed):
+        self.state = seed & MASK
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
+
+    def pick(self, items):
+        return items[self.next() % len(items)]
+
+
+# (name prefix, deployments, replicas, CPU choices in millicores, memory choices in MiB)
+SHAPES = {
+    "web": ("web", 30, 100, [250, 500, 750, 1000], [256, 512, 1024, 2048]),
+    "batch": ("batch", 20, 10, [2000, 4000, 8000, 16000], [4096, 8192, 16384, 65536]),
+    "memory": ("mem", 30, 40, [250, 500, 1000], [4096, 8192, 16384]),
+}
+
+
+def deployments(workload):
+    """(name, replicas, cpu millicores, memory MiB) per Deployment."""
+    rng = SplitMix(42)
+    parts = ["web", "batch", "memory"] if workload == "mixed" else [workload]
+    out = []
+    for part in parts:
+        prefix, count, replicas, cpus, mems = SHAPES[part]
+        if workload == "mixed":
+            count = max(1, count // 3)
+        for d in range(count):
+            out.append((f"{prefix}-{d}", replicas, rng.pick(cpus), rng.pick(mems)))
+    return out
+
+
+def nodepool(pool, capacity):
+    reqs = ["        - {key: kubernetes.io/arch, operator: In, values: [amd64]}"]
+    cts = "[on-demand]" if capacity == "od" else "[spot, on-demand]"
+    reqs.append(f"        - {{key: karpenter.sh/capacity-type, operator: In, values: {cts}}}")
+    if pool == "narrow":
+        reqs.append(
+            "        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}"
+        )
+        reqs.append(
+            "        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}"
+        )
+    return (
+        """apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+"""
+        + "\n".join(reqs)
+        + "\n"
+    )
+
+
+def deployment(name, replicas, cpu, mem):
+    return f"""apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+        - name: c
+          image: pause
+          resources: {{requests: {{cpu: {cpu}m, memory: {mem}Mi}}}}
+"""
+
+
+def manifest(workload, pool, capacity, max_pods):
+    kubelet = f"  kubelet: {{maxPods: {max_pods}}}\n" if max_pods else ""
+    docs = [NODECLASS.format(kubelet=kubelet), nodepool(pool, capacity)]
+    docs += [deployment(*d) for d in deployments(workload)]
+    return "---\n".join(docs)
+
+
+def kube_reserved_cpu(vcpu):
+    millis = vcpu * 1000
+    bands = [(0, 1000, 0.06), (1000, 2000, 0.01), (2000, 4000, 0.005), (4000, math.inf, 0.0025)]
+    return int(sum(max(min(millis, hi) - lo, 0) * rate for lo, hi, rate in bands))
+
+
+def allowed_types(pool, capacity, max_pods):
+    """(price, allocatable cpu millicores, memory MiB, pods) of each type the NodePool allows."""
+    with open(CATALOG) as f:
+        catalog = json.load(f)
+    out = []
+    for t in catalog["instanceTypes"]:
+        if "x86_64" not in t["architectures"]:
+            continue
+        m = re.match(r"^([a-z]+)(\d+)", t["name"])
+        if pool == "narrow" and not (m and m.group(1) in "cmr" and len(m.group(1)) == 1 and int(m.group(2)) > 5):
+            continue
+        prices = []
+        if "on-demand" in t["usageClasses"] and t.get("onDemandPrice"):
+            prices.append(t["onDemandPrice"])
+        if capacity == "spot" and "spot" in t["usageClasses"]:
+            prices += [o["spotPrice"] for o in t["offerings"] if o.get("spotPrice")]
+        if not prices:
+            continue
+        eni_pods = t["maxEnis"] * (t["ipv4PerEni"] - 1) + 2
+        pods = max_pods or eni_pods
+        mem = t["memoryMiB"] - math.ceil(t["memoryMiB"] * 0.075) - (11 * eni_pods + 255) - 100
+        cpu = t["vcpu"] * 1000 - kube_reserved_cpu(t["vcpu"])
+        if cpu > 0 and mem > 0 and pods > 0:
+            out.append((min(prices), cpu, mem, pods))
+    return out
+
+
+def solve3(rows, rhs):
+    """The solution of a 3x3 linear system by Cramer's rule; None when singular."""
+    def det(m):
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
+
+    d = det(rows)
+    if abs(d) < 1e-18:
+        return None
+    out = []
+    for k in range(3):
+        m = [list(r) for r in rows]
+        for i in range(3):
+            m[i][k] = rhs[i]
+        out.append(det(m) / d)
+    return out
+
+
+def lower_bound(workload, pool, capacity, max_pods):
+    """The LP relaxation's optimum: the cheapest fractional mix of allowed types whose allocatable
+    CPU, memory and pod slots cover the workload's totals. Solved through its dual, max y.T subject
+    to y.v <= 1 for every type's resources per dollar v, y >= 0 (three variables): the optimum is at
+    a vertex, and only types on the Pareto frontier of v can bound it."""
+    per_dollar = {(c / p, m / p, n / p) for p, c, m, n in allowed_types(pool, capacity, max_pods)}
+    frontier = [
+        a for a in per_dollar if not any(b != a and all(b[k] >= a[k] for k in range(3)) for b in per_dollar)
+    ]
+    ds = deployments(workload)
+    totals = (
+        sum(r * c for _, r, c, _ in ds),
+        sum(r * m for _, r, _, m in ds),
+        sum(r for _, r, _, _ in ds),
+    )
+    # Each constraint as (row, rhs): y.v <= 1 for a type, -y_k <= 0 for an axis.
+    constraints = [(list(v), 1.0) for v in frontier]
+    constraints += [([-1.0 if i == k else 0.0 for i in range(3)], 0.0) for k in range(3)]
+    best = 0.0
+    for trio in itertools.combinations(constraints, 3):
+        y = solve3([c[0] for c in trio], [c[1] for c in trio])
+        if y is None or min(y) < -1e-12:
+            continue
+        if all(sum(y[k] * v[k] for k in range(3)) <= 1 + 1e-9 for v in frontier):
+            best = max(best, sum(y[k] * totals[k] for k in range(3)))
+    return best
+
+
+def run_case(binary, workload, pool, capacity, max_pods):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(manifest(workload, pool, capacity, max_pods))
+        path = f.name
+    try:
+        out = subprocess.run(
+            [binary, "simulate", "-f", path, "-o", "json"], check=True, capture_output=True, text=True
+        ).stdout
+    finally:
+        os.unlink(path)
+    report = json.loads(out)
+    claims = report["nodeclaims"]
+    prices = [c["price"] for c in claims]
+    largest = max(claims, key=lambda c: c["price"])
+    median = statistics.median(prices)
+    total = report["cost"]["newPerHour"]
+    bound = lower_bound(workload, pool, capacity, max_pods)
+    return (
+        f"| {workload} | {pool} | {capacity} | {max_pods or 'ENI'} | {total:,.2f} | {len(claims)} "
+        f"| {largest['instanceType']} ${largest['price']:.2f} | {largest['price'] / median:.1f}x "
+        f"| {bound:,.2f} | {total / bound:.2f} | {len(report['unschedulable'])} |"
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=["web", "batch", "memory", "mixed"], default="web")
+    parser.add_argument("--pool", choices=["narrow", "broad"], default="broad")
+    parser.add_argument("--capacity", choices=["od", "spot"], default="od")
+    parser.add_argument("--max-pods", type=int, default=0, help="kubelet maxPods (0: ENI-limited)")
+    parser.add_argument("--run", action="store_true", help="run every case and print a table")
+    parser.add_argument("--binary", default="target/release/karpenter-rs")
+    args = parser.parse_args()
+    if not args.run:
+        sys.stdout.write(manifest(args.workload, args.pool, args.capacity, args.max_pods))
+        return
+    print("| workload | pool | capacity | max pods | fleet $/h | nodes | dearest node | dearest / median | bound $/h | fleet / bound | unschedulable |")
+    print("|---|---|---|---|---:|---:|---|---:|---:|---:|---:|")
+    for workload in ["web", "batch", "memory", "mixed"]:
+        for pool in ["narrow", "broad"]:
+            for capacity in ["od", "spot"]:
+                for max_pods in [0, 110]:
+                    print(run_case(args.binary, workload, pool, capacity, max_pods), flush=True)
+
+
+if __name__ == "__main__":
+    main()
