@@ -1,0 +1,452 @@
+//! The running controller at cluster scale, end to end: `karpenter-rs run --cloud-provider
+//! simulated` (its stand-in kubelet registers the Nodes) against a real API server and
+//! kube-scheduler, driven with thousands of pending pods from Deployments of mixed shapes, some
+//! with zone spread and hostname anti-affinity.
+//!
+//! Not a criterion benchmark and not part of the test run: `hack/scale-bench.sh` starts a control
+//! plane, builds the release binary and runs this with `KUBECONFIG` set. It prints one Markdown
+//! table row per phase (the table in benches/README.md): seconds from the Deployments being
+//! created until every NodeClaim exists, every Node registered and every pod bound; NodeClaims
+//! against what `simulate` plans for the same manifests; the controller's peak and settled RSS
+//! and CPU seconds (from /proc); and the API requests it made, by method (from its own
+//! `rest_client_requests_total`).
+//!
+//! `SCALE_PODS` sets the pod count (default 5000).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodePool};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "scale-bench";
+
+fn deployments(pods: usize) -> Vec<Value> {
+    let count = 50;
+    let shapes = [
+        ("250m", "256Mi"),
+        ("500m", "512Mi"),
+        ("1", "1Gi"),
+        ("500m", "2Gi"),
+        ("2", "1Gi"),
+    ];
+    (0..count)
+        .map(|i| {
+            let name = format!("web-{i:02}");
+            let (cpu, memory) = shapes[i % shapes.len()];
+            // Two Deployments of 20 with hostname anti-affinity force 20 nodes each; the rest
+            // share the remaining pods.
+            let anti = i < 2;
+            let replicas = if anti {
+                20
+            } else {
+                (pods.saturating_sub(40)) / (count - 2)
+            };
+            let mut spec = json!({
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            });
+            if i % 5 == 4 {
+                spec["topologySpreadConstraints"] = json!([{
+                    "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": name}},
+                }]);
+            }
+            if anti {
+                spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": name}}}
+                ]}});
+            }
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+                },
+            })
+        })
+        .collect()
+}
+
+fn nodeclass() -> Value {
+    json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "role": "KarpenterNodeRole-bench",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "bench"}}],
+        },
+    })
+}
+
+fn nodepool() -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["5"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+            ],
+        }}},
+    })
+}
+
+/// `VmHWM` (peak) and `VmRSS` of a process, in MiB.
+fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(f64::NAN, |kib| kib / 1024.0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// User + system CPU seconds of a process (clock ticks of 1/100 s, as Linux reports them).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which ends with the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The controller's `rest_client_requests_total`, summed by method.
+fn requests_by_method(metrics_port: u16) -> BTreeMap<String, f64> {
+    let out = Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    let mut by_method = BTreeMap::new();
+    for line in out
+        .lines()
+        .filter(|l| l.starts_with("rest_client_requests_total{"))
+    {
+        let method = line
+            .split("method=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("?")
+            .to_string();
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        *by_method.entry(method).or_insert(0.0) += value;
+    }
+    by_method
+}
+
+async fn apply(client: &Client, objects: &[Value]) {
+    for o in objects {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        let result = match kind {
+            "Deployment" => Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(o.clone()).expect("deployment"),
+                )
+                .await
+                .map(|_| ()),
+            "NodePool" => Api::<NodePool>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(o.clone()).expect("nodepool"),
+                )
+                .await
+                .map(|_| ()),
+            "EC2NodeClass" => Api::<EC2NodeClass>::all(client.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(o.clone()).expect("nodeclass"),
+                )
+                .await
+                .map(|_| ()),
+            other => panic!("unexpected kind {other}"),
+        };
+        result.unwrap_or_else(|e| panic!("creating {kind}: {e}"));
+    }
+}
+
+/// What one poll sees.
+struct Seen {
+    claims: usize,
+    nodes: usize,
+    pods: usize,
+    bound: usize,
+}
+
+async fn look(client: &Client) -> Seen {
+    let claims = Api::<NodeClaim>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_or(0, |l| l.items.len());
+    let nodes = Api::<Node>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_or(0, |l| l.items.len());
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let bound = pods
+        .iter()
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .count();
+    Seen {
+        claims,
+        nodes,
+        pods: pods.len(),
+        bound,
+    }
+}
+
+/// Runs one phase: waits until `pods` pods are all bound and the NodeClaim count has stood still
+/// for 20 s, and returns (seconds to the last new NodeClaim, to all Nodes, to all bound, claims).
+async fn settle(client: &Client, pods: usize, start: Instant) -> (f64, f64, f64, usize) {
+    let (mut last_claims, mut claims_at, mut nodes_at) = (usize::MAX, 0.0, 0.0);
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let seen = look(client).await;
+        let now = start.elapsed().as_secs_f64();
+        if seen.claims != last_claims {
+            last_claims = seen.claims;
+            claims_at = now;
+        }
+        // The moment the Nodes caught up with the NodeClaims (again, if more claims came).
+        if seen.nodes < seen.claims {
+            nodes_at = 0.0;
+        } else if nodes_at == 0.0 {
+            nodes_at = now;
+        }
+        eprintln!(
+            "  {now:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}  bound {:6}",
+            seen.claims, seen.nodes, seen.pods, seen.bound
+        );
+        if seen.pods == pods && seen.bound == pods && now - claims_at > 20.0 {
+            return (claims_at, nodes_at, now, seen.claims);
+        }
+        assert!(now < 3600.0, "the phase did not settle within an hour");
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    // `cargo bench` passes --bench; only the environment configures this run.
+    let pods: usize = std::env::var("SCALE_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    let binary = std::env::var("KARPENTER_RS_BIN").map_or_else(
+        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/karpenter-rs"),
+        PathBuf::from,
+    );
+    let client = Client::try_default()
+        .await
+        .expect("KUBECONFIG of a control plane with the CRDs (hack/scale-bench.sh starts one)");
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("ns"),
+        )
+        .await;
+
+    // What simulate plans for the same manifests.
+    let mut objects = vec![nodeclass(), nodepool()];
+    objects.extend(deployments(pods));
+    let planned = {
+        let file = std::env::temp_dir().join("karpenter-rs-scale-bench.json");
+        std::fs::write(
+            &file,
+            serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": objects}))
+                .expect("manifests"),
+        )
+        .expect("write manifests");
+        let out = Command::new(&binary)
+            .args(["simulate", "-o", "json", "-f"])
+            .arg(&file)
+            .output()
+            .expect("simulate runs");
+        let report: Value = serde_json::from_slice(&out.stdout).expect("simulate JSON");
+        report["nodeclaims"].as_array().map_or(0, Vec::len)
+    };
+    let total_pods: usize = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| o["spec"]["replicas"].as_u64().unwrap_or(0) as usize)
+        .sum();
+
+    let metrics_port = 18080;
+    let log = std::fs::File::create(std::env::temp_dir().join("karpenter-rs-scale-bench.log"))
+        .expect("log");
+    let mut controller: Child = Command::new(&binary)
+        .args([
+            "run",
+            "--cloud-provider",
+            "simulated",
+            "--disable-leader-election=true",
+        ])
+        .args(["--metrics-port", &metrics_port.to_string()])
+        .args(["--health-probe-port", "18081"])
+        .env("LOG_LEVEL", "error")
+        .stdout(Stdio::from(log.try_clone().expect("log")))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("start karpenter-rs run");
+    let pid = controller.id();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (_, idle_rss) = memory_mib(pid);
+
+    println!(
+        "| phase | pods | NodeClaims (simulate) | all NodeClaims | all Nodes | all bound | peak RSS MiB | settled RSS MiB | CPU s | API requests |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let report = |phase: &str, pods: usize, claims: usize, t: (f64, f64, f64), cpu: f64| {
+        let (peak, rss) = memory_mib(pid);
+        let requests = requests_by_method(metrics_port)
+            .into_iter()
+            .map(|(m, n)| format!("{m} {n:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "| {phase} | {pods} | {claims} ({planned}) | {:.1} s | {:.1} s | {:.1} s | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} |",
+            t.0, t.1, t.2
+        );
+    };
+
+    // Phase 1: the pods arrive.
+    apply(&client, &objects[..2]).await;
+    let cpu0 = cpu_seconds(pid);
+    let start = Instant::now();
+    apply(&client, &objects[2..]).await;
+    eprintln!(
+        "{total_pods} pods in {} Deployments created in {:.1}s",
+        objects.len() - 2,
+        start.elapsed().as_secs_f64()
+    );
+    let (claims_at, nodes_at, bound_at, claims) = settle(&client, total_pods, start).await;
+    report(
+        "provision",
+        total_pods,
+        claims,
+        (claims_at, nodes_at, bound_at),
+        cpu_seconds(pid) - cpu0,
+    );
+
+    // Phase 2: scale to zero, then back.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    for d in &objects[2..] {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        deployments
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
+            .await
+            .expect("scale to zero");
+    }
+    let cpu1 = cpu_seconds(pid);
+    let start = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let seen = look(&client).await;
+        eprintln!(
+            "  {:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}",
+            start.elapsed().as_secs_f64(),
+            seen.claims,
+            seen.nodes,
+            seen.pods
+        );
+        if seen.claims == 0 && seen.nodes == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3600),
+            "scale-down did not finish"
+        );
+    }
+    let emptied = start.elapsed().as_secs_f64();
+    report(
+        "scale to zero",
+        0,
+        0,
+        (emptied, emptied, emptied),
+        cpu_seconds(pid) - cpu1,
+    );
+    let cpu2 = cpu_seconds(pid);
+    let start = Instant::now();
+    for d in &objects[2..] {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        deployments
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": d["spec"]["replicas"]}})),
+            )
+            .await
+            .expect("scale back");
+    }
+    let (claims_at, nodes_at, bound_at, claims) = settle(&client, total_pods, start).await;
+    report(
+        "scale back",
+        total_pods,
+        claims,
+        (claims_at, nodes_at, bound_at),
+        cpu_seconds(pid) - cpu2,
+    );
+
+    // Idle: a quiet cluster should cost next to nothing.
+    let cpu3 = cpu_seconds(pid);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    eprintln!(
+        "idle: {:.2} CPU s over 60 s; RSS {:.0} MiB at start, {:.0} MiB now",
+        cpu_seconds(pid) - cpu3,
+        idle_rss,
+        memory_mib(pid).1
+    );
+
+    let _ = controller.kill();
+    let _ = controller.wait();
+    let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
+    for claim in Api::<NodeClaim>::all(client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let _ = Api::<NodeClaim>::all(client.clone())
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await;
+    }
+}
