@@ -146,6 +146,75 @@ struct Entry {
     offerings: Vec<(Arc<str>, Option<f64>)>,
 }
 
+/// The highest price a catalog may give, in USD per hour.
+const MAX_PRICE: f64 = 1e6;
+
+/// Why entry `i` of a catalog is unusable, naming the entry, the field and the allowed range.
+fn out_of_bounds(i: usize, t: &TypeEntry) -> Option<String> {
+    let devices = |list: &[DeviceEntry], count: bool| {
+        list.iter()
+            .map(|d| if count { d.count } else { d.memory_mib })
+            .collect::<Vec<_>>()
+    };
+    // Far beyond any EC2 instance type, so that the capacity arithmetic (vCPUs × 1000
+    // millicores, ENIs × IPs pods, MiB × overhead) cannot overflow whatever a file says.
+    const BIG: i64 = 1 << 32;
+    let checks: [(&str, i64, i64, Vec<i64>); 13] = [
+        ("vcpu", 1, 100_000, vec![t.vcpu]),
+        ("memoryMiB", 1, BIG, vec![t.memory_mib]),
+        ("maxEnis", 0, 10_000, vec![t.max_enis]),
+        ("ipv4PerEni", 0, 10_000, vec![t.ipv4_per_eni]),
+        ("branchEnis", 0, 10_000, vec![t.branch_enis]),
+        ("maxEfaInterfaces", 0, 10_000, vec![t.max_efa_interfaces]),
+        ("localNvmeGB", 0, BIG, vec![t.local_nvme_gb]),
+        ("ebsBandwidthMbps", 0, BIG, vec![t.ebs_bandwidth_mbps]),
+        (
+            "networkBandwidthMbps",
+            0,
+            BIG,
+            vec![t.network_bandwidth_mbps],
+        ),
+        ("gpus[].count", 0, 10_000, devices(&t.gpus, true)),
+        ("gpus[].memoryMiB", 0, BIG, devices(&t.gpus, false)),
+        (
+            "accelerators[].count",
+            0,
+            10_000,
+            devices(&t.accelerators, true),
+        ),
+        (
+            "accelerators[].memoryMiB",
+            0,
+            BIG,
+            devices(&t.accelerators, false),
+        ),
+    ];
+    for (field, lo, hi, found) in checks {
+        if let Some(v) = found.into_iter().find(|v| !(lo..=hi).contains(v)) {
+            return Some(format!(
+                "instanceTypes[{i}] ({}).{field}: {v} is outside {lo}..={hi}; fix the entry or leave it out",
+                t.name
+            ));
+        }
+    }
+    let prices = std::iter::once(("onDemandPrice", Some(t.on_demand_price))).chain(
+        t.offerings
+            .iter()
+            .map(|o| ("offerings[].spotPrice", o.spot_price)),
+    );
+    for (field, price) in prices {
+        if let Some(p) = price
+            && !(p.is_finite() && (0.0..=MAX_PRICE).contains(&p))
+        {
+            return Some(format!(
+                "instanceTypes[{i}] ({}).{field}: {p:?} is not a price between 0 and {MAX_PRICE} USD per hour",
+                t.name
+            ));
+        }
+    }
+    None
+}
+
 impl Catalog {
     /// The catalog compiled into the binary for a region.
     pub fn bundled(region: &str) -> Result<Self, CatalogError> {
@@ -173,6 +242,17 @@ impl Catalog {
                 origin: origin.to_string(),
                 message: e.to_string(),
             })?;
+        if let Some(message) = file
+            .instance_types
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| out_of_bounds(i, t))
+        {
+            return Err(CatalogError::Format {
+                origin: origin.to_string(),
+                message,
+            });
+        }
         let zones: Vec<(Arc<str>, Arc<str>)> = file
             .zones
             .iter()
@@ -366,5 +446,85 @@ mod tests {
             e.contains("test.json") && e.contains("instanceTypes[0]"),
             "{e}"
         );
+    }
+
+    /// A one-type catalog with `field` set to `value`.
+    fn catalog_with(field: &str, value: serde_json::Value) -> Result<Catalog, CatalogError> {
+        let mut entry = serde_json::json!({
+            "name": "x1.huge", "vcpu": 4, "memoryMiB": 16384, "architectures": ["x86_64"],
+            "usageClasses": ["on-demand"], "maxEnis": 4, "ipv4PerEni": 15,
+            "onDemandPrice": 0.2, "offerings": [{"zone": "us-east-1a", "spotPrice": 0.1}],
+            "gpus": [{"name": "t4", "manufacturer": "nvidia", "count": 1, "memoryMiB": 16384}],
+        });
+        match field {
+            "spotPrice" => entry["offerings"][0]["spotPrice"] = value,
+            "gpus.count" => entry["gpus"][0]["count"] = value,
+            _ => entry[field] = value,
+        }
+        let file = serde_json::json!({
+            "region": "us-east-1",
+            "zones": [{"name": "us-east-1a", "zoneId": "use1-az1"}],
+            "instanceTypes": [entry],
+        });
+        Catalog::from_json(&file.to_string(), "absurd.json")
+    }
+
+    #[test]
+    fn absurd_numbers_in_a_catalog_file_are_rejected_before_any_arithmetic() {
+        let sane = catalog_with("vcpu", serde_json::json!(4)).expect("a sane entry loads");
+        assert_eq!(
+            sane.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023))
+                .len(),
+            1
+        );
+        for (field, value, expected) in [
+            (
+                "vcpu",
+                serde_json::json!(i64::MAX),
+                "instanceTypes[0] (x1.huge).vcpu: 9223372036854775807 is outside 1..=100000",
+            ),
+            (
+                "vcpu",
+                serde_json::json!(0),
+                ".vcpu: 0 is outside 1..=100000",
+            ),
+            (
+                "memoryMiB",
+                serde_json::json!(-1),
+                ".memoryMiB: -1 is outside",
+            ),
+            (
+                "maxEnis",
+                serde_json::json!(1_000_000_000_000_i64),
+                ".maxEnis: 1000000000000 is outside 0..=10000",
+            ),
+            (
+                "ipv4PerEni",
+                serde_json::json!(i64::MIN),
+                ".ipv4PerEni: -9223372036854775808 is outside",
+            ),
+            (
+                "gpus.count",
+                serde_json::json!(i64::MAX),
+                ".gpus[].count: 9223372036854775807 is outside",
+            ),
+            (
+                "onDemandPrice",
+                serde_json::json!(-0.5),
+                ".onDemandPrice: -0.5 is not a price",
+            ),
+            (
+                "spotPrice",
+                serde_json::json!(1e300),
+                ".offerings[].spotPrice: 1e300 is not a price",
+            ),
+        ] {
+            let e = catalog_with(field, value).unwrap_err().to_string();
+            assert!(
+                e.starts_with("absurd.json: not a valid catalog: instanceTypes[0] (x1.huge)."),
+                "{e}"
+            );
+            assert!(e.contains(expected), "{field}: {e}");
+        }
     }
 }
