@@ -180,7 +180,6 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         no_retry.default_retry = false;
         let eviction_client = kube_client::client(no_retry, &limiter)
             .context("connecting to the Kubernetes API")?;
-        let mut aws_provider = None;
         let (provider, simulated): (Arc<dyn CloudProvider>, _) = match settings.cloud_provider {
             CloudProviderKind::Simulated => {
                 let catalog = Catalog::bundled(&region)?;
@@ -236,7 +235,6 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("loading EC2 instance types: {e}"))?;
                 aws::log_refresh(&report);
                 tokio::spawn(cloud.clone().run_refresh());
-                aws_provider = Some(cloud.clone());
                 (Arc::new(Instrumented::new(cloud)), None)
             }
         };
@@ -300,7 +298,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             observe_cluster_state: !settings.disable_cluster_state_observability,
         };
         let result =
-            controllers::run(client, provider, simulated, aws_provider, clock, config, readiness)
+            controllers::run(client, provider, simulated, clock, config, readiness)
                 .await;
         let _ = stop_servers.send(true);
         result

@@ -271,13 +271,12 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
                 instance: None,
             },
         );
-        let queue_client = aws.interruption_queue().expect("queue");
-        let messages = queue_client.receive().await.expect("receive");
+        let messages = aws.interruptions().await.expect("queue").expect("receive");
         assert_eq!(messages.len(), 1);
         let err = interruption::handle(
             &unreachable,
             &recorder,
-            &aws,
+            aws.as_ref(),
             &[Arc::new(written.clone())],
             &messages[0],
         )
@@ -300,7 +299,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
         let err = interruption::handle(
             &client,
             &reachable,
-            &aws,
+            aws.as_ref(),
             &[Arc::new(written)],
             &messages[0],
         )
@@ -316,7 +315,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
         // Redeliver now rather than after the 20 s visibility timeout.
         sqs.change_message_visibility()
             .queue_url(&url)
-            .receipt_handle(&messages[0].receipt_handle)
+            .receipt_handle(&messages[0].receipt)
             .visibility_timeout(0)
             .send()
             .await
@@ -326,7 +325,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
         // message is deleted.
         let (ctx, _watchers) = context(&client, aws.clone(), clock.clone()).await;
         let mut consumer = tokio::task::JoinSet::new();
-        consumer.spawn(interruption::run(ctx, aws.clone()));
+        consumer.spawn(interruption::run(ctx));
         eventually("the interrupted NodeClaim to be deleted", || async {
             claims.get_opt(&name).await.expect("get").is_none()
         })

@@ -16,16 +16,14 @@ use aws_sdk_ec2::types::{Filter, InstanceAttributeName, ResourceType, Tag, TagSp
 use base64::Engine as _;
 use chrono::Utc;
 use karpenter_rs::apis::conditions::{self, Condition};
+use karpenter_rs::apis::ec2nodeclass::NodeClassCondition;
 use karpenter_rs::apis::{EC2NodeClass, NodeClaim};
 use karpenter_rs::clock::FakeClock;
-use karpenter_rs::cloudprovider::aws::interruption::{
-    InterruptionAction, InterruptionKind, parse_message,
-};
 use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
 use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, cluster};
+use karpenter_rs::cloudprovider::interruption::{InterruptionAction, InterruptionKind};
 use karpenter_rs::cloudprovider::{
-    CloudError, CloudProvider, InstanceState, NodeClassCondition, claim_requests,
-    claim_requirements, launch_candidates,
+    CloudError, CloudProvider, InstanceState, claim_requests, claim_requirements, launch_candidates,
 };
 use karpenter_rs::disruption::drift;
 use karpenter_rs::scheduling::instance_type::CapacityType;
@@ -728,10 +726,14 @@ async fn a_spot_interruption_marks_the_pool_and_asks_to_delete_the_nodeclaim() {
         .await
         .expect("send");
 
-    let q = env.provider.interruption_queue().expect("queue configured");
-    let messages = q.receive().await.expect("receive");
+    let messages = env
+        .provider
+        .interruptions()
+        .await
+        .expect("queue configured")
+        .expect("receive");
     assert_eq!(messages.len(), 1);
-    let event = parse_message(&messages[0].body).expect("event");
+    let event = messages[0].event.clone().expect("event");
     assert_eq!(event.kind, InterruptionKind::SpotInterrupted);
     assert_eq!(event.action, InterruptionAction::DeleteNodeClaim);
     assert_eq!(event.instance_ids, [instance_id]);
@@ -755,7 +757,8 @@ async fn a_spot_interruption_marks_the_pool_and_asks_to_delete_the_nodeclaim() {
         })
         .expect("offering");
     assert!(!offering.available);
-    q.delete_message(&messages[0].receipt_handle)
+    env.provider
+        .acknowledge_interruption(&messages[0])
         .await
         .expect("delete");
     let left = env

@@ -119,7 +119,9 @@ fn the_build_context_keeps_what_the_build_reads() {
 /// any other variable but KUBECONFIG), an unwritable working directory, and every filesystem
 /// read-only (as `readOnlyRootFilesystem: true` makes it), emulated by remounting each mount
 /// read-only in a private mount namespace. The kubeconfig points at a closed port: the probes
-/// must answer before the API server does. Changing user and mounts needs root (the test
+/// must answer before the API server does. The binary runs from a copy in the test's own 0755
+/// directory, so a checkout under a directory other users cannot enter (a `mktemp -d` clone is
+/// 0700) does not keep UID 65532 from starting it. Changing user and mounts needs root (the test
 /// machines run as root); as another user the same checks run as that (non-root) user without
 /// the read-only remount, which then cannot be emulated.
 #[test]
@@ -136,7 +138,14 @@ fn the_binary_serves_as_a_non_root_user_with_no_home_on_a_read_only_filesystem()
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
     )
     .expect("kubeconfig");
-    for (path, mode) in [(&dir, 0o755), (&cwd, 0o555), (&kubeconfig, 0o644)] {
+    let binary = dir.join("karpenter-rs");
+    std::fs::copy(env!("CARGO_BIN_EXE_karpenter-rs"), &binary).expect("copy the binary");
+    for (path, mode) in [
+        (&dir, 0o755),
+        (&cwd, 0o555),
+        (&kubeconfig, 0o644),
+        (&binary, 0o755),
+    ] {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
     }
     let port = || {
@@ -152,7 +161,7 @@ fn the_binary_serves_as_a_non_root_user_with_no_home_on_a_read_only_filesystem()
         .is_ok_and(|o| o.stdout == b"0\n");
     let run = format!(
         "{} run --cloud-provider simulated --metrics-port {metrics} --health-probe-port {health}",
-        env!("CARGO_BIN_EXE_karpenter-rs")
+        binary.display()
     );
     let script = if root {
         format!(

@@ -11,17 +11,19 @@ use chrono::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_rs::apis::conditions::READY;
 use karpenter_rs::apis::conditions::{FALSE, TRUE, UNKNOWN};
+use karpenter_rs::apis::nodeclaim::condition::{
+    DISRUPTION_REASON, DRAINED, INITIALIZED, LAUNCHED, REGISTERED,
+};
 use karpenter_rs::apis::{NodeClaim, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
 use karpenter_rs::controllers::nodeclaim;
 use karpenter_rs::controllers::nodeclaim::garbage;
-use karpenter_rs::controllers::nodeclaim::termination::{self, DISRUPTION_REASON, DRAINED};
-use karpenter_rs::controllers::nodeclaim::{
-    INITIALIZED, LAUNCH_TIMEOUT, LAUNCHED, READY, REGISTERED, REGISTRATION_TIMEOUT,
-};
+use karpenter_rs::controllers::nodeclaim::termination;
+use karpenter_rs::controllers::nodeclaim::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 use karpenter_rs::controllers::pod_annotations::{INVALID_DO_NOT_DISRUPT, InvalidAnnotations};
 use karpenter_rs::disruption::Method;
 use karpenter_rs::runtime::panics::{guarded, guarded_pass};
@@ -423,6 +425,38 @@ fn panics_counted(controller: &str) -> f64 {
         .get()
 }
 
+/// `controller_runtime_reconcile_total{controller,result}`.
+fn reconciles(controller: &str, result: &str) -> f64 {
+    karpenter_rs::metrics::METRICS
+        .reconcile_total
+        .with_label_values(&[controller, result])
+        .get()
+}
+
+/// `controller_runtime_reconcile_errors_total{controller}`.
+fn reconcile_errors(controller: &str) -> f64 {
+    karpenter_rs::metrics::METRICS
+        .reconcile_errors_total
+        .with_label_values(&[controller])
+        .get()
+}
+
+/// How many reconciles `controller_runtime_reconcile_time_seconds{controller}` timed.
+fn reconcile_time_count(controller: &str) -> u64 {
+    karpenter_rs::metrics::METRICS
+        .reconcile_time_seconds
+        .with_label_values(&[controller])
+        .get_sample_count()
+}
+
+/// `controller_runtime_active_workers{controller}`.
+fn active_workers(controller: &str) -> f64 {
+    karpenter_rs::metrics::METRICS
+        .active_workers
+        .with_label_values(&[controller])
+        .get()
+}
+
 #[tokio::test]
 async fn a_reconcile_that_panics_on_one_object_is_caught_counted_and_backed_off_while_the_others_reconcile()
  {
@@ -457,6 +491,13 @@ async fn a_reconcile_that_panics_on_one_object_is_caught_counted_and_backed_off_
         "the panicking object is retried later and later, not at once"
     );
     assert_eq!(panics_counted(CONTROLLER), before + 3.0);
+    // controller-runtime's families see every reconcile: the panics as errors, the normal
+    // object's as requeues (the lifecycle rechecks a launched NodeClaim), none left running.
+    assert_eq!(reconciles(CONTROLLER, "error"), 3.0);
+    assert_eq!(reconciles(CONTROLLER, "requeue_after"), 3.0);
+    assert_eq!(reconcile_errors(CONTROLLER), 3.0);
+    assert_eq!(reconcile_time_count(CONTROLLER), 6);
+    assert_eq!(active_workers(CONTROLLER), 0.0);
     let normal = env.claim("default-normal").await;
     assert!(
         has_condition(&normal, LAUNCHED, TRUE),
@@ -476,8 +517,19 @@ async fn a_polling_pass_that_panics_is_caught_and_the_next_pass_runs() {
     .await;
     assert_eq!(panicked, None);
     assert_eq!(panics_counted("in-memory-pass-test"), before + 1.0);
-    let next = guarded_pass("in-memory-pass-test", &env.ctx, async { 42 }).await;
-    assert_eq!(next, Some(42));
+    let next = guarded_pass("in-memory-pass-test", &env.ctx, async {
+        Ok::<_, String>(42)
+    })
+    .await;
+    assert_eq!(next, Some(Ok(42)));
+    let failed = guarded_pass("in-memory-pass-test", &env.ctx, async {
+        Err::<i32, _>("the API server refused".to_string())
+    })
+    .await;
+    assert!(matches!(failed, Some(Err(_))));
+    assert_eq!(reconciles("in-memory-pass-test", "success"), 1.0);
+    assert_eq!(reconciles("in-memory-pass-test", "error"), 2.0);
+    assert_eq!(active_workers("in-memory-pass-test"), 0.0);
 }
 
 /// The reasons of the events recorded about objects in `namespace`.

@@ -709,7 +709,6 @@ impl Process {
                 max: Duration::from_secs(2),
             },
             "us-east-1",
-            None,
             false,
         );
         Self { tasks }

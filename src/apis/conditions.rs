@@ -5,6 +5,9 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The condition every Karpenter kind carries: the object is usable.
+pub const READY: &str = "Ready";
+
 /// Condition status values.
 pub const TRUE: &str = "True";
 /// The condition does not hold.

@@ -539,6 +539,38 @@ pub struct CpuOptions {
     pub nested_virtualization: Option<String>,
 }
 
+/// The EC2NodeClass status conditions a resolution can turn false: each points at the part of
+/// the node class (or of the controller's setup) to fix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeClassCondition {
+    /// `spec.subnetSelectorTerms`.
+    SubnetsReady,
+    /// `spec.securityGroupSelectorTerms`.
+    SecurityGroupsReady,
+    /// `spec.amiSelectorTerms`.
+    AMIsReady,
+    /// `spec.role` / `spec.instanceProfile`.
+    InstanceProfileReady,
+    /// `spec.capacityReservationSelectorTerms`.
+    CapacityReservationsReady,
+    /// Everything else a launch needs, e.g. user data that renders.
+    ValidationSucceeded,
+}
+
+impl NodeClassCondition {
+    /// The condition's `type` in the status.
+    pub fn type_(self) -> &'static str {
+        match self {
+            Self::SubnetsReady => "SubnetsReady",
+            Self::SecurityGroupsReady => "SecurityGroupsReady",
+            Self::AMIsReady => "AMIsReady",
+            Self::InstanceProfileReady => "InstanceProfileReady",
+            Self::CapacityReservationsReady => "CapacityReservationsReady",
+            Self::ValidationSucceeded => "ValidationSucceeded",
+        }
+    }
+}
+
 /// Observed state of an EC2NodeClass: what its selectors resolved to.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -185,6 +185,32 @@ pub fn default_expire_after() -> NillableDuration {
     )))
 }
 
+/// The NodeClaim's condition types besides [`READY`](super::conditions::READY), as upstream's
+/// `nodeclaim_status.go` names them; the lifecycle, disruption and termination controllers set
+/// them, the disruption engine and the metrics read them.
+pub mod condition {
+    /// The instance exists.
+    pub const LAUNCHED: &str = "Launched";
+    /// The Node joined and was taken over.
+    pub const REGISTERED: &str = "Registered";
+    /// The Node is Ready with its startup taints gone.
+    pub const INITIALIZED: &str = "Initialized";
+    /// The node no longer matches its NodePool or EC2NodeClass.
+    pub const DRIFTED: &str = "Drifted";
+    /// consolidateAfter has passed since the last pod event.
+    pub const CONSOLIDATABLE: &str = "Consolidatable";
+    /// Why the NodeClaim is being disrupted (`Underutilized`, `Empty`, `Drifted`, `Expired`), set
+    /// by the disruption controller before it deletes the NodeClaim.
+    pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    /// The Node's pods are drained.
+    pub const DRAINED: &str = "Drained";
+    /// The drained pods' volumes are detached (or the grace period ran out).
+    pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+    /// The instance is being terminated; its transition time starts
+    /// `karpenter_nodeclaims_instance_termination_duration_seconds`.
+    pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+}
+
 /// Observed state of a NodeClaim.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

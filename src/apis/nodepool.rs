@@ -385,6 +385,15 @@ fn day_of_week_names(field: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// The NodePool's condition types besides [`READY`](super::conditions::READY), as upstream's
+/// `nodepool_status.go` names them.
+pub mod condition {
+    /// The pool passes the API server's rules and upstream's runtime checks.
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    /// The pool's EC2NodeClass is Ready.
+    pub const NODE_CLASS_READY: &str = "NodeClassReady";
+}
+
 /// Observed state of a NodePool.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

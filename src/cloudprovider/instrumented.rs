@@ -14,6 +14,7 @@ use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::metrics::METRICS;
 use crate::scheduling::instance_type::InstanceType;
 
+use super::interruption::{InterruptionEvent, InterruptionMessage};
 use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution};
 
 /// Wraps a provider and records metrics around each call.
@@ -134,5 +135,20 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
 
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
         observe(self.name(), "Resolve", self.inner.resolve(nodeclass)).await
+    }
+
+    async fn interruptions(&self) -> Option<Result<Vec<InterruptionMessage>, CloudError>> {
+        self.inner.interruptions().await
+    }
+
+    async fn record_interruption(&self, event: &InterruptionEvent) -> Result<(), CloudError> {
+        self.inner.record_interruption(event).await
+    }
+
+    async fn acknowledge_interruption(
+        &self,
+        message: &InterruptionMessage,
+    ) -> Result<(), CloudError> {
+        self.inner.acknowledge_interruption(message).await
     }
 }

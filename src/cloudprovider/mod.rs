@@ -9,6 +9,7 @@
 
 pub mod aws;
 pub mod instrumented;
+pub mod interruption;
 pub mod simulated;
 
 use std::collections::BTreeMap;
@@ -17,13 +18,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::apis::ec2nodeclass::EC2NodeClassStatus;
+use crate::apis::conditions;
+use crate::apis::ec2nodeclass::{EC2NodeClassStatus, NodeClassCondition};
 use crate::apis::labels;
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, Offering};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler;
+use interruption::{InterruptionEvent, InterruptionMessage};
 
 /// The most instance type × zone pairs one launch request carries (CreateFleet's override cap
 /// that upstream also applies).
@@ -129,35 +132,22 @@ impl AsRef<CloudError> for CloudError {
     }
 }
 
-/// The EC2NodeClass status conditions a resolution can turn false: each points at the part of
-/// the node class (or of the controller's setup) to fix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeClassCondition {
-    /// `spec.subnetSelectorTerms`.
-    SubnetsReady,
-    /// `spec.securityGroupSelectorTerms`.
-    SecurityGroupsReady,
-    /// `spec.amiSelectorTerms`.
-    AMIsReady,
-    /// `spec.role` / `spec.instanceProfile`.
-    InstanceProfileReady,
-    /// `spec.capacityReservationSelectorTerms`.
-    CapacityReservationsReady,
-    /// Everything else a launch needs, e.g. user data that renders.
-    ValidationSucceeded,
-}
-
-impl NodeClassCondition {
-    /// The condition's `type` in the status.
-    pub fn type_(self) -> &'static str {
-        match self {
-            Self::SubnetsReady => "SubnetsReady",
-            Self::SecurityGroupsReady => "SecurityGroupsReady",
-            Self::AMIsReady => "AMIsReady",
-            Self::InstanceProfileReady => "InstanceProfileReady",
-            Self::CapacityReservationsReady => "CapacityReservationsReady",
-            Self::ValidationSucceeded => "ValidationSucceeded",
-        }
+/// The node class' status, once its controller has resolved it and marked it Ready: what every
+/// launch reads its subnets, security groups and AMIs from.
+fn nodeclass_ready(nodeclass: &EC2NodeClass) -> Result<&EC2NodeClassStatus, CloudError> {
+    let name = nodeclass.metadata.name.as_deref().unwrap_or_default();
+    let status = nodeclass.status.as_ref().ok_or_else(|| {
+        CloudError::NodeClassNotReady(format!("EC2NodeClass {name} has not been resolved yet"))
+    })?;
+    match conditions::find(&status.conditions, conditions::READY) {
+        Some(c) if c.status == conditions::TRUE => Ok(status),
+        Some(c) => Err(CloudError::NodeClassNotReady(format!(
+            "EC2NodeClass {name} is not ready: {}",
+            c.message
+        ))),
+        None => Err(CloudError::NodeClassNotReady(format!(
+            "EC2NodeClass {name} has no Ready condition yet"
+        ))),
     }
 }
 
@@ -229,6 +219,27 @@ pub trait CloudProvider: Send + Sync {
 
     /// Resolves a node class's selectors (subnets, security groups, AMIs, instance profile).
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution;
+
+    /// The interruption notices waiting now (a provider may wait a while for the first, as SQS
+    /// long polling does); `None` when the provider has no interruption source, which ends the
+    /// interruption controller.
+    async fn interruptions(&self) -> Option<Result<Vec<InterruptionMessage>, CloudError>> {
+        None
+    }
+
+    /// Takes what an interruption says about capacity into account (an interrupted spot pool is
+    /// marked unavailable), so its replacement is launched elsewhere.
+    async fn record_interruption(&self, _event: &InterruptionEvent) -> Result<(), CloudError> {
+        Ok(())
+    }
+
+    /// Removes a handled notice from the source, so it is not delivered again.
+    async fn acknowledge_interruption(
+        &self,
+        _message: &InterruptionMessage,
+    ) -> Result<(), CloudError> {
+        Ok(())
+    }
 }
 
 /// The requirements a NodeClaim's spec states.

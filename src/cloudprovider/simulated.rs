@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 
-use crate::apis::conditions;
+use crate::apis::ec2nodeclass::NodeClassCondition;
 use crate::apis::ec2nodeclass::{
     AMI, AMIFamily, AMIRequirement, EC2NodeClassStatus, SecurityGroup, Subnet,
 };
@@ -26,9 +26,8 @@ use crate::clock::Clock;
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
 
 use super::{
-    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
-    NodeClassResolution, ResolveError, claim_requests, claim_requirements, launch_candidates,
-    node_labels,
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
+    ResolveError, claim_requests, claim_requirements, launch_candidates, node_labels,
 };
 
 /// How long an offering that ran out of capacity is skipped (upstream's ICE cache TTL).
@@ -303,28 +302,6 @@ fn resolve_nodeclass(catalog: &Catalog, nodeclass: &EC2NodeClass) -> EC2NodeClas
     }
 }
 
-/// Whether the node class has been resolved and reported ready by the EC2NodeClass controller.
-fn nodeclass_ready(nodeclass: &EC2NodeClass) -> Result<&EC2NodeClassStatus, CloudError> {
-    let status = nodeclass.status.as_ref().ok_or_else(|| {
-        CloudError::NodeClassNotReady(format!(
-            "EC2NodeClass {} has not been resolved yet",
-            nodeclass.metadata.name.as_deref().unwrap_or_default()
-        ))
-    })?;
-    match conditions::find(&status.conditions, "Ready") {
-        Some(c) if c.status == conditions::TRUE => Ok(status),
-        Some(c) => Err(CloudError::NodeClassNotReady(format!(
-            "EC2NodeClass {} is not ready: {}",
-            nodeclass.metadata.name.as_deref().unwrap_or_default(),
-            c.message
-        ))),
-        None => Err(CloudError::NodeClassNotReady(format!(
-            "EC2NodeClass {} has no Ready condition yet",
-            nodeclass.metadata.name.as_deref().unwrap_or_default()
-        ))),
-    }
-}
-
 #[async_trait]
 impl CloudProvider for SimulatedProvider {
     fn name(&self) -> &'static str {
@@ -337,7 +314,7 @@ impl CloudProvider for SimulatedProvider {
         nodeclass: &EC2NodeClass,
     ) -> Result<Launched, CloudError> {
         self.check_throttle()?;
-        let status = nodeclass_ready(nodeclass)?;
+        let status = super::nodeclass_ready(nodeclass)?;
         let name = claim.metadata.name.clone().unwrap_or_default();
         let types = self.types_for(nodeclass);
         let requirements = claim_requirements(claim);
@@ -555,7 +532,7 @@ pub fn os_image(nodeclass: &EC2NodeClass) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::conditions::Condition;
+    use crate::apis::conditions::{self, Condition};
     use crate::clock::FakeClock;
 
     fn nodeclass(ami_id: Option<&str>, ready: bool) -> EC2NodeClass {

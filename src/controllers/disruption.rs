@@ -35,9 +35,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::apis::conditions;
+use crate::apis::nodeclaim::condition::{DISRUPTION_REASON, INITIALIZED};
 use crate::apis::nodepool::DisruptionReason;
 use crate::apis::{NodeClaim, NodePool, labels};
-use crate::controllers::nodeclaim::{INITIALIZED, termination};
+use crate::controllers::nodeclaim::termination;
 use crate::controllers::pod_annotations::InvalidAnnotations;
 use crate::disruption::state::State;
 use crate::disruption::{self, Command, Method, budgets, validation};
@@ -390,9 +391,10 @@ async fn untaint_orphans(ctx: &Context, cluster: &Snapshot) -> Result<(), Error>
         let Some(claim) = claim_of(cluster, &name) else {
             continue;
         };
-        let marked = claim.status.as_ref().is_some_and(|s| {
-            conditions::find(&s.conditions, termination::DISRUPTION_REASON).is_some()
-        });
+        let marked = claim
+            .status
+            .as_ref()
+            .is_some_and(|s| conditions::find(&s.conditions, DISRUPTION_REASON).is_some());
         if !termination::has_disrupted_taint(node) && !marked {
             continue;
         }
@@ -412,7 +414,7 @@ async fn untaint_orphans(ctx: &Context, cluster: &Snapshot) -> Result<(), Error>
         if marked {
             termination::update_conditions(ctx, &claim.name_any(), |c| {
                 let before = c.len();
-                c.retain(|c| c.type_ != termination::DISRUPTION_REASON);
+                c.retain(|c| c.type_ != DISRUPTION_REASON);
                 c.len() != before
             })
             .await?;
@@ -571,14 +573,7 @@ fn count_disrupted(
 async fn mark_reason(ctx: &Context, claim: &str, reason: &str) -> Result<(), Error> {
     let now = ctx.clock.now();
     termination::update_conditions(ctx, claim, |c| {
-        conditions::set(
-            c,
-            termination::DISRUPTION_REASON,
-            conditions::TRUE,
-            reason,
-            "",
-            now,
-        )
+        conditions::set(c, DISRUPTION_REASON, conditions::TRUE, reason, "", now)
     })
     .await
 }
@@ -882,7 +877,7 @@ async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) {
         if let Some(name) = claim
             && let Err(e) = termination::update_conditions(ctx, &name, |c| {
                 let before = c.len();
-                c.retain(|c| c.type_ != termination::DISRUPTION_REASON);
+                c.retain(|c| c.type_ != DISRUPTION_REASON);
                 c.len() != before
             })
             .await

@@ -1,12 +1,13 @@
-//! The interruption queue consumer: EC2 spot interruption warnings, rebalance recommendations,
-//! scheduled changes and instance state changes arrive on the SQS queue named by
-//! `INTERRUPTION_QUEUE` (fed by EventBridge rules); each is turned into an action on the NodeClaim
-//! of the affected instance — deletion, which drains the node while the provisioner replaces it —
-//! and spot interruptions mark their offering unavailable so the replacement goes elsewhere.
+//! The interruption consumer: the cloud provider's interruption notices (on AWS: EC2 spot
+//! interruption warnings, rebalance recommendations, scheduled changes and instance state changes
+//! from the SQS queue named by `INTERRUPTION_QUEUE`, fed by EventBridge rules) are each turned into
+//! an action on the NodeClaim of the affected instance — deletion, which drains the node while the
+//! provisioner replaces it — and the provider records what they say about capacity (an
+//! interrupted spot offering becomes unavailable) so the replacement goes elsewhere.
 //!
-//! A message leaves the queue only once everything it asked for is done: when marking the pool
-//! or deleting a NodeClaim fails, it stays, and SQS delivers it again after its visibility
-//! timeout (20 s), so a passing API server outage does not lose an interruption.
+//! A notice is acknowledged only once everything it asked for is done: when marking the pool or
+//! deleting a NodeClaim fails, it stays, and the source delivers it again (SQS: after its
+//! visibility timeout, 20 s), so a passing API server outage does not lose an interruption.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,25 +17,23 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Client, ResourceExt};
 
 use crate::apis::NodeClaim;
-use crate::cloudprovider::aws::AwsProvider;
-use crate::cloudprovider::aws::interruption::{
-    InterruptionAction, InterruptionEvent, QueueMessage, parse_message,
+use crate::cloudprovider::interruption::{
+    InterruptionAction, InterruptionEvent, InterruptionMessage,
 };
-use crate::cloudprovider::provider_id_instance;
+use crate::cloudprovider::{CloudProvider, provider_id_instance};
 use crate::metrics::METRICS;
 use crate::runtime::Context;
 use crate::runtime::events::EventRecorder;
 use crate::runtime::panics::guarded_pass;
 
-/// Polls the queue until the task is dropped (SQS long polling makes this cheap).
-pub async fn run(ctx: Arc<Context>, aws: Arc<AwsProvider>) {
-    let Some(queue) = aws.interruption_queue() else {
-        return;
-    };
+/// Polls the provider's interruption source until the task is dropped (SQS long polling makes
+/// this cheap); returns at once when the provider has none.
+pub async fn run(ctx: Arc<Context>) {
     loop {
-        let messages = match queue.receive().await {
-            Ok(m) => m,
-            Err(e) => {
+        let messages = match ctx.provider.interruptions().await {
+            None => return,
+            Some(Ok(m)) => m,
+            Some(Err(e)) => {
                 tracing::warn!(controller = "interruption", error = %e, "could not read the interruption queue");
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 continue;
@@ -43,7 +42,15 @@ pub async fn run(ctx: Arc<Context>, aws: Arc<AwsProvider>) {
         let claims = ctx.state.nodeclaims.state();
         let pass = async {
             for message in messages {
-                if let Err(e) = handle(&ctx.client, &ctx.recorder, &aws, &claims, &message).await {
+                if let Err(e) = handle(
+                    &ctx.client,
+                    &ctx.recorder,
+                    &*ctx.provider,
+                    &claims,
+                    &message,
+                )
+                .await
+                {
                     tracing::warn!(controller = "interruption", error = %e, "interruption not handled; the message stays on the queue and comes back");
                 }
             }
@@ -68,23 +75,20 @@ pub fn affected<'a>(event: &InterruptionEvent, claims: &'a [Arc<NodeClaim>]) -> 
         .collect()
 }
 
-/// Acts on one message against `claims` (the NodeClaims known now) and deletes it from the
-/// queue when everything succeeded. An error leaves the message for redelivery.
+/// Acts on one notice against `claims` (the NodeClaims known now) and acknowledges it when
+/// everything succeeded. An error leaves the notice for redelivery.
 pub async fn handle(
     client: &Client,
     recorder: &EventRecorder,
-    aws: &AwsProvider,
+    cloud: &dyn CloudProvider,
     claims: &[Arc<NodeClaim>],
-    message: &QueueMessage,
+    message: &InterruptionMessage,
 ) -> Result<(), String> {
-    if let Some(event) = parse_message(&message.body) {
-        act(client, recorder, aws, claims, &event).await?;
+    if let Some(event) = &message.event {
+        act(client, recorder, cloud, claims, event).await?;
     }
-    let queue = aws
-        .interruption_queue()
-        .ok_or("no interruption queue is configured (set INTERRUPTION_QUEUE)")?;
-    queue
-        .delete_message(&message.receipt_handle)
+    cloud
+        .acknowledge_interruption(message)
         .await
         .map_err(|e| format!("could not delete the handled message: {e}"))?;
     METRICS.interruption_deleted_messages_total.inc();
@@ -94,7 +98,7 @@ pub async fn handle(
 async fn act(
     client: &Client,
     recorder: &EventRecorder,
-    aws: &AwsProvider,
+    cloud: &dyn CloudProvider,
     claims: &[Arc<NodeClaim>],
     event: &InterruptionEvent,
 ) -> Result<(), String> {
@@ -107,7 +111,7 @@ async fn act(
     // not hold up the drain (a spot notice gives two minutes), so it is reported with the rest
     // and the message is redelivered.
     let mut failed = Vec::new();
-    if let Err(e) = aws.record_interruption(event).await {
+    if let Err(e) = cloud.record_interruption(event).await {
         failed.push(format!(
             "could not mark the interrupted offering unavailable: {e}"
         ));
@@ -151,7 +155,7 @@ async fn act(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloudprovider::aws::interruption::InterruptionKind;
+    use crate::cloudprovider::interruption::InterruptionKind;
 
     fn claim(name: &str, provider_id: Option<&str>) -> Arc<NodeClaim> {
         let mut c: NodeClaim = serde_json::from_value(serde_json::json!({

@@ -56,7 +56,6 @@ pub async fn run(
     client: Client,
     provider: Arc<dyn CloudProvider>,
     simulated: Option<Arc<SimulatedProvider>>,
-    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
     clock: Arc<dyn Clock>,
     config: RunConfig,
     readiness: crate::operator::http::Readiness,
@@ -84,7 +83,7 @@ pub async fn run(
             None => std::future::pending().await,
         }
     };
-    let work = lead(client, provider, simulated, aws, clock, config, &readiness);
+    let work = lead(client, provider, simulated, clock, config, &readiness);
     let result = tokio::select! {
         _ = &mut shutdown => {
             tracing::info!("shutting down");
@@ -107,7 +106,6 @@ async fn lead(
     client: Client,
     provider: Arc<dyn CloudProvider>,
     simulated: Option<Arc<SimulatedProvider>>,
-    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
     clock: Arc<dyn Clock>,
     config: RunConfig,
     readiness: &crate::operator::http::Readiness,
@@ -136,7 +134,6 @@ async fn lead(
         &mut tasks,
         config.batch,
         &config.region,
-        aws,
         config.observe_cluster_state,
     );
     // Controllers and watches run until aborted; one that returns has nothing more to do (the
@@ -159,7 +156,7 @@ async fn lead(
 /// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
 /// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
 /// status controllers, the metrics controller, the stand-in kubelet (simulated cloud) and the
-/// interruption queue (AWS). Each task runs under its controller's name, which the
+/// interruption consumer (which ends at once for a cloud without interruption notices). Each task runs under its controller's name, which the
 /// cloud-provider metrics carry. Aborting `tasks` stops them all, as a process kill would; a
 /// fresh [`Context`] restarts them.
 pub fn spawn_controllers(
@@ -167,7 +164,6 @@ pub fn spawn_controllers(
     tasks: &mut tokio::task::JoinSet<()>,
     batch: crate::controllers::provisioning::BatchWindow,
     region: &str,
-    aws: Option<Arc<crate::cloudprovider::aws::AwsProvider>>,
     observe_cluster_state: bool,
 ) {
     use crate::metrics::in_controller;
@@ -200,12 +196,10 @@ pub fn spawn_controllers(
             kubelet::run(ctx.clone(), cloud, region.to_string()),
         ));
     }
-    if let Some(aws) = aws {
-        tasks.spawn(in_controller(
-            "interruption",
-            interruption::run(ctx.clone(), aws),
-        ));
-    }
+    tasks.spawn(in_controller(
+        "interruption",
+        interruption::run(ctx.clone()),
+    ));
 }
 
 /// Resolves on SIGTERM (what Kubernetes sends) or Ctrl-C.

@@ -13,10 +13,11 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::apis::conditions::{self, FALSE, TRUE};
+use crate::apis::conditions::{self, FALSE, READY, TRUE};
+use crate::apis::ec2nodeclass::NodeClassCondition;
 use crate::apis::hash;
 use crate::apis::{EC2NodeClass, NodeClaim, labels};
-use crate::cloudprovider::{CloudError, NodeClassCondition, ResolveError};
+use crate::cloudprovider::{CloudError, ResolveError};
 use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 
@@ -155,7 +156,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
             {
                 conditions::set(&mut status.conditions, reservations, TRUE, "", "", now);
             }
-            conditions::set(&mut status.conditions, "Ready", TRUE, "", "", now);
+            conditions::set(&mut status.conditions, READY, TRUE, "", "", now);
         }
         Err(ResolveError {
             error: CloudError::Transient(msg),
@@ -167,7 +168,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
             conditions::set(&mut status.conditions, part, FALSE, e.reason, &msg, now);
             let changed = conditions::set(
                 &mut status.conditions,
-                "Ready",
+                READY,
                 FALSE,
                 "UnhealthyDependents",
                 &format!("{part}=False: {msg}"),

@@ -19,18 +19,18 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::apis::conditions::READY;
 use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::hash;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePoolStatus;
+use crate::apis::nodepool::condition::{NODE_CLASS_READY, VALIDATION_SUCCEEDED};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::metrics::METRICS;
 use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 
-/// Condition: the pool passes the API server's rules and upstream's runtime checks.
-const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 /// `ValidationSucceeded=False`'s reason, as upstream's.
 const VALIDATION_FAILED: &str = "NodePoolValidationFailed";
 /// The event an invalid pool gets.
@@ -277,7 +277,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
             } else if c
                 .status
                 .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"))
+                .is_some_and(|s| conditions::is_true(&s.conditions, READY))
             {
                 (true, "", String::new())
             } else {
@@ -290,10 +290,10 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         }
     };
     if class_ready {
-        conditions::set(&mut status.conditions, "NodeClassReady", TRUE, "", "", now);
+        conditions::set(&mut status.conditions, NODE_CLASS_READY, TRUE, "", "", now);
     } else if conditions::set(
         &mut status.conditions,
-        "NodeClassReady",
+        NODE_CLASS_READY,
         FALSE,
         class_reason,
         &class_message,
@@ -303,7 +303,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         tracing::warn!(controller = "nodepool", nodepool = %name, reason = class_reason, message = %class_message, "nodepool cannot launch");
     }
     if validation.is_ok() && class_ready {
-        conditions::set(&mut status.conditions, "Ready", TRUE, "", "", now);
+        conditions::set(&mut status.conditions, READY, TRUE, "", "", now);
     } else {
         let msg = if validation.is_err() {
             READY_NOT_VALID
@@ -312,7 +312,7 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         };
         conditions::set(
             &mut status.conditions,
-            "Ready",
+            READY,
             FALSE,
             UNHEALTHY_DEPENDENTS,
             msg,
@@ -361,7 +361,7 @@ async fn unreadable(
     );
     let unready = conditions::set(
         &mut current,
-        "Ready",
+        READY,
         FALSE,
         UNHEALTHY_DEPENDENTS,
         READY_NOT_VALID,

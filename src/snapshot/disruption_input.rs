@@ -8,7 +8,9 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
+use crate::apis::conditions;
 use crate::apis::labels;
+use crate::apis::nodeclaim::condition::DRIFTED;
 use crate::apis::nodeclaim::{NodeClaim, Taint};
 use crate::disruption::state::{
     ClaimFacts, Pdb, State, StateNode, StatePod, resolve_int_or_percent,
@@ -123,9 +125,7 @@ fn state_node(
         .flatten()
         .filter_map(|t| taint_from_k8s(t).ok())
         .collect();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = super::is_node_ready(node);
     let created = node
         .metadata
         .creation_timestamp
@@ -142,14 +142,14 @@ fn state_node(
         drifted_since: c
             .status
             .as_ref()
-            .and_then(|s| crate::apis::conditions::find(&s.conditions, "Drifted"))
-            .filter(|c| c.status == crate::apis::conditions::TRUE)
+            .and_then(|s| conditions::find(&s.conditions, DRIFTED))
+            .filter(|c| c.status == conditions::TRUE)
             .map(|c| c.last_transition_time),
         provider_drift: c
             .status
             .as_ref()
-            .and_then(|s| crate::apis::conditions::find(&s.conditions, "Drifted"))
-            .filter(|c| c.status == crate::apis::conditions::TRUE)
+            .and_then(|s| conditions::find(&s.conditions, DRIFTED))
+            .filter(|c| c.status == conditions::TRUE)
             .filter(|c| crate::disruption::drift::DriftReason::from_provider(&c.reason).is_some())
             .map(|c| c.reason.clone()),
     });

@@ -24,6 +24,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
+use crate::apis::conditions;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 
@@ -257,6 +258,18 @@ pub(crate) fn phase_is_terminal(status: Option<&PodStatus>) -> bool {
 /// Whether a pod waits for capacity (see [`Snapshot::pending_pods`]).
 pub fn is_pending(pod: &Pod) -> bool {
     pod_is_pending(&pod.metadata, pod.spec.as_ref(), pod.status.as_ref())
+}
+
+/// Whether the kubelet reports the Node `Ready=True`: what registration, initialization, the
+/// scheduler's view of existing capacity and the disruption engine's candidates all wait for.
+pub fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == conditions::READY && c.status == conditions::TRUE)
+        })
 }
 
 /// Whether a pod belongs to a DaemonSet (any owner reference of that kind, as upstream's

@@ -377,9 +377,7 @@ pub fn prepare(
                 .and_then(|s| s.allocatable.as_ref())
                 .or_else(|| status.and_then(|s| s.capacity.as_ref())),
         );
-        let ready = status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let ready = super::is_node_ready(node);
         existing.push(ExistingNode {
             name: Arc::from(name.as_str()),
             labels: node.metadata.labels.clone().unwrap_or_default(),

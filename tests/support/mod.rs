@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use karpenter_rs::apis::NodeClaim;
 use karpenter_rs::apis::conditions::{self, Condition};
+use karpenter_rs::apis::nodeclaim::condition;
 use karpenter_rs::catalog::Catalog;
 use karpenter_rs::clock::FakeClock;
 use karpenter_rs::cloudprovider::CloudProvider;
@@ -190,7 +191,7 @@ impl Env {
         self.reconcile(&name).await;
         let claim = self.claim(&name).await;
         assert!(
-            has_condition(&claim, nodeclaim::LAUNCHED, conditions::TRUE),
+            has_condition(&claim, condition::LAUNCHED, conditions::TRUE),
             "{name} launched: {:?}",
             claim.status
         );
@@ -216,7 +217,7 @@ impl Env {
         self.reconcile(&name).await;
         let claim = self.claim(&name).await;
         assert!(
-            has_condition(&claim, nodeclaim::INITIALIZED, conditions::TRUE),
+            has_condition(&claim, condition::INITIALIZED, conditions::TRUE),
             "{name} initialized: {:?}",
             claim.status
         );

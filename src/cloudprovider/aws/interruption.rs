@@ -3,71 +3,18 @@
 //! EC2 takes it away.
 //!
 //! [`parse_message`] is pure: it turns a message body into the instances affected and what to do
-//! about them. [`InterruptionQueue`] only receives and deletes messages; the interruption
-//! controller drives the loop (receive, parse, act on the NodeClaims, delete), and
-//! [`super::AwsProvider::record_interruption`] marks interrupted spot pools unavailable.
+//! about them. [`InterruptionQueue`] only receives and deletes messages; the provider hands them
+//! to the interruption controller through the `CloudProvider` trait (receive, parse, act on the
+//! NodeClaims, acknowledge), and marks interrupted spot pools unavailable.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use crate::cloudprovider::CloudError;
+use crate::cloudprovider::interruption::{InterruptionAction, InterruptionEvent, InterruptionKind};
 
 use super::sdk_error;
-
-/// The kinds of message upstream Karpenter acts on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InterruptionKind {
-    /// A spot instance will be reclaimed in two minutes.
-    SpotInterrupted,
-    /// EC2 suggests replacing a spot instance at elevated risk of interruption.
-    RebalanceRecommendation,
-    /// AWS Health scheduled maintenance (retirement, reboot) on an instance.
-    ScheduledChange,
-    /// The instance is stopping or stopped.
-    InstanceStopped,
-    /// The instance is shutting down or terminated.
-    InstanceTerminated,
-    /// An interruptible capacity reservation is taking its capacity back.
-    CapacityReservationInterrupted,
-}
-
-impl InterruptionKind {
-    /// Upstream's name for the kind, used as the metric label and disruption reason.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::SpotInterrupted => "spot_interrupted",
-            Self::RebalanceRecommendation => "rebalance_recommendation",
-            Self::ScheduledChange => "scheduled_change",
-            Self::InstanceStopped => "instance_stopped",
-            Self::InstanceTerminated => "instance_terminated",
-            Self::CapacityReservationInterrupted => "capacity_reservation_interrupted",
-        }
-    }
-}
-
-/// What the controller does with the NodeClaims of the affected instances.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InterruptionAction {
-    /// Delete the NodeClaim: its node is tainted and drained while a replacement is provisioned
-    /// (upstream's CordonAndDrain).
-    DeleteNodeClaim,
-    /// Record an event only.
-    NoAction,
-}
-
-/// One parsed interruption message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InterruptionEvent {
-    /// What happened.
-    pub kind: InterruptionKind,
-    /// Affected instances (a health event can name several).
-    pub instance_ids: Vec<String>,
-    /// What to do.
-    pub action: InterruptionAction,
-    /// When the event was emitted, for the queue-latency metric.
-    pub time: Option<DateTime<Utc>>,
-}
 
 fn instance_id_from_arn(arn: &str) -> Option<String> {
     arn.rsplit('/')

@@ -37,7 +37,7 @@ use aws_sdk_ec2::types::{InstanceLifecycleType, InstanceStateName};
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
-use crate::apis::conditions;
+use crate::apis::ec2nodeclass::NodeClassCondition;
 use crate::apis::ec2nodeclass::{AMIFamily, BlockDeviceMapping, EC2NodeClassStatus};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Taint, TaintEffect};
@@ -47,14 +47,15 @@ use crate::clock::Clock;
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings, Offering};
 use crate::scheduling::requirements::Requirements;
 
+use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
 use super::{
-    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassCondition,
-    NodeClassResolution, ResolveError, claim_requests, claim_requirements, launch_candidates,
-    node_labels, provider_id_instance,
+    CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
+    ResolveError, claim_requests, claim_requirements, launch_candidates, node_labels,
+    provider_id_instance,
 };
 use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
-use interruption::{InterruptionEvent, InterruptionKind, InterruptionQueue};
+use interruption::InterruptionQueue;
 use launch_templates::LaunchTemplateSpec;
 use pricing::Prices;
 use unavailable::{OfferingKey, UnavailableOfferings};
@@ -271,11 +272,6 @@ impl AwsProvider {
         })
     }
 
-    /// The interruption queue, when `INTERRUPTION_QUEUE` is set.
-    pub fn interruption_queue(&self) -> Option<&InterruptionQueue> {
-        self.queue.as_ref()
-    }
-
     /// The unavailable-offerings cache (launch failures and interruptions feed it).
     pub fn unavailable_offerings(&self) -> &UnavailableOfferings {
         &self.unavailable
@@ -411,28 +407,6 @@ impl AwsProvider {
             }
         };
         Ok(instance_types::mark_unavailable(base, &self.unavailable))
-    }
-
-    /// Marks the spot pools of spot-interrupted instances unavailable, so the replacement is not
-    /// launched into the pool EC2 is reclaiming.
-    pub async fn record_interruption(&self, event: &InterruptionEvent) -> Result<(), CloudError> {
-        if event.kind != InterruptionKind::SpotInterrupted {
-            return Ok(());
-        }
-        for id in &event.instance_ids {
-            match self.describe_instance(id).await {
-                Ok(Some(i)) if i.capacity_type == CapacityType::Spot => {
-                    self.unavailable.mark(OfferingKey {
-                        instance_type: i.instance_type,
-                        zone: i.zone,
-                        capacity_type: CapacityType::Spot,
-                    });
-                }
-                Ok(_) | Err(CloudError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
     }
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
@@ -715,24 +689,6 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance, now: DateTime<Utc>) -> Option<I
     })
 }
 
-/// The node class' status, when its controller has resolved it and marked it Ready.
-fn nodeclass_ready(nodeclass: &EC2NodeClass) -> Result<&EC2NodeClassStatus, CloudError> {
-    let name = nodeclass.metadata.name.as_deref().unwrap_or_default();
-    let status = nodeclass.status.as_ref().ok_or_else(|| {
-        CloudError::NodeClassNotReady(format!("EC2NodeClass {name} has not been resolved yet"))
-    })?;
-    match conditions::find(&status.conditions, "Ready") {
-        Some(c) if c.status == conditions::TRUE => Ok(status),
-        Some(c) => Err(CloudError::NodeClassNotReady(format!(
-            "EC2NodeClass {name} is not ready: {}",
-            c.message
-        ))),
-        None => Err(CloudError::NodeClassNotReady(format!(
-            "EC2NodeClass {name} has no Ready condition yet"
-        ))),
-    }
-}
-
 /// Labels kubelet may register itself with (`--node-labels`): the NodeClaim's labels less the
 /// `kubernetes.io` / `k8s.io` keys only Kubernetes sets (the node-restriction admission rule).
 fn kubelet_labels(claim: &NodeClaim, reqs: &Requirements) -> BTreeMap<String, String> {
@@ -827,7 +783,7 @@ impl CloudProvider for AwsProvider {
         claim: &NodeClaim,
         nodeclass: &EC2NodeClass,
     ) -> Result<Launched, CloudError> {
-        let status = nodeclass_ready(nodeclass)?;
+        let status = super::nodeclass_ready(nodeclass)?;
         let name = claim.metadata.name.clone().unwrap_or_default();
         let class = nodeclass.metadata.name.clone().unwrap_or_default();
         let types = self.types_for(nodeclass)?;
@@ -1128,6 +1084,53 @@ impl CloudProvider for AwsProvider {
             instance_profile: Some(instance_profile),
             conditions: Vec::new(),
         })
+    }
+
+    async fn interruptions(&self) -> Option<Result<Vec<InterruptionMessage>, CloudError>> {
+        let queue = self.queue.as_ref()?;
+        Some(queue.receive().await.map(|messages| {
+            messages
+                .into_iter()
+                .map(|m| InterruptionMessage {
+                    event: interruption::parse_message(&m.body),
+                    receipt: m.receipt_handle,
+                })
+                .collect()
+        }))
+    }
+
+    /// Marks the spot pools of spot-interrupted instances unavailable, so the replacement is not
+    /// launched into the pool EC2 is reclaiming.
+    async fn record_interruption(&self, event: &InterruptionEvent) -> Result<(), CloudError> {
+        if event.kind != InterruptionKind::SpotInterrupted {
+            return Ok(());
+        }
+        for id in &event.instance_ids {
+            match self.describe_instance(id).await {
+                Ok(Some(i)) if i.capacity_type == CapacityType::Spot => {
+                    self.unavailable.mark(OfferingKey {
+                        instance_type: i.instance_type,
+                        zone: i.zone,
+                        capacity_type: CapacityType::Spot,
+                    });
+                }
+                Ok(_) | Err(CloudError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn acknowledge_interruption(
+        &self,
+        message: &InterruptionMessage,
+    ) -> Result<(), CloudError> {
+        let queue = self.queue.as_ref().ok_or_else(|| {
+            CloudError::Invalid(
+                "no interruption queue is configured (set INTERRUPTION_QUEUE)".into(),
+            )
+        })?;
+        queue.delete_message(&message.receipt).await
     }
 }
 

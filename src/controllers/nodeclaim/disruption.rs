@@ -18,6 +18,7 @@ use serde_json::json;
 
 use crate::apis::NodeClaim;
 use crate::apis::conditions::{self, Condition, FALSE, TRUE};
+use crate::apis::nodeclaim::condition::{CONSOLIDATABLE, DRIFTED};
 use crate::disruption::candidates::candidates;
 use crate::disruption::drift::{self, DriftVerdict};
 use crate::disruption::state::State;
@@ -25,10 +26,6 @@ use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
 use crate::snapshot::Snapshot;
 
-/// Condition: the node no longer matches its NodePool or EC2NodeClass.
-pub const DRIFTED: &str = "Drifted";
-/// Condition: consolidateAfter has passed since the last pod event.
-pub const CONSOLIDATABLE: &str = "Consolidatable";
 /// How often the cloud provider is asked whether a NodeClaim drifted (upstream: 5 minutes).
 const PROVIDER_DRIFT_PERIOD: chrono::Duration = chrono::Duration::minutes(5);
 

@@ -33,7 +33,8 @@ use crate::cloudprovider::{CloudError, Instance, InstanceState};
 use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
 
-use super::{LAUNCHED, termination};
+use super::termination;
+use crate::apis::nodeclaim::condition::LAUNCHED;
 
 /// Instances younger than this are left alone: their NodeClaim may not be visible yet.
 pub const INSTANCE_GRACE: chrono::Duration = chrono::Duration::seconds(30);

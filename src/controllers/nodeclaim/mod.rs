@@ -29,23 +29,16 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::apis::conditions::READY;
 use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::labels;
+use crate::apis::nodeclaim::condition::{INITIALIZED, LAUNCHED, REGISTERED};
 use crate::apis::nodeclaim::{NodeClaimStatus, Taint};
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::metrics::METRICS;
 use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
-use crate::snapshot::{joins, taints};
-
-/// Condition: the instance exists.
-pub const LAUNCHED: &str = "Launched";
-/// Condition: the Node joined and was taken over.
-pub const REGISTERED: &str = "Registered";
-/// Condition: the Node is Ready with its startup taints gone.
-pub const INITIALIZED: &str = "Initialized";
-/// Condition: all of the above.
-pub const READY: &str = "Ready";
+use crate::snapshot::{self, joins, taints};
 
 pub use liveness::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 
@@ -550,11 +543,7 @@ async fn register(claim: &NodeClaim, node: &Node, ctx: &Context) -> Result<(), E
 /// Whether the Node is initialized (Ready, startup taints gone, requested extended resources
 /// registered), and if not, why.
 pub fn initialization(claim: &NodeClaim, node: &Node) -> (bool, String) {
-    let status = node.status.as_ref();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    if !ready {
+    if !snapshot::is_node_ready(node) {
         return (false, "Node not ready".into());
     }
     let taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
@@ -568,7 +557,7 @@ pub fn initialization(claim: &NodeClaim, node: &Node) -> (bool, String) {
     }) {
         return (false, format!("StartupTaint {:?} still exists", t.key));
     }
-    let allocatable = status.and_then(|s| s.allocatable.as_ref());
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
     let requested = claim
         .spec
         .resources

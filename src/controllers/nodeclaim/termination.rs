@@ -31,6 +31,9 @@ use serde_json::json;
 
 use crate::apis::NodeClaim;
 use crate::apis::conditions::{self, Condition, FALSE, TRUE, UNKNOWN};
+use crate::apis::nodeclaim::condition::{
+    DISRUPTION_REASON, DRAINED, INSTANCE_TERMINATING, VOLUMES_DETACHED,
+};
 use crate::apis::{duration, labels};
 use crate::cloudprovider::{CloudError, InstanceState};
 use crate::metrics::METRICS;
@@ -38,16 +41,6 @@ use crate::runtime::{Context, Error};
 
 use super::node_of;
 
-/// Condition: why the NodeClaim is being disrupted (`Underutilized`, `Empty`, `Drifted`,
-/// `Expired`), set by the disruption controller before it deletes the NodeClaim.
-pub const DISRUPTION_REASON: &str = "DisruptionReason";
-/// Condition: the Node's pods are drained.
-pub const DRAINED: &str = "Drained";
-/// Condition: the drained pods' volumes are detached (or the grace period ran out).
-pub const VOLUMES_DETACHED: &str = "VolumesDetached";
-/// Condition: the instance is being terminated; its transition time starts
-/// `karpenter_nodeclaims_instance_termination_duration_seconds`.
-pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
 /// The `reason` of `karpenter_pods_drained_total` for NodeClaims deleted without a disruption
 /// reason (by a user, garbage collection or liveness), as upstream labels them.
 const FORCEFUL_TERMINATION: &str = "Forceful Termination";
