@@ -6,6 +6,10 @@
 //! upstream's alerts keep working), and that object is retried after an exponential backoff
 //! instead of at once, so a deterministic panic does not spin.
 //!
+//! Every reconcile and polling pass passes through here, so this is also where controller-runtime's
+//! `controller_runtime_reconcile_total{controller,result}`, `_reconcile_errors_total`,
+//! `_reconcile_time_seconds` and `controller_runtime_active_workers` are recorded.
+//!
 //! Unwinding drops the reconcile's future mid-way, so whatever it had not yet written is never
 //! written: a decision is applied only by the requests that completed, and every controller
 //! already reads its progress back from the objects (a disruption command's marker and taints
@@ -15,7 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use kube::runtime::controller::Action;
@@ -60,6 +64,55 @@ impl PanicBackoff {
         if !panics.is_empty() {
             panics.remove(&(controller, object.to_string()));
         }
+    }
+}
+
+/// One reconcile (or polling pass) in flight, as controller-runtime's metrics see it:
+/// `controller_runtime_active_workers` counts it while it lives (also when its task is aborted
+/// mid-way, which drops it), and [`Worker::finish`] records its time and result.
+struct Worker {
+    controller: &'static str,
+    started: Instant,
+}
+
+impl Worker {
+    fn start(controller: &'static str) -> Self {
+        METRICS
+            .active_workers
+            .with_label_values(&[controller])
+            .inc();
+        Self {
+            controller,
+            started: Instant::now(),
+        }
+    }
+
+    /// Records the reconcile's duration and `result` (`success`, `error` or `requeue_after`).
+    fn finish(self, result: &str) {
+        let controller = [self.controller];
+        METRICS
+            .reconcile_time_seconds
+            .with_label_values(&controller)
+            .observe(self.started.elapsed().as_secs_f64());
+        METRICS
+            .reconcile_total
+            .with_label_values(&[self.controller, result])
+            .inc();
+        if result == "error" {
+            METRICS
+                .reconcile_errors_total
+                .with_label_values(&controller)
+                .inc();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        METRICS
+            .active_workers
+            .with_label_values(&[self.controller])
+            .dec();
     }
 }
 
@@ -121,30 +174,61 @@ pub async fn guarded_object(
     ctx: &Context,
     reconcile: impl Future<Output = Result<Action, Error>>,
 ) -> Result<Action, Error> {
+    let worker = Worker::start(controller);
     match catch(controller, key, reconcile).await {
         Some(result) => {
+            worker.finish(match &result {
+                Ok(action) if *action == Action::await_change() => "success",
+                Ok(_) => "requeue_after",
+                Err(_) => "error",
+            });
             ctx.panics.completed(controller, key);
             result
         }
-        None => Ok(Action::requeue(ctx.panics.panicked(controller, key))),
+        None => {
+            worker.finish("error");
+            Ok(Action::requeue(ctx.panics.panicked(controller, key)))
+        }
+    }
+}
+
+/// What a polling pass's output says about how it went, for the `result` label: a pass that
+/// returns an error counts as `error`, any other completed pass as `success`.
+pub trait PassOutcome {
+    /// Whether the pass failed.
+    fn failed(&self) -> bool;
+}
+
+impl PassOutcome for () {
+    fn failed(&self) -> bool {
+        false
+    }
+}
+
+impl<T, E> PassOutcome for Result<T, E> {
+    fn failed(&self) -> bool {
+        self.is_err()
     }
 }
 
 /// One pass of a polling controller (which reconciles every object at once), with a panic
 /// caught: `Some(output)` when it completed, or `None` after waiting out the backoff of
 /// consecutive panicking passes, so the caller simply starts the next pass.
-pub async fn guarded_pass<F: Future>(
+pub async fn guarded_pass<F: Future<Output: PassOutcome>>(
     controller: &'static str,
     ctx: &Context,
     pass: F,
 ) -> Option<F::Output> {
     const PASS: &str = "pass";
+    let worker = Worker::start(controller);
     match catch(controller, PASS, pass).await {
         Some(output) => {
+            worker.finish(if output.failed() { "error" } else { "success" });
             ctx.panics.completed(controller, PASS);
             Some(output)
         }
         None => {
+            worker.finish("error");
             tokio::time::sleep(ctx.panics.panicked(controller, PASS)).await;
             None
         }
