@@ -1023,10 +1023,9 @@ impl<'a> Solver<'a> {
         let capped = claim
             .options
             .filter(&pool.by_price, |t| self.worth_growing(claim, from, t));
-        let kept = match self.check_min_values(pool, &capped, &claim.requirements) {
-            Some(relaxed) => !relaxed || claim.min_values_relaxed,
-            None => false,
-        };
+        let kept = self
+            .check_min_values(pool, &capped, &claim.requirements)
+            .is_some_and(|relaxed| !relaxed || claim.min_values_relaxed);
         let max_allocatable = max_allocatable(pool, &capped);
         let claim = &mut self.claims[c];
         if kept {
