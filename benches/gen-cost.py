@@ -11,9 +11,15 @@ Workloads (deterministic: every draw comes from a splitmix64 generator with seed
   batch   20 Deployments x 10 replicas, 2-16 CPU and 4-64Gi each
   memory  30 Deployments x 40 replicas, 250m-1 CPU and 4-16Gi each
   mixed   a third of each of the above
+  constrained  30 Deployments x 83-84 replicas (2,500 pods) of 250m-1 CPU and 256Mi-2Gi, every third
+          with a zonal spread (maxSkew 1, DoNotSchedule), every fifth other one with a hostname
+          spread (maxSkew 1, DoNotSchedule), plus one Deployment of 100 replicas with required
+          hostname anti-affinity to itself, which forces 100 nodes (2,600 pods)
 NodePools: `narrow` (instance categories c, m, r of generation > 5) or `broad` (every x86 type),
 `od` (on-demand) or `spot` (spot and on-demand), at the default ENI-limited pod density or with
-kubelet `maxPods: 110` (`--max-pods 110`).
+kubelet `maxPods: 110` (`--max-pods 110`). `--daemonsets` adds a typical set of DaemonSets (aws-node,
+kube-proxy, ebs-csi-node, a log shipper and a node exporter: 355m CPU, 500Mi and 5 pod slots on
+every node), which makes small nodes dearer per pod.
 
 The lower bound is the LP relaxation of the fleet: the cheapest fractional mix of the NodePool's
 instance types (on-demand price, or the lowest spot price when spot is allowed) whose allocatable
@@ -74,9 +80,30 @@ SHAPES = {
 }
 
 
+# (name, CPU millicores, memory MiB) of the typical DaemonSets of `--daemonsets`.
+DAEMONSETS = [
+    ("aws-node", 25, 0),
+    ("kube-proxy", 100, 0),
+    ("ebs-csi-node", 30, 120),
+    ("fluent-bit", 100, 200),
+    ("node-exporter", 100, 180),
+]
+
+
 def deployments(workload):
-    """(name, replicas, cpu millicores, memory MiB) per Deployment."""
+    """(name, replicas, cpu millicores, memory MiB, constraint) per Deployment; constraint is None,
+    "zone" or "hostname" (a DoNotSchedule spread of maxSkew 1 on that key), or "anti" (required
+    hostname anti-affinity to its own replicas)."""
     rng = SplitMix(42)
+    if workload == "constrained":
+        _, _, _, cpus, mems = SHAPES["web"]
+        out = []
+        for d in range(30):
+            constraint = "zone" if d % 3 == 0 else "hostname" if d % 5 == 0 else None
+            replicas = 84 if d < 10 else 83
+            out.append((f"app-{d}", replicas, rng.pick(cpus), rng.pick(mems), constraint))
+        out.append(("solo", 100, rng.pick(cpus), rng.pick(mems), "anti"))
+        return out
     parts = ["web", "batch", "memory"] if workload == "mixed" else [workload]
     out = []
     for part in parts:
@@ -84,7 +111,7 @@ def deployments(workload):
         if workload == "mixed":
             count = max(1, count // 3)
         for d in range(count):
-            out.append((f"{prefix}-{d}", replicas, rng.pick(cpus), rng.pick(mems)))
+            out.append((f"{prefix}-{d}", replicas, rng.pick(cpus), rng.pick(mems), None))
     return out
 
 
@@ -114,7 +141,41 @@ spec:
     )
 
 
-def deployment(name, replicas, cpu, mem):
+def constraint_spec(name, constraint):
+    """The pod-spec lines of a Deployment's topology constraint."""
+    if constraint in ("zone", "hostname"):
+        key = "topology.kubernetes.io/zone" if constraint == "zone" else "kubernetes.io/hostname"
+        return f"""      topologySpreadConstraints:
+        - {{maxSkew: 1, topologyKey: {key}, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: {name}}}}}}}
+"""
+    if constraint == "anti":
+        return f"""      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - {{topologyKey: kubernetes.io/hostname, labelSelector: {{matchLabels: {{app: {name}}}}}}}
+"""
+    return ""
+
+
+def daemonset(name, cpu, mem):
+    memory = f", memory: {mem}Mi" if mem else ""
+    return f"""apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: {name}, namespace: kube-system}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      tolerations: [{{operator: Exists}}]
+      containers:
+        - name: c
+          image: pause
+          resources: {{requests: {{cpu: {cpu}m{memory}}}}}
+"""
+
+
+def deployment(name, replicas, cpu, mem, constraint):
     return f"""apiVersion: apps/v1
 kind: Deployment
 metadata: {{name: {name}}}
@@ -128,12 +189,14 @@ spec:
         - name: c
           image: pause
           resources: {{requests: {{cpu: {cpu}m, memory: {mem}Mi}}}}
-"""
+{constraint_spec(name, constraint)}"""
 
 
-def manifest(workload, pool, capacity, max_pods):
+def manifest(workload, pool, capacity, max_pods, daemonsets):
     kubelet = f"  kubelet: {{maxPods: {max_pods}}}\n" if max_pods else ""
     docs = [NODECLASS.format(kubelet=kubelet), nodepool(pool, capacity)]
+    if daemonsets:
+        docs += [daemonset(*d) for d in DAEMONSETS]
     docs += [deployment(*d) for d in deployments(workload)]
     return "---\n".join(docs)
 
@@ -144,8 +207,14 @@ def kube_reserved_cpu(vcpu):
     return int(sum(max(min(millis, hi) - lo, 0) * rate for lo, hi, rate in bands))
 
 
-def allowed_types(pool, capacity, max_pods):
-    """(price, allocatable cpu millicores, memory MiB, pods) of each type the NodePool allows."""
+def allowed_types(pool, capacity, max_pods, daemonsets):
+    """(price, allocatable cpu millicores, memory MiB, pods) of each type the NodePool allows, less
+    the DaemonSets' requests when `daemonsets`."""
+    ds_cpu, ds_mem, ds_pods = (
+        (sum(c for _, c, _ in DAEMONSETS), sum(m for _, _, m in DAEMONSETS), len(DAEMONSETS))
+        if daemonsets
+        else (0, 0, 0)
+    )
     with open(CATALOG) as f:
         catalog = json.load(f)
     out = []
@@ -163,9 +232,9 @@ def allowed_types(pool, capacity, max_pods):
         if not prices:
             continue
         eni_pods = t["maxEnis"] * (t["ipv4PerEni"] - 1) + 2
-        pods = max_pods or eni_pods
-        mem = t["memoryMiB"] - math.ceil(t["memoryMiB"] * 0.075) - (11 * eni_pods + 255) - 100
-        cpu = t["vcpu"] * 1000 - kube_reserved_cpu(t["vcpu"])
+        pods = (max_pods or eni_pods) - ds_pods
+        mem = t["memoryMiB"] - math.ceil(t["memoryMiB"] * 0.075) - (11 * eni_pods + 255) - 100 - ds_mem
+        cpu = t["vcpu"] * 1000 - kube_reserved_cpu(t["vcpu"]) - ds_cpu
         if cpu > 0 and mem > 0 and pods > 0:
             out.append((min(prices), cpu, mem, pods))
     return out
@@ -192,20 +261,22 @@ def solve3(rows, rhs):
     return out
 
 
-def lower_bound(workload, pool, capacity, max_pods):
+def lower_bound(workload, pool, capacity, max_pods, daemonsets):
     """The LP relaxation's optimum: the cheapest fractional mix of allowed types whose allocatable
     CPU, memory and pod slots cover the workload's totals. Solved through its dual, max y.T subject
     to y.v <= 1 for every type's resources per dollar v, y >= 0 (three variables): the optimum is at
     a vertex, and only types on the Pareto frontier of v can bound it."""
-    per_dollar = {(c / p, m / p, n / p) for p, c, m, n in allowed_types(pool, capacity, max_pods)}
+    per_dollar = {
+        (c / p, m / p, n / p) for p, c, m, n in allowed_types(pool, capacity, max_pods, daemonsets)
+    }
     frontier = [
         a for a in per_dollar if not any(b != a and all(b[k] >= a[k] for k in range(3)) for b in per_dollar)
     ]
     ds = deployments(workload)
     totals = (
-        sum(r * c for _, r, c, _ in ds),
-        sum(r * m for _, r, _, m in ds),
-        sum(r for _, r, _, _ in ds),
+        sum(r * c for _, r, c, _, _ in ds),
+        sum(r * m for _, r, _, m, _ in ds),
+        sum(r for _, r, _, _, _ in ds),
     )
     # Each constraint as (row, rhs): y.v <= 1 for a type, -y_k <= 0 for an axis.
     constraints = [(list(v), 1.0) for v in frontier]
@@ -220,49 +291,84 @@ def lower_bound(workload, pool, capacity, max_pods):
     return best
 
 
-def run_case(binary, workload, pool, capacity, max_pods):
+def simulate(binary, path, settle):
+    """`simulate -o json` of a manifest: (new NodeClaims' $/h, NodeClaims, unschedulable pods), and
+    with `settle` the $/h of the fleet `--settle` leaves."""
+    cmd = [binary, "simulate", "-f", path, "-o", "json"]
+    if settle:
+        cmd += ["--settle", "--now", "2026-11-25T12:00:00Z"]
+    report = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    settled = report["cost"]["after"] if settle else None
+    return report["cost"]["newPerHour"], report["nodeclaims"], report["unschedulable"], settled
+
+
+def run_case(binary, workload, pool, capacity, max_pods, daemonsets, baseline, settle):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(manifest(workload, pool, capacity, max_pods))
+        f.write(manifest(workload, pool, capacity, max_pods, daemonsets))
         path = f.name
     try:
-        out = subprocess.run(
-            [binary, "simulate", "-f", path, "-o", "json"], check=True, capture_output=True, text=True
-        ).stdout
+        total, claims, unschedulable, settled = simulate(binary, path, settle)
+        before = simulate(baseline, path, False)[0] if baseline else None
     finally:
         os.unlink(path)
-    report = json.loads(out)
-    claims = report["nodeclaims"]
     prices = [c["price"] for c in claims]
     largest = max(claims, key=lambda c: c["price"])
     median = statistics.median(prices)
-    total = report["cost"]["newPerHour"]
-    bound = lower_bound(workload, pool, capacity, max_pods)
-    return (
-        f"| {workload} | {pool} | {capacity} | {max_pods or 'ENI'} | {total:,.2f} | {len(claims)} "
-        f"| {largest['instanceType']} ${largest['price']:.2f} | {largest['price'] / median:.1f}x "
-        f"| {bound:,.2f} | {total / bound:.2f} | {len(report['unschedulable'])} |"
+    bound = lower_bound(workload, pool, capacity, max_pods, daemonsets)
+    row = f"| {workload} | {pool} | {capacity} | {max_pods or 'ENI'} | {'yes' if daemonsets else 'no'} "
+    if baseline:
+        row += f"| {before:,.2f} | {before / bound:.2f} "
+    row += (
+        f"| **{total:,.2f}** | {len(claims)} | {largest['instanceType']} ${largest['price']:.2f} "
+        f"| {largest['price'] / median:.1f}x | {bound:,.2f} | {total / bound:.2f} "
     )
+    if baseline:
+        row += f"| {total / before:.2f} "
+    if settle:
+        row += f"| {settled:,.2f} "
+    return row + f"| {len(unschedulable)} |"
+
+
+WORKLOADS = ["web", "batch", "memory", "mixed", "constrained"]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", choices=["web", "batch", "memory", "mixed"], default="web")
+    parser.add_argument("--workload", choices=WORKLOADS, default="web")
     parser.add_argument("--pool", choices=["narrow", "broad"], default="broad")
     parser.add_argument("--capacity", choices=["od", "spot"], default="od")
     parser.add_argument("--max-pods", type=int, default=0, help="kubelet maxPods (0: ENI-limited)")
+    parser.add_argument("--daemonsets", action="store_true", help="add a typical set of DaemonSets")
     parser.add_argument("--run", action="store_true", help="run every case and print a table")
     parser.add_argument("--binary", default="target/release/karpenter-rs")
+    parser.add_argument("--baseline", help="another build to compare with, e.g. one sizing as upstream")
+    parser.add_argument("--settle", action="store_true", help="also report the fleet after `simulate --settle`")
+    parser.add_argument("--only", nargs="*", choices=WORKLOADS, help="run only these workloads")
     args = parser.parse_args()
     if not args.run:
-        sys.stdout.write(manifest(args.workload, args.pool, args.capacity, args.max_pods))
+        sys.stdout.write(manifest(args.workload, args.pool, args.capacity, args.max_pods, args.daemonsets))
         return
-    print("| workload | pool | capacity | max pods | fleet $/h | nodes | dearest node | dearest / median | bound $/h | fleet / bound | unschedulable |")
-    print("|---|---|---|---|---:|---:|---|---:|---:|---:|---:|")
-    for workload in ["web", "batch", "memory", "mixed"]:
+    header = "| workload | pool | capacity | max pods | DaemonSets "
+    if args.baseline:
+        header += "| baseline $/h | baseline / bound "
+    header += "| fleet $/h | nodes | dearest node | dearest / median | bound $/h | fleet / bound "
+    if args.baseline:
+        header += "| fleet / baseline "
+    if args.settle:
+        header += "| settled $/h "
+    header += "| unschedulable |"
+    print(header)
+    print("|" + "|".join("---" if k < 5 else "---:" for k in range(header.count("|") - 1)) + "|")
+    for workload in args.only or WORKLOADS:
         for pool in ["narrow", "broad"]:
             for capacity in ["od", "spot"]:
-                for max_pods in [0, 110]:
-                    print(run_case(args.binary, workload, pool, capacity, max_pods), flush=True)
+                for max_pods, daemonsets in [(0, False), (110, False), (0, True)]:
+                    print(
+                        run_case(
+                            args.binary, workload, pool, capacity, max_pods, daemonsets, args.baseline, args.settle
+                        ),
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

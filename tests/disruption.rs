@@ -651,3 +651,55 @@ fn without_disruption_the_table_has_no_disruption_part() {
     let table = simulate::simulate(&c, &catalog, &EngineOptions::default()).to_table();
     assert!(!table.contains("Disruption:"), "{table}");
 }
+
+/// A fleet planned by cost for pending pods (12 Deployments of 40 small replicas each, on a
+/// NodePool open to every x86 type), then settled by consolidation: no round makes it dearer,
+/// so the steady state costs no more than the first plan (issue #19, item 2).
+#[test]
+fn settling_a_cost_sized_plan_never_makes_it_dearer() {
+    let mut docs = vec![NODECLASS.to_string(), nodepool("default", CONSOLIDATE, "")];
+    for d in 0..12u32 {
+        let cpu = [250, 500, 750, 1000][(d % 4) as usize];
+        let memory = [256, 1024, 2048][(d % 3) as usize];
+        docs.push(format!(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web-{d}}}
+spec:
+  replicas: 40
+  selector: {{matchLabels: {{app: web-{d}}}}}
+  template:
+    metadata: {{labels: {{app: web-{d}}}}}
+    spec:
+      containers:
+        - {{name: c, image: pause, resources: {{requests: {{cpu: {cpu}m, memory: {memory}Mi}}}}}}
+"#
+        ));
+    }
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
+    let c = manifest::load(&parsed, monday_10()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let settled = simulate::simulate_with_disruption(
+        &c,
+        &catalog,
+        &EngineOptions::default(),
+        monday_10(),
+        Some(std::time::Duration::from_secs(15)),
+    );
+    assert!(settled.unschedulable.is_empty());
+    let first = settled.cost.before.unwrap();
+    assert!(first > 0.0);
+    let mut cost = first;
+    for round in settled.round_log.as_ref().unwrap() {
+        assert!(
+            round.cost_after <= cost + 1e-9,
+            "a round at {} raised the cost from ${cost:.4} to ${:.4}/h",
+            round.at,
+            round.cost_after
+        );
+        cost = round.cost_after;
+    }
+    assert!(settled.cost.after.unwrap() <= first + 1e-9);
+}

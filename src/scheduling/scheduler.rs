@@ -4,9 +4,11 @@
 //! fit anywhere.
 //!
 //! Differences from upstream, on purpose:
-//! * planned NodeClaims are tried in creation order (first fit) instead of re-sorting them by pod
-//!   count before every pod; with the per-class skip cursors below this makes a pod's cost
-//!   independent of how many full NodeClaims precede it (upstream: O(pods × NodeClaims));
+//! * a pod joins the planned NodeClaim where it adds the least cost (the first one whose cheapest
+//!   option still holds it, else the cheapest upgrade among the first [`PLACEMENT_WINDOW`] that
+//!   fit, in creation order) instead of re-sorting them by pod count before every pod; with the
+//!   per-class skip cursors below this makes a pod's cost independent of how many full
+//!   NodeClaims precede it (upstream: O(pods × NodeClaims));
 //! * a NodeClaim that receives a pod counted by a topology group on a key other than hostname is
 //!   narrowed to one domain of that key, so spread counts are exact rather than deferred;
 //! * a new NodeClaim grows only within the instance types that are cost-efficient for the round's
@@ -45,6 +47,10 @@ pub const MAX_INSTANCE_TYPES: usize = 600;
 /// no case is dearer, while the giants that made broad pools expensive (u7in, x2iedn: several
 /// times the best price per typical pod) stay out.
 const COST_SLACK: f64 = 1.5;
+
+/// How many planned NodeClaims that fit a pod are compared for the least added cost (see
+/// `Solver::try_claims`): a bound, so a pod's work stays independent of the number of NodeClaims.
+const PLACEMENT_WINDOW: usize = 8;
 
 /// A NodePool ready for scheduling: its template flattened and its instance types resolved.
 #[derive(Clone, Debug)]
@@ -273,6 +279,14 @@ struct Claim {
     reserved: Vec<i64>,
     /// Whether `options` were narrowed to the cost-efficient types when the claim was opened.
     sized_by_cost: bool,
+    /// Each instance type's price under the claim's zone and capacity-type requirements (see
+    /// `Solver::prices`), refreshed when they change: what a pod adds to the claim's cost is read
+    /// from it (`Solver::added_cost`).
+    prices: Arc<Vec<f64>>,
+    /// The best price per typical pod among the types that fit the claim's first pod (see
+    /// `Solver::cost_efficient`): the yardstick for growing into a dearer option
+    /// (`Solver::worth_growing`). Infinite when the claim is sized as upstream sizes it.
+    best_per_pod: f64,
 }
 
 struct Existing<'a> {
@@ -296,6 +310,9 @@ enum Verdict<T> {
     Never,
     /// Not now; maybe for another pod of the class.
     NotNow,
+    /// The pod fits only a dearer option that is not worth growing into
+    /// (`Solver::worth_growing`): the claim should be capped at the options that are.
+    Capped,
 }
 
 struct Pool {
@@ -890,7 +907,7 @@ impl<'a> Solver<'a> {
                     break;
                 }
                 Verdict::Never => skip.kill(n),
-                Verdict::NotNow => {}
+                Verdict::NotNow | Verdict::Capped => {}
             }
             n = skip.find(n + 1, len);
         }
@@ -968,6 +985,93 @@ impl<'a> Solver<'a> {
         );
     }
 
+    /// Whether a NodeClaim sized by cost whose cheapest option is type `from` should grow into
+    /// type `to` for its next pod: yes when `to` costs no more, or when the room it adds costs
+    /// no more per typical pod than [`COST_SLACK`] times the best price per typical pod
+    /// (`Claim::best_per_pod`), i.e. no more than opening another NodeClaim of an efficient type
+    /// would. Growing a pile that already fills a large type into the one type that is larger
+    /// still (6 TiB of memory, or twice the vCPUs behind the same ENI pod limit) often doubles its
+    /// price for a sliver of room; a new NodeClaim is cheaper.
+    fn worth_growing(&self, claim: &Claim, from: u32, to: u32) -> bool {
+        if from == to || !claim.best_per_pod.is_finite() {
+            return true;
+        }
+        let added = claim.prices[to as usize] - claim.prices[from as usize];
+        if added <= 0.0 {
+            return true;
+        }
+        let room = |t: u32| {
+            let share = self.typical_share(claim.nodepool, t);
+            if share > 0.0 {
+                1.0 / share
+            } else {
+                f64::INFINITY
+            }
+        };
+        let gained = room(to) - room(from);
+        gained > 0.0 && added / gained <= COST_SLACK * claim.best_per_pod
+    }
+
+    /// Keeps only the options of planned NodeClaim `c` that its cheapest option may grow into
+    /// (`worth_growing`), unless that would break its `minValues`; its headroom shrinks to match.
+    fn cap_claim(&mut self, c: usize) {
+        let claim = &self.claims[c];
+        let pool = &self.pools[claim.nodepool];
+        let Some(from) = claim.options.types(&pool.by_price).next() else {
+            return;
+        };
+        let capped = claim
+            .options
+            .filter(&pool.by_price, |t| self.worth_growing(claim, from, t));
+        let kept = self
+            .check_min_values(pool, &capped, &claim.requirements)
+            .is_some_and(|relaxed| !relaxed || claim.min_values_relaxed);
+        let max_allocatable = max_allocatable(pool, &capped);
+        let claim = &mut self.claims[c];
+        if kept {
+            claim.headroom = headroom(&max_allocatable, &claim.requests);
+            claim.max_allocatable = max_allocatable;
+            claim.options = capped;
+        }
+        // Either way the claim is not asked again: capped, every option left is worth it; not
+        // capped (its `minValues` need the large types), it grows as upstream's would.
+        claim.best_per_pod = f64::INFINITY;
+    }
+
+    /// The largest share of the room of an instance type of pool `p` (allocatable minus the
+    /// DaemonSet overhead) that the round's typical pod takes of CPU, memory, pod slots or
+    /// ephemeral storage; infinite when the type has no room for it.
+    fn typical_share(&self, p: usize, t: u32) -> f64 {
+        let pool = &self.pools[p];
+        let overhead = &pool.template.daemon_overhead;
+        let a = &pool.template.instance_types[t as usize].allocatable;
+        let [cpu, memory, pods, storage] = self.typical_pod;
+        let share = |need: f64, allocatable: i64, reserved: i64| {
+            let room = allocatable.saturating_sub(reserved);
+            if need <= 0.0 {
+                0.0
+            } else if room <= 0 {
+                f64::INFINITY
+            } else {
+                need / room as f64
+            }
+        };
+        share(cpu, a.cpu, overhead.cpu)
+            .max(share(memory, a.memory, overhead.memory))
+            .max(share(pods, a.pods, overhead.pods))
+            .max(share(
+                storage,
+                a.ephemeral_storage,
+                overhead.ephemeral_storage,
+            ))
+    }
+
+    /// Places pod `i` on a planned NodeClaim: the one where it adds the least cost
+    /// (`added_cost`). Candidates are visited in creation order; the first that holds the pod
+    /// without a dearer option ends the search, and otherwise the cheapest of the first
+    /// [`PLACEMENT_WINDOW`] that fit wins. First fit instead grows the oldest NodeClaim into
+    /// ever larger types while younger ones (opened by a pod that needed a node of its own, say)
+    /// run nearly empty on room already paid for.
     fn try_claims(
         &mut self,
         i: usize,
@@ -978,21 +1082,56 @@ impl<'a> Solver<'a> {
         let mut skip = self.claim_skip.remove(&key).unwrap_or_default();
         let len = self.claims.len();
         let mut c = skip.find(0, len);
-        let mut placed = None;
+        // The fitting NodeClaim where the pod adds the least cost so far, with that cost.
+        let mut best: Option<(usize, ClaimUpdate, f64)> = None;
+        let mut fitting = 0;
         while c < len {
             match self.check_claim(i, c, relax, reqs) {
                 Verdict::Fits(update) => {
-                    self.commit_claim(i, c, relax, update);
-                    placed = Some(Placement::NodeClaim(c));
-                    break;
+                    let added = self.added_cost(c, &update);
+                    if best.as_ref().is_none_or(|(_, _, least)| added < *least) {
+                        best = Some((c, update, added));
+                    }
+                    fitting += 1;
+                    // Nothing beats a NodeClaim whose cheapest option still holds the pod.
+                    if added <= 0.0 || fitting >= PLACEMENT_WINDOW {
+                        break;
+                    }
                 }
                 Verdict::Never => skip.kill(c),
                 Verdict::NotNow => {}
+                Verdict::Capped => {
+                    self.cap_claim(c);
+                    // Visit the capped claim again: a smaller option may still hold the pod,
+                    // and otherwise its headroom now says whether the class is done with it.
+                    continue;
+                }
             }
             c = skip.find(c + 1, len);
         }
         self.claim_skip.insert(key, skip);
-        placed
+        let (c, update, _) = best?;
+        self.commit_claim(i, c, relax, update);
+        Some(Placement::NodeClaim(c))
+    }
+
+    /// What placing a pod on planned NodeClaim `c` adds to the plan's cost: the price of the
+    /// cheapest option left by `update` minus that of the claim's cheapest option now (zero when
+    /// the node it would launch still holds the pod). Options are kept in the pool's price order,
+    /// so the first option is the cheapest up to the claim's own zone and capacity-type prices,
+    /// which `Claim::prices` holds.
+    fn added_cost(&self, c: usize, update: &ClaimUpdate) -> f64 {
+        let claim = &self.claims[c];
+        let by_price = &self.pools[claim.nodepool].by_price;
+        let price = |options: &TypeSet| {
+            options
+                .types(by_price)
+                .next()
+                .map_or(f64::INFINITY, |t| claim.prices[t as usize])
+        };
+        let now = price(&claim.options);
+        let after = price(&update.options);
+        if after == now { 0.0 } else { after - now }
     }
 
     /// The domains a planned NodeClaim could still land in for a key, given its requirements
@@ -1133,6 +1272,12 @@ impl<'a> Solver<'a> {
         if options.is_empty() {
             return Verdict::NotNow;
         }
+        let first = |set: &TypeSet| set.types(&pool.by_price).next();
+        if let (Some(from), Some(to)) = (first(&claim.options), first(&options))
+            && !self.worth_growing(claim, from, to)
+        {
+            return Verdict::Capped;
+        }
         let Some(relaxed) = self.check_min_values(pool, &options, reqs_now) else {
             return Verdict::NotNow;
         };
@@ -1204,11 +1349,14 @@ impl<'a> Solver<'a> {
         let pod = &self.input.pods[i];
         let class = self.class_of[i];
         let pool_index = self.claims[c].nodepool;
-        let claim = &mut self.claims[c];
         if let Some(r) = update.requirements {
+            let prices = self.prices(pool_index, &r);
+            let claim = &mut self.claims[c];
             claim.requirements = r;
             claim.admitted.clear();
+            claim.prices = prices;
         }
+        let claim = &mut self.claims[c];
         claim.admitted.push((class, relax));
         if claim.options != update.options {
             claim.max_allocatable = max_allocatable(&self.pools[pool_index], &update.options);
@@ -1485,6 +1633,8 @@ impl<'a> Solver<'a> {
             min_values_relaxed: false,
             reserved: Vec::new(),
             sized_by_cost: false,
+            prices: Arc::default(),
+            best_per_pod: f64::INFINITY,
         };
         if pod
             .host_ports
@@ -1528,8 +1678,10 @@ impl<'a> Solver<'a> {
             }
         }
         let mut sized_by_cost = false;
+        let mut best_per_pod = f64::INFINITY;
         if !self.input.options.every_fitting_type {
-            let efficient = self.cost_efficient(p, &options, &requirements);
+            let (efficient, best) = self.cost_efficient(p, &options, &requirements);
+            best_per_pod = best;
             // `minValues` are kept exactly: when the efficient types alone do not meet them,
             // the NodeClaim keeps every type that fits.
             if efficient != options
@@ -1549,6 +1701,7 @@ impl<'a> Solver<'a> {
             })?;
         let max_allocatable = max_allocatable(pool, &options);
         let headroom = headroom(&max_allocatable, &total);
+        let prices = self.prices(p, &requirements);
         let mut host_ports = probe.host_ports;
         host_ports.extend(pod.host_ports.iter().cloned());
         Ok(Claim {
@@ -1565,6 +1718,8 @@ impl<'a> Solver<'a> {
             min_values_relaxed: relaxed,
             reserved: Vec::new(),
             sized_by_cost,
+            prices,
+            best_per_pod,
         })
     }
 
@@ -1609,32 +1764,11 @@ impl<'a> Solver<'a> {
     /// that of its largest option), so the next pod opens a new NodeClaim. The cheapest type is
     /// always kept, so a lone pod still gets the cheapest node that fits it, and a pod only giant
     /// types can hold still gets one. Hard constraints are untouched: this only removes options.
-    fn cost_efficient(&self, p: usize, options: &TypeSet, reqs: &Requirements) -> TypeSet {
+    fn cost_efficient(&self, p: usize, options: &TypeSet, reqs: &Requirements) -> (TypeSet, f64) {
         let pool = &self.pools[p];
         let prices = self.prices(p, reqs);
-        let overhead = &pool.template.daemon_overhead;
-        let types = &pool.template.instance_types;
-        let [cpu, memory, pods, storage] = self.typical_pod;
-        let share = |need: f64, allocatable: i64, reserved: i64| {
-            let room = allocatable.saturating_sub(reserved);
-            if need <= 0.0 {
-                0.0
-            } else if room <= 0 {
-                f64::INFINITY
-            } else {
-                need / room as f64
-            }
-        };
         let per_pod = |t: u32| {
-            let a = &types[t as usize].allocatable;
-            let largest = share(cpu, a.cpu, overhead.cpu)
-                .max(share(memory, a.memory, overhead.memory))
-                .max(share(pods, a.pods, overhead.pods))
-                .max(share(
-                    storage,
-                    a.ephemeral_storage,
-                    overhead.ephemeral_storage,
-                ));
+            let largest = self.typical_share(p, t);
             // A type without room for the pod is never efficient (and a zero price must not
             // make 0 × ∞ a NaN).
             if largest.is_finite() {
@@ -1654,16 +1788,18 @@ impl<'a> Solver<'a> {
                 per_pod(t)
             })
             .collect();
+        let best = costs.iter().copied().fold(f64::INFINITY, f64::min);
         let Some((cheapest, _)) = cheapest else {
-            return options.clone();
+            return (options.clone(), best);
         };
-        let bound = costs.iter().copied().fold(f64::INFINITY, f64::min) * COST_SLACK;
+        let bound = best * COST_SLACK;
         // `filter` visits the options in the order `types` listed them.
         let mut cost = costs.iter();
-        options.filter(&pool.by_price, |t| {
+        let efficient = options.filter(&pool.by_price, |t| {
             let efficient = cost.next().is_some_and(|c| *c <= bound);
             t == cheapest || efficient
-        })
+        });
+        (efficient, best)
     }
 
     /// Instance types of a pool compatible with a requirement set, price-ordered, memoized
