@@ -1166,38 +1166,3 @@ fn constrained_deployments_keep_every_constraint_on_a_cheaper_fleet() {
     let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
     assert!(cost < 85.0, "${cost:.2}/h");
 }
-
-/// 30 Deployments × 40 replicas of 250m–1 CPU and 4–16Gi on a NodePool open to every x86
-/// on-demand type, at the default (ENI-limited) pod density.
-#[test]
-fn memory_heavy_pods_do_not_grow_into_the_largest_memory_types() {
-    let mut docs = vec![
-        NODECLASS.to_string(),
-        nodepool(
-            "default",
-            "",
-            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
-        ),
-    ];
-    for d in 0..30u32 {
-        let cpu = [250, 500, 1000][(d % 3) as usize];
-        let memory = [4096, 8192, 16384][((d / 3) % 3) as usize];
-        docs.push(sized_deployment(&format!("mem-{d}"), 40, cpu, memory, ""));
-    }
-    let report = run(&docs);
-    assert!(
-        report.unschedulable.is_empty(),
-        "{:#?}",
-        report.unschedulable
-    );
-    // A pile that fills an x2iedn.32xlarge grew into a u-6tb1.112xlarge for its next pod: twice
-    // the price for half again the memory. A second ordinary node is cheaper.
-    for claim in &report.nodeclaims {
-        assert!(
-            !claim.instance_type.starts_with("u-") && !claim.instance_type.starts_with("u7"),
-            "{} is a {}",
-            claim.name,
-            claim.instance_type
-        );
-    }
-}
