@@ -8,8 +8,10 @@
 //! table row per phase (the table in benches/README.md): seconds from the Deployments being
 //! created until every NodeClaim exists, every Node registered and every pod bound; NodeClaims
 //! against what `simulate` plans for the same manifests; the controller's peak and settled RSS
-//! and CPU seconds (from /proc); and the API requests it made, by method (from its own
-//! `rest_client_requests_total`).
+//! and CPU seconds (from /proc); the API requests it made, by method (from its own
+//! `rest_client_requests_total`), and those refused as throttled; and, per phase, every
+//! client's requests by verb and kind as the API servers count them (`apiserver_request_total`
+//! of the core server and of the CRD server, `CRD_KUBECONFIG`).
 //!
 //! `SCALE_PODS` sets the pod count (default 5000).
 
@@ -137,7 +139,82 @@ fn cpu_seconds(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// The controller's `rest_client_requests_total`, summed by method.
+/// Requests an API server answered, from its `apiserver_request_total`: by `VERB resource`
+/// (`resource/subresource` where there is one), and how many it refused as throttled (429).
+/// Every client's requests count, not only the controller's. `kubeconfig` names the server
+/// (the core one, or the CRD server that serves Karpenter's kinds behind it).
+fn apiserver_requests(kubeconfig: &str) -> (BTreeMap<String, f64>, f64) {
+    let out = Command::new("kubectl")
+        .args(["--kubeconfig", kubeconfig, "get", "--raw", "/metrics"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    let mut by_kind = BTreeMap::new();
+    let mut throttled = 0.0;
+    for line in out
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            line.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let (resource, sub) = (label("resource"), label("subresource"));
+        let kind = if sub.is_empty() {
+            resource
+        } else {
+            format!("{resource}/{sub}")
+        };
+        *by_kind
+            .entry(format!("{} {kind}", label("verb")))
+            .or_insert(0.0) += value;
+        if label("code") == "429" {
+            throttled += value;
+        }
+    }
+    (by_kind, throttled)
+}
+
+/// What the API servers answered since `before`, by `VERB resource`, largest first (zero
+/// differences left out), and the throttled (429) difference.
+fn requests_since(
+    before: &(BTreeMap<String, f64>, f64),
+    now: &(BTreeMap<String, f64>, f64),
+) -> (Vec<(String, f64)>, f64) {
+    let mut diff: Vec<(String, f64)> = now
+        .0
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.0.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v >= 1.0)
+        .collect();
+    diff.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    (diff, now.1 - before.1)
+}
+
+/// Both API servers' request counters: the core server's and the CRD server's (Karpenter's own
+/// kinds), merged.
+fn cluster_requests(kubeconfigs: &[String]) -> (BTreeMap<String, f64>, f64) {
+    let mut all = (BTreeMap::new(), 0.0);
+    for k in kubeconfigs {
+        let (by_kind, throttled) = apiserver_requests(k);
+        for (kind, v) in by_kind {
+            *all.0.entry(kind).or_insert(0.0) += v;
+        }
+        all.1 += throttled;
+    }
+    all
+}
+
+/// The controller's `rest_client_requests_total`, summed by method (and `429` for the
+/// requests the API server refused as throttled).
 fn requests_by_method(metrics_port: u16) -> BTreeMap<String, f64> {
     let out = Command::new("curl")
         .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
@@ -160,6 +237,9 @@ fn requests_by_method(metrics_port: u16) -> BTreeMap<String, f64> {
             .next()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
+        if line.contains("code=\"429\"") {
+            *by_method.entry("429".to_string()).or_insert(0.0) += value;
+        }
         *by_method.entry(method).or_insert(0.0) += value;
     }
     by_method
@@ -202,6 +282,8 @@ struct Seen {
     nodes: usize,
     pods: usize,
     bound: usize,
+    /// Pods kube-scheduler has bound or found no room for: the provisioner only plans for those.
+    judged: usize,
 }
 
 async fn look(client: &Client) -> Seen {
@@ -222,22 +304,55 @@ async fn look(client: &Client) -> Seen {
         .iter()
         .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
         .count();
+    let unschedulable = pods
+        .iter()
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "PodScheduled"
+                            && c.status == "False"
+                            && c.reason.as_deref() == Some("Unschedulable")
+                    })
+                })
+        })
+        .count();
     Seen {
         claims,
         nodes,
         pods: pods.len(),
         bound,
+        judged: bound + unschedulable,
     }
 }
 
+/// Seconds from the start of a phase to each milestone.
+struct Timings {
+    /// Every pod judged by kube-scheduler (bound, or marked unschedulable): the provisioner's
+    /// last batch can start no earlier.
+    judged: f64,
+    /// The last new NodeClaim.
+    claims: f64,
+    /// Every Node registered.
+    nodes: f64,
+    /// Every pod bound.
+    bound: f64,
+}
+
 /// Runs one phase: waits until `pods` pods are all bound and the NodeClaim count has stood still
-/// for 20 s, and returns (seconds to the last new NodeClaim, to all Nodes, to all bound, claims).
-async fn settle(client: &Client, pods: usize, start: Instant) -> (f64, f64, f64, usize) {
+/// for 20 s, and returns the timings and the NodeClaim count.
+async fn settle(client: &Client, pods: usize, start: Instant) -> (Timings, usize) {
     let (mut last_claims, mut claims_at, mut nodes_at) = (usize::MAX, 0.0, 0.0);
+    let mut judged_at = None;
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let seen = look(client).await;
         let now = start.elapsed().as_secs_f64();
+        if judged_at.is_none() && seen.pods == pods && seen.judged == pods {
+            judged_at = Some(now);
+        }
         if seen.claims != last_claims {
             last_claims = seen.claims;
             claims_at = now;
@@ -253,7 +368,13 @@ async fn settle(client: &Client, pods: usize, start: Instant) -> (f64, f64, f64,
             seen.claims, seen.nodes, seen.pods, seen.bound
         );
         if seen.pods == pods && seen.bound == pods && now - claims_at > 20.0 {
-            return (claims_at, nodes_at, now, seen.claims);
+            let timings = Timings {
+                judged: judged_at.unwrap_or(now),
+                claims: claims_at,
+                nodes: nodes_at,
+                bound: now,
+            };
+            return (timings, seen.claims);
         }
         assert!(now < 3600.0, "the phase did not settle within an hour");
     }
@@ -327,26 +448,54 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (_, idle_rss) = memory_mib(pid);
 
-    println!(
-        "| phase | pods | NodeClaims (simulate) | all NodeClaims | all Nodes | all bound | peak RSS MiB | settled RSS MiB | CPU s | API requests |"
-    );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
-    let report = |phase: &str, pods: usize, claims: usize, t: (f64, f64, f64), cpu: f64| {
+    // Karpenter's kinds are served by the CRD server behind the core one: both count requests.
+    let kubeconfigs: Vec<String> = ["KUBECONFIG", "CRD_KUBECONFIG"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .collect();
+    let mut rows = Vec::new();
+    let mut breakdowns = Vec::new();
+    // What a phase cost: the controller's requests by method (and 429s), and every client's
+    // requests by kind and verb as the API servers counted them.
+    struct Before {
+        cpu: f64,
+        controller: BTreeMap<String, f64>,
+        cluster: (BTreeMap<String, f64>, f64),
+    }
+    let before = || Before {
+        cpu: cpu_seconds(pid),
+        controller: requests_by_method(metrics_port),
+        cluster: cluster_requests(&kubeconfigs),
+    };
+    let mut report = |phase: &str, pods: usize, claims: usize, t: &Timings, b: &Before| {
         let (peak, rss) = memory_mib(pid);
+        let cpu = cpu_seconds(pid) - b.cpu;
         let requests = requests_by_method(metrics_port)
             .into_iter()
+            .map(|(m, n)| (m.clone(), n - b.controller.get(&m).copied().unwrap_or(0.0)))
+            .filter(|(_, n)| *n >= 1.0)
             .map(|(m, n)| format!("{m} {n:.0}"))
             .collect::<Vec<_>>()
             .join(", ");
-        println!(
-            "| {phase} | {pods} | {claims} ({planned}) | {:.1} s | {:.1} s | {:.1} s | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} |",
-            t.0, t.1, t.2
-        );
+        let (by_kind, throttled) = requests_since(&b.cluster, &cluster_requests(&kubeconfigs));
+        rows.push(format!(
+            "| {phase} | {pods} | {claims} ({planned}) | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} | {throttled:.0} |",
+            t.judged, t.claims, t.nodes, t.bound
+        ));
+        breakdowns.push(format!(
+            "* {phase}: {}",
+            by_kind
+                .iter()
+                .take(16)
+                .map(|(k, n)| format!("{k} {n:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     };
 
     // Phase 1: the pods arrive.
     apply(&client, &objects[..2]).await;
-    let cpu0 = cpu_seconds(pid);
+    let b = before();
     let start = Instant::now();
     apply(&client, &objects[2..]).await;
     eprintln!(
@@ -354,17 +503,12 @@ async fn main() {
         objects.len() - 2,
         start.elapsed().as_secs_f64()
     );
-    let (claims_at, nodes_at, bound_at, claims) = settle(&client, total_pods, start).await;
-    report(
-        "provision",
-        total_pods,
-        claims,
-        (claims_at, nodes_at, bound_at),
-        cpu_seconds(pid) - cpu0,
-    );
+    let (t, claims) = settle(&client, total_pods, start).await;
+    report("provision", total_pods, claims, &t, &b);
 
     // Phase 2: scale to zero, then back.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let b = before();
     for d in &objects[2..] {
         let name = d["metadata"]["name"].as_str().unwrap_or_default();
         deployments
@@ -376,7 +520,6 @@ async fn main() {
             .await
             .expect("scale to zero");
     }
-    let cpu1 = cpu_seconds(pid);
     let start = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -397,14 +540,14 @@ async fn main() {
         );
     }
     let emptied = start.elapsed().as_secs_f64();
-    report(
-        "scale to zero",
-        0,
-        0,
-        (emptied, emptied, emptied),
-        cpu_seconds(pid) - cpu1,
-    );
-    let cpu2 = cpu_seconds(pid);
+    let t = Timings {
+        judged: 0.0,
+        claims: emptied,
+        nodes: emptied,
+        bound: emptied,
+    };
+    report("scale to zero", 0, 0, &t, &b);
+    let b = before();
     let start = Instant::now();
     for d in &objects[2..] {
         let name = d["metadata"]["name"].as_str().unwrap_or_default();
@@ -417,24 +560,34 @@ async fn main() {
             .await
             .expect("scale back");
     }
-    let (claims_at, nodes_at, bound_at, claims) = settle(&client, total_pods, start).await;
-    report(
-        "scale back",
-        total_pods,
-        claims,
-        (claims_at, nodes_at, bound_at),
-        cpu_seconds(pid) - cpu2,
-    );
+    let (t, claims) = settle(&client, total_pods, start).await;
+    report("scale back", total_pods, claims, &t, &b);
 
     // Idle: a quiet cluster should cost next to nothing.
-    let cpu3 = cpu_seconds(pid);
+    let b = before();
     tokio::time::sleep(Duration::from_secs(60)).await;
-    eprintln!(
-        "idle: {:.2} CPU s over 60 s; RSS {:.0} MiB at start, {:.0} MiB now",
-        cpu_seconds(pid) - cpu3,
-        idle_rss,
-        memory_mib(pid).1
+    let t = Timings {
+        judged: 0.0,
+        claims: 0.0,
+        nodes: 0.0,
+        bound: 60.0,
+    };
+    report("idle 60 s", total_pods, claims, &t, &b);
+    eprintln!("RSS {idle_rss:.0} MiB before the first pod");
+
+    println!(
+        "| phase | pods | NodeClaims (simulate) | all judged | all NodeClaims | all Nodes | all bound | peak RSS MiB | RSS MiB | CPU s | controller requests | throttled (429) |"
     );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |");
+    for row in &rows {
+        println!("{row}");
+    }
+    println!();
+    println!("API server requests by verb and kind (every client):");
+    println!();
+    for b in &breakdowns {
+        println!("{b}");
+    }
 
     let _ = controller.kill();
     let _ = controller.wait();

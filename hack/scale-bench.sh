@@ -12,4 +12,5 @@ export KCM_PORT="${KCM_PORT:-30257}" SCHED_PORT="${SCHED_PORT:-30259}" CRD_PORT=
 trap 'hack/control-plane.sh down' EXIT
 hack/control-plane.sh up
 cargo build --release --locked
-KUBECONFIG="$K8S_RUN/admin.kubeconfig" SCALE_PODS="${1:-5000}" cargo bench --locked --bench scale
+KUBECONFIG="$K8S_RUN/admin.kubeconfig" CRD_KUBECONFIG="$K8S_RUN/crd.kubeconfig" SCALE_PODS="${1:-5000}" \
+  cargo bench --locked --bench scale

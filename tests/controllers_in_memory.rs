@@ -25,6 +25,7 @@ use karpenter_rs::controllers::nodeclaim::garbage;
 use karpenter_rs::controllers::nodeclaim::termination;
 use karpenter_rs::controllers::nodeclaim::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 use karpenter_rs::controllers::pod_annotations::{INVALID_DO_NOT_DISRUPT, InvalidAnnotations};
+use karpenter_rs::controllers::provisioning::{BatchWindow, Provisioner};
 use karpenter_rs::disruption::Method;
 use karpenter_rs::runtime::panics::{guarded, guarded_pass};
 use karpenter_rs::runtime::untyped;
@@ -675,5 +676,50 @@ async fn an_instance_whose_nodeclaim_cannot_be_read_is_not_collected_as_an_orpha
         instance_state(&env, &kept),
         InstanceState::Running,
         "the unreadable NodeClaim still owns its instance"
+    );
+}
+
+/// A pending pod kube-scheduler found no room for, requesting `cpu`.
+fn unschedulable_pod(name: &str, cpu: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": builders::NAMESPACE, "uid": format!("uid-{name}"), "labels": {"app": name}},
+        "spec": {"containers": [{"name": "app", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"},
+        ]},
+    }))
+    .expect("Pod")
+}
+
+#[tokio::test]
+async fn provisioning_rounds_write_a_nodeclaim_once_and_a_failed_scheduling_event_once_per_five_minutes()
+ {
+    let env = Env::new().await;
+    env.create_namespaced(&unschedulable_pod("fits", "1")).await;
+    env.create_namespaced(&unschedulable_pod("too-big", "1000"))
+        .await;
+    let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
+    let writes = |env: &Env| {
+        (
+            env.api.writes("POST", "nodeclaims"),
+            env.api.writes("POST", "events") + env.api.writes("PATCH", "events"),
+        )
+    };
+    assert_eq!(provisioner.provision_once().await.expect("round"), 1);
+    assert_eq!(writes(&env), (1, 1));
+    // Every round plans the pending pods again: the NodeClaim in flight holds the one, and the
+    // other's event stands.
+    for _ in 0..3 {
+        env.advance(Duration::seconds(10));
+        assert_eq!(provisioner.provision_once().await.expect("round"), 0);
+    }
+    assert_eq!(writes(&env), (1, 1), "no write repeats what is there");
+    env.advance(Duration::minutes(5));
+    provisioner.provision_once().await.expect("round");
+    assert_eq!(
+        writes(&env),
+        (1, 2),
+        "the event is repeated after five minutes"
     );
 }

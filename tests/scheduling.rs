@@ -1166,3 +1166,97 @@ fn constrained_deployments_keep_every_constraint_on_a_cheaper_fleet() {
     let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
     assert!(cost < 85.0, "${cost:.2}/h");
 }
+
+/// The NodePool of the scale benchmark: current-generation c, m and r families, on-demand. In
+/// us-east-1 none of them is offered in us-east-1e, where only older families run.
+fn current_generation_pool() -> String {
+    nodepool(
+        "default",
+        "",
+        "        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: [\"5\"]}\n        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+    )
+}
+
+const ZONE_SPREAD: &str = "      topologySpreadConstraints:\n        - {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}";
+
+#[test]
+fn a_zone_no_type_of_the_pool_is_offered_in_is_not_a_spread_domain() {
+    let report = run(&[
+        NODECLASS.into(),
+        current_generation_pool(),
+        deployment("web", 20, "500m", ZONE_SPREAD),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    let zones = pods_per_zone(&report);
+    assert_eq!(
+        zones.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "us-east-1a",
+            "us-east-1b",
+            "us-east-1c",
+            "us-east-1d",
+            "us-east-1f"
+        ],
+        "{zones:?}"
+    );
+    assert!(zones.values().all(|&n| n == 4), "{zones:?}");
+}
+
+/// What `run` sees once kube-scheduler, which only counts the zones that have nodes, has bound
+/// part of a zone-spread Deployment: all of it in one zone. The pending rest must still be
+/// planned, into the other zones.
+#[test]
+fn pending_zone_spread_pods_are_planned_after_some_were_bound_in_one_zone() {
+    let node = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: ip-10-0-1-1.ec2.internal
+  labels:
+    kubernetes.io/hostname: ip-10-0-1-1.ec2.internal
+    kubernetes.io/arch: amd64
+    topology.kubernetes.io/zone: us-east-1a
+    node.kubernetes.io/instance-type: m6i.xlarge
+    karpenter.sh/capacity-type: on-demand
+    karpenter.sh/nodepool: default
+status:
+  capacity: {cpu: "4", memory: 16Gi, pods: "58"}
+  allocatable: {cpu: 3920m, memory: 15Gi, pods: "58"}
+  conditions: [{type: Ready, status: "True"}]
+"#;
+    let mut docs = vec![NODECLASS.into(), current_generation_pool(), node.into()];
+    for i in 0..6 {
+        docs.push(format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: web-bound-{i}, labels: {{app: web}}}}
+spec:
+  nodeName: ip-10-0-1-1.ec2.internal
+  containers: [{{name: c, image: pause, resources: {{requests: {{cpu: 500m, memory: 256Mi}}}}}}]
+  topologySpreadConstraints:
+    - {{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: web}}}}}}
+"#
+        ));
+    }
+    docs.push(deployment("web", 14, "500m", ZONE_SPREAD));
+    let report = run(&docs);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    let zones = pods_per_zone(&report);
+    assert!(!zones.contains_key("us-east-1e"), "{zones:?}");
+    assert!(
+        !zones.contains_key("us-east-1a"),
+        "zone a holds 6 already: {zones:?}"
+    );
+    // 14 pods over b, c, d and f, evenly: 4, 4, 3, 3 in some order.
+    assert_eq!(zones.values().sum::<usize>(), 14, "{zones:?}");
+    assert!(zones.values().all(|&n| (3..=4).contains(&n)), "{zones:?}");
+}

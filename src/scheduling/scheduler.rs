@@ -85,9 +85,9 @@ pub struct NodePoolTemplate {
 pub struct PoolCache {
     type_requirements: OnceLock<Arc<Vec<Requirements>>>,
     by_price: OnceLock<Arc<Vec<u32>>>,
-    /// The distinct zones some instance type has an available offering in: a pool registers
+    /// The distinct zones a pool can launch in, by the pool's requirements: a pool registers
     /// these as topology domains once, not once per offering of each of its instance types.
-    zones: OnceLock<Arc<Vec<Arc<str>>>>,
+    zones: Mutex<HashMap<String, Arc<Vec<Arc<str>>>>>,
     /// Largest allocatable of any instance type, per resource.
     max_allocatable: OnceLock<Resources>,
     compatible: Mutex<HashMap<String, Arc<TypeSet>>>,
@@ -513,6 +513,45 @@ fn max_allocatable(pool: &Pool, options: &TypeSet) -> Resources {
     out
 }
 
+/// The zones pool `pool` can launch a node in (see [`PoolCache::zones`]), memoized by its
+/// requirements across solves.
+fn pool_zones(pool: &Pool) -> Arc<Vec<Arc<str>>> {
+    let reqs = &pool.template.requirements;
+    let key = reqs.to_string();
+    if let Ok(cache) = pool.template.cache.zones.lock()
+        && let Some(hit) = cache.get(&key)
+    {
+        return hit.clone();
+    }
+    let allowed = |type_reqs: &Requirements| {
+        reqs.iter()
+            .all(|r| type_reqs.get(r.key()).is_none_or(|t| t.intersects(r)))
+    };
+    let zone = reqs.get(labels::ZONE);
+    let ct = reqs.get(labels::CAPACITY_TYPE);
+    let zone_id = reqs.get(labels::ZONE_ID);
+    let zones: BTreeSet<&Arc<str>> = pool
+        .template
+        .instance_types
+        .iter()
+        .zip(pool.type_requirements.iter())
+        .filter(|(_, type_reqs)| allowed(type_reqs))
+        .flat_map(|(it, _)| it.offerings.iter())
+        .filter(|o| {
+            o.available
+                && zone.is_none_or(|z| z.has(&o.zone))
+                && ct.is_none_or(|c| c.has(o.capacity_type.label()))
+                && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+        })
+        .map(|o| &o.zone)
+        .collect();
+    let zones = Arc::new(zones.into_iter().cloned().collect::<Vec<_>>());
+    if let Ok(mut cache) = pool.template.cache.zones.lock() {
+        cache.insert(key, zones.clone());
+    }
+    zones
+}
+
 /// `max_allocatable - requests`: an upper bound on what one more pod may request.
 fn headroom(max_allocatable: &Resources, requests: &Resources) -> Resources {
     let mut out = max_allocatable.clone();
@@ -572,25 +611,12 @@ impl<'a> Solver<'a> {
         });
 
         let mut topology = Topology::default();
-        // Zones a NodePool can launch in: its instance types' offerings within its requirements.
+        // Zones a NodePool can launch in: the available offerings, within its requirements, of
+        // the instance types its requirements allow. A zone only types the pool excludes are
+        // offered in (us-east-1e has no current-generation c, m or r type) is no domain: counted
+        // at zero forever, it would hold every DoNotSchedule zone spread at one pod per zone.
         for pool in &pools {
-            let allowed = pool.template.requirements.get(labels::ZONE);
-            let zones = pool.template.cache.zones.get_or_init(|| {
-                let zones: BTreeSet<&Arc<str>> = pool
-                    .template
-                    .instance_types
-                    .iter()
-                    .flat_map(|it| it.offerings.iter())
-                    .filter(|o| o.available)
-                    .map(|o| &o.zone)
-                    .collect();
-                Arc::new(zones.into_iter().cloned().collect())
-            });
-            topology.add_domains(
-                labels::ZONE,
-                zones.iter().filter(|z| allowed.is_none_or(|r| r.has(z))),
-                &pool.template.taints,
-            );
+            topology.add_domains(labels::ZONE, pool_zones(pool).iter(), &pool.template.taints);
         }
         let mut existing: Vec<Existing<'a>> = input
             .existing

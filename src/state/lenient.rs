@@ -58,7 +58,7 @@ where
                 }
             }
         })
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .modify(super::trim::metadata::<K>)
         .reflect(writer)
 }
 

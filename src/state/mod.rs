@@ -2,8 +2,8 @@
 //! core reads, and [`ClusterState::snapshot`], which hands the pure core the same [`Snapshot`]
 //! that `simulate` builds from manifests — one model, one code path.
 //!
-//! Objects are stored without `managedFields` (often the largest part of an object and never
-//! read), which keeps memory proportional to what the scheduler needs.
+//! Objects are stored trimmed to the fields the controllers read (see [`trim`]), which keeps
+//! memory proportional to what the scheduler needs.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -31,6 +31,7 @@ use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::snapshot::{self, Snapshot};
 
 pub mod lenient;
+pub mod trim;
 
 /// Reflected stores of every kind the core reads.
 #[derive(Clone)]
@@ -65,14 +66,20 @@ pub struct ClusterState {
 /// Wakes the provisioner for events whose object passes the filter.
 type Trigger<K> = Option<(Arc<Notify>, fn(&K) -> bool)>;
 
-/// Starts a reflector for `api` into a new store; its stream is driven on `tasks`.
-fn reflect<K>(api: Api<K>, tasks: &mut JoinSet<()>, changed: Trigger<K>) -> Store<K>
+/// Starts a reflector for `api` into a new store, objects trimmed by `trim` as they arrive; its
+/// stream is driven on `tasks`.
+fn reflect<K>(
+    api: Api<K>,
+    tasks: &mut JoinSet<()>,
+    changed: Trigger<K>,
+    trim: fn(&mut K),
+) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    tasks.spawn(drive(api, writer, changed));
+    tasks.spawn(drive(api, writer, changed, trim));
     reader
 }
 
@@ -88,19 +95,20 @@ where
     reader
 }
 
-async fn drive<K>(api: Api<K>, writer: Writer<K>, changed: Trigger<K>)
+async fn drive<K>(api: Api<K>, writer: Writer<K>, changed: Trigger<K>, trim: fn(&mut K))
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let kind = K::kind(&Default::default()).into_owned();
-    let stream = watcher(api, writer);
+    let stream = watcher(api, writer, trim);
     consume(&kind, stream, changed).await;
 }
 
 fn watcher<K>(
     api: Api<K>,
     writer: Writer<K>,
+    trim: fn(&mut K),
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -108,7 +116,7 @@ where
 {
     watcher::watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .modify(trim)
         .reflect(writer)
 }
 
@@ -218,22 +226,22 @@ impl ClusterState {
         tasks.spawn(async move {
             let stream = watcher::watcher(pdb_api, watcher::Config::default())
                 .default_backoff()
-                .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+                .modify(trim::metadata::<DynamicObject>)
                 .reflect(pdb_writer);
             consume("PodDisruptionBudget", stream, None).await;
         });
         let state = Self {
-            nodes: reflect(Api::all(client.clone()), &mut tasks, None),
-            pods: reflect(Api::all(client.clone()), &mut tasks, pods),
+            nodes: reflect(Api::all(client.clone()), &mut tasks, None, trim::node),
+            pods: reflect(Api::all(client.clone()), &mut tasks, pods, trim::pod),
             nodeclaims: reflect_lenient(client, &mut tasks, None),
             nodepools: reflect_lenient(client, &mut tasks, pools),
             nodeclasses: reflect_lenient(client, &mut tasks, None),
-            daemonsets: reflect(Api::all(client.clone()), &mut tasks, None),
+            daemonsets: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
             pdbs,
-            pvs: reflect(Api::all(client.clone()), &mut tasks, None),
-            pvcs: reflect(Api::all(client.clone()), &mut tasks, None),
-            storage_classes: reflect(Api::all(client.clone()), &mut tasks, None),
-            csi_nodes: reflect(Api::all(client.clone()), &mut tasks, None),
+            pvs: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
+            pvcs: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
+            storage_classes: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
+            csi_nodes: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
             changed,
         };
         (state, tasks)
@@ -293,9 +301,8 @@ impl ClusterState {
             nodeclasses: sorted(&self.nodeclasses),
             nodeclaims: sorted(&self.nodeclaims),
             nodes: sorted(&self.nodes),
-            pods: sorted(&self.pods)
+            pods: sorted_where(&self.pods, |p| !awaiting_scheduler(p))
                 .into_iter()
-                .filter(|p| !awaiting_scheduler(p))
                 .map(Into::into)
                 .collect(),
             daemonsets: sorted(&self.daemonsets),
@@ -318,12 +325,25 @@ fn sorted<K: Resource + Clone>(store: &Store<K>) -> Vec<K>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    let mut items: Vec<K> = store.state().iter().map(|o| (**o).clone()).collect();
+    sorted_where(store, |_| true)
+}
+
+/// The objects `keep` accepts, copied out of the store in (namespace, name) order; the others
+/// are not copied at all.
+fn sorted_where<K: Resource + Clone>(store: &Store<K>, keep: impl Fn(&K) -> bool) -> Vec<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let mut items: Vec<Arc<K>> = store
+        .state()
+        .into_iter()
+        .filter(|o| keep(o.as_ref()))
+        .collect();
     items.sort_by(|a, b| {
         (a.meta().namespace.as_deref(), a.meta().name.as_deref())
             .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
     });
-    items
+    items.iter().map(|o| (**o).clone()).collect()
 }
 
 /// Reads a served PodDisruptionBudget (v1 or v1beta1) as the v1 type the core uses.

@@ -149,6 +149,9 @@ struct Inner {
     stores: HashMap<(String, String), Box<dyn Reflect>>,
     revision: u64,
     uids: u64,
+    /// Writes answered so far, by method and resource (`POST events`, `PATCH nodeclaims`), so
+    /// tests can hold the controllers to writing only what changed.
+    writes: BTreeMap<(String, String), usize>,
 }
 
 impl Inner {
@@ -357,10 +360,21 @@ impl FakeApi {
                 stores,
                 revision: 0,
                 uids: 0,
+                writes: BTreeMap::new(),
             })),
             clock,
         };
         (api, state)
+    }
+
+    /// How many `method` requests (`POST`, `PATCH`, `DELETE`) on `resource` (the plural, e.g.
+    /// `events`) were answered so far.
+    pub fn writes(&self, method: &str, resource: &str) -> usize {
+        self.lock()
+            .writes
+            .get(&(method.to_string(), resource.to_string()))
+            .copied()
+            .unwrap_or(0)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -376,6 +390,13 @@ impl FakeApi {
         let Some(target) = Target::parse(path) else {
             return failure(StatusCode::NOT_FOUND, "NotFound", path);
         };
+        if *method != Method::GET {
+            *self
+                .lock()
+                .writes
+                .entry((method.to_string(), target.resource.clone()))
+                .or_default() += 1;
+        }
         let body: Value = if body.is_empty() {
             Value::Null
         } else {

@@ -42,6 +42,8 @@ pub struct Env {
     pub cloud: Arc<SimulatedProvider>,
     /// What the reconcilers get.
     pub ctx: Arc<Context>,
+    /// The in-memory API server the client talks to (for counting writes).
+    pub api: FakeApi,
 }
 
 /// A fixed start, so every run sees the same times.
@@ -54,7 +56,7 @@ impl Env {
     pub async fn with_intervals(intervals: Intervals) -> Self {
         let clock = Arc::new(FakeClock::new(start()));
         let (api, state) = FakeApi::new(clock.clone());
-        let client = Client::new(api, builders::NAMESPACE);
+        let client = Client::new(api.clone(), builders::NAMESPACE);
         let catalog = Catalog::bundled(REGION).expect("bundled catalog");
         let cloud = Arc::new(SimulatedProvider::new(catalog, clock.clone()));
         let mut ctx = Context::new(
@@ -71,6 +73,7 @@ impl Env {
             clock,
             cloud,
             ctx: Arc::new(ctx),
+            api,
         };
         let mut class = builders::nodeclass(POOL);
         let resolved = env

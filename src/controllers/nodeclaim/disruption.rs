@@ -266,10 +266,15 @@ async fn update(
         }
         changed |= apply(&mut conds, &want, now);
     }
+    // As upstream's podevents controller: a pod event within ten seconds of the recorded one is
+    // not written, so binding churn costs one status write per node per ten seconds.
     let pod_event = status
         .node_name
         .as_ref()
-        .is_some_and(|n| changed_nodes.contains(n));
+        .is_some_and(|n| changed_nodes.contains(n))
+        && status
+            .last_pod_event_time
+            .is_none_or(|at| now - at >= chrono::Duration::seconds(10));
     if !changed && !pod_event {
         return Ok(());
     }

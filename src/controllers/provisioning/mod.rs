@@ -6,9 +6,12 @@
 //! `simulate` exercise exactly what the controller creates; [`Provisioner`] is the async shell.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType};
@@ -27,8 +30,8 @@ use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::requirements::Requirement;
 use crate::scheduling::scheduler;
 use crate::snapshot::EngineOptions;
-use crate::snapshot::Snapshot;
 use crate::snapshot::scheduling_input;
+use crate::snapshot::{ClusterPod, Snapshot};
 
 /// How long the provisioner waits for more pod events before it plans (`BATCH_IDLE_DURATION`),
 /// and the longest a batch may grow (`BATCH_MAX_DURATION`).
@@ -269,16 +272,32 @@ fn nodeclaim_for(
     }
 }
 
+/// How long a `FailedScheduling` event about a pod stands before the provisioner repeats it
+/// (upstream's dedupe timeout for the event). Every round plans every pending pod again; without
+/// this, a thousand pods no NodePool can serve cost a thousand event writes per round.
+const FAILED_SCHEDULING_DEDUPE: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// NodeClaim creations in flight at once: enough to keep the client's QPS budget busy at a
+/// round-trip of tens of milliseconds, few enough not to queue hundreds of requests behind it.
+const CREATE_CONCURRENCY: usize = 32;
+
 /// The provisioning loop of the running controller.
 pub struct Provisioner {
     ctx: Arc<Context>,
     window: BatchWindow,
+    /// When a `FailedScheduling` event was last published, by pod UID; entries older than
+    /// [`FAILED_SCHEDULING_DEDUPE`] are dropped.
+    reported: Mutex<HashMap<String, DateTime<Utc>>>,
 }
 
 impl Provisioner {
     /// A provisioner acting through `ctx`.
     pub fn new(ctx: Arc<Context>, window: BatchWindow) -> Self {
-        Self { ctx, window }
+        Self {
+            ctx,
+            window,
+            reported: Mutex::default(),
+        }
     }
 
     /// Runs until the task is dropped: batch, plan, create, repeat. Rounds also start every
@@ -321,23 +340,44 @@ impl Provisioner {
             .scheduler_unschedulable_pods_count
             .with_label_values(&["provisioner"])
             .set(plan.unschedulable.len() as f64);
-        for (pod, reason) in &plan.unschedulable {
-            self.report_unschedulable(&cluster, pod, reason).await;
-        }
+        // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
+        // the pods wait for; the events about pods no NodePool can serve come after.
         let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        let results: Vec<Result<NodeClaim, kube::Error>> =
+            futures::stream::iter(plan.nodeclaims.iter().cloned())
+                .map(|claim| {
+                    let api = api.clone();
+                    async move { api.create(&PostParams::default(), &claim).await }
+                })
+                .buffer_unordered(CREATE_CONCURRENCY)
+                .collect()
+                .await;
         let mut created = HashSet::new();
-        for claim in &plan.nodeclaims {
-            let made = api.create(&PostParams::default(), claim).await?;
-            let name = made.name_any();
-            tracing::info!(
-                controller = "provisioner",
-                nodeclaim = %name,
-                nodepool = %made.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
-                requests = ?claim.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
-                "created nodeclaim"
-            );
-            crate::metrics::count_nodeclaim_created("provisioned", &made);
-            created.insert(name);
+        let mut failed = None;
+        for result in results {
+            match result {
+                Ok(made) => {
+                    let name = made.name_any();
+                    tracing::info!(
+                        controller = "provisioner",
+                        nodeclaim = %name,
+                        nodepool = %made.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
+                        requests = ?made.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
+                        "created nodeclaim"
+                    );
+                    crate::metrics::count_nodeclaim_created("provisioned", &made);
+                    created.insert(name);
+                }
+                Err(e) => {
+                    tracing::warn!(controller = "provisioner", error = %e, "could not create nodeclaim");
+                    if failed.is_none() {
+                        failed = Some(e);
+                    }
+                }
+            }
+        }
+        for (pod, reason) in self.not_reported_lately(&cluster, &plan.unschedulable) {
+            self.report_unschedulable(pod, reason).await;
         }
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the
         // same pods again.
@@ -351,18 +391,59 @@ impl Provisioner {
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(created.len())
+        match failed {
+            Some(e) => Err(anyhow::anyhow!(
+                "created {} of {} nodeclaims; the first failure: {e}",
+                created.len(),
+                plan.nodeclaims.len()
+            )),
+            None => Ok(created.len()),
+        }
     }
 
-    async fn report_unschedulable(&self, cluster: &Snapshot, pod_key: &str, reason: &str) {
-        let Some((ns, name)) = pod_key.split_once('/') else {
-            return;
-        };
-        let Some(pod) = cluster.pods.iter().find(|p| {
-            p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(name)
-        }) else {
-            return;
-        };
+    /// The unschedulable pods of a round whose `FailedScheduling` event is due: not published
+    /// within [`FAILED_SCHEDULING_DEDUPE`]. Marks them published.
+    fn not_reported_lately<'a>(
+        &self,
+        cluster: &'a Snapshot,
+        unschedulable: &'a [(String, String)],
+    ) -> Vec<(&'a ClusterPod, &'a str)> {
+        let now = self.ctx.clock.now();
+        let by_key: HashMap<(&str, &str), &ClusterPod> = cluster
+            .pods
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    (
+                        p.metadata.namespace.as_deref()?,
+                        p.metadata.name.as_deref()?,
+                    ),
+                    p,
+                ))
+            })
+            .collect();
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        reported.retain(|_, at| now - *at < FAILED_SCHEDULING_DEDUPE);
+        unschedulable
+            .iter()
+            .filter_map(|(key, reason)| {
+                let pod = *by_key.get(&key.split_once('/')?)?;
+                let uid = pod.metadata.uid.clone().unwrap_or_else(|| key.clone());
+                if reported.contains_key(&uid) {
+                    return None;
+                }
+                reported.insert(uid, now);
+                Some((pod, reason.as_str()))
+            })
+            .collect()
+    }
+
+    async fn report_unschedulable(&self, pod: &ClusterPod, reason: &str) {
+        let pod_key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
         tracing::info!(controller = "provisioner", pod = %pod_key, reason, "could not schedule pod");
         let event = Event {
             type_: EventType::Warning,

@@ -1,0 +1,182 @@
+//! What the caches keep of an object: the fields the controllers and the core read, nothing
+//! else. A pod as the API serves it is mostly what the kubelet needs (images, commands,
+//! environment, mounts, probes) and what it reports (container statuses); at 20,000 pods that
+//! is most of the controller's memory, and every snapshot used to copy it. Trimming happens once,
+//! as the watch delivers an object, so the stores, the snapshots and the core see the same
+//! trimmed objects.
+
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use kube::Resource;
+
+/// The annotation `kubectl apply` writes: a full copy of the object as applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops the metadata no controller reads: `managedFields` (often the largest part of an
+/// object) and `kubectl apply`'s copy of the object.
+pub fn metadata<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// Keeps of a pod what scheduling, disruption and draining read: its metadata, the scheduling
+/// parts of its spec (requests and overhead, host ports, sidecars' restart policy, node
+/// selection, affinity, tolerations, spread, priority, the volumes that are claims, DRA claims,
+/// the grace period) and the phase, conditions, start time and nominated node of its status.
+pub fn pod(pod: &mut Pod) {
+    metadata(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            container(c);
+        }
+        spec.ephemeral_containers = None;
+        if let Some(volumes) = spec.volumes.as_mut() {
+            volumes.retain(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some());
+        }
+        spec.image_pull_secrets = None;
+        spec.host_aliases = None;
+        spec.dns_config = None;
+        spec.readiness_gates = None;
+        spec.security_context = None;
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+        status.resource_claim_statuses = None;
+        status.host_ips = None;
+        status.pod_ips = None;
+        status.message = None;
+        for c in status.conditions.iter_mut().flatten() {
+            c.message = None;
+        }
+    }
+}
+
+/// A container reduced to its name, resources, ports and restart policy.
+fn container(c: &mut Container) {
+    *c = Container {
+        name: std::mem::take(&mut c.name),
+        resources: c.resources.take(),
+        ports: c.ports.take(),
+        restart_policy: c.restart_policy.take(),
+        ..Container::default()
+    };
+}
+
+/// Keeps of a node all but the images its kubelet reports (often dozens of long names) and the
+/// volume attachment lists, which nothing here reads.
+pub fn node(node: &mut Node) {
+    metadata(node);
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::scheduling::pod::Pod as ScheduledPod;
+
+    fn served_pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "web-1", "namespace": "shop", "uid": "u1",
+                "labels": {"app": "web"},
+                "annotations": {
+                    "karpenter.sh/do-not-disrupt": "true",
+                    LAST_APPLIED: "{\"a\": \"huge copy\"}",
+                },
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "r", "controller": true}],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}],
+            },
+            "spec": {
+                "nodeName": "node-a",
+                "priority": 100,
+                "terminationGracePeriodSeconds": 45,
+                "nodeSelector": {"kubernetes.io/arch": "amd64"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}],
+                "containers": [{
+                    "name": "app", "image": "registry/app:1", "command": ["/app"], "args": ["--serve"],
+                    "env": [{"name": "A", "value": "b"}],
+                    "volumeMounts": [{"name": "token", "mountPath": "/var/run/secrets"}],
+                    "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
+                    "ports": [{"containerPort": 8080, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}},
+                }],
+                "initContainers": [{"name": "proxy", "image": "proxy", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}],
+                "volumes": [
+                    {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-1"}},
+                ],
+            },
+            "status": {
+                "phase": "Running",
+                "startTime": "2026-11-25T10:00:00Z",
+                "conditions": [{"type": "PodScheduled", "status": "True", "message": "long text"}],
+                "containerStatuses": [{"name": "app", "image": "registry/app:1", "imageID": "sha256:x", "ready": true, "restartCount": 0}],
+                "podIPs": [{"ip": "10.0.0.1"}],
+            },
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_trimmed_pod_schedules_and_drains_as_the_served_one() {
+        let served = served_pod();
+        let mut trimmed = served.clone();
+        pod(&mut trimmed);
+        let as_scheduled = |p: &Pod| {
+            let spec = p.spec.clone().unwrap_or_default();
+            let pod = ScheduledPod::from_parts(&p.metadata, &spec).expect("pod");
+            format!("{pod:?}")
+        };
+        let mut without_last_applied = served.clone();
+        metadata(&mut without_last_applied);
+        assert_eq!(as_scheduled(&trimmed), as_scheduled(&without_last_applied));
+        let spec = trimmed.spec.as_ref().expect("spec");
+        assert_eq!(spec.termination_grace_period_seconds, Some(45));
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(
+            volumes,
+            ["data"],
+            "only claims matter for zones and attach limits"
+        );
+        let app = &spec.containers[0];
+        assert!(app.image.is_none() && app.env.is_none() && app.liveness_probe.is_none());
+        assert!(app.resources.is_some() && app.ports.is_some());
+        let status = trimmed.status.as_ref().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert!(status.start_time.is_some());
+        assert!(status.container_statuses.is_none());
+        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+        assert!(trimmed.metadata.managed_fields.is_none());
+        let annotations = trimmed.metadata.annotations.as_ref().expect("annotations");
+        assert!(annotations.contains_key("karpenter.sh/do-not-disrupt"));
+        assert!(!annotations.contains_key(LAST_APPLIED));
+        let size = |p: &Pod| serde_json::to_string(p).map_or(0, |s| s.len());
+        assert!(
+            size(&trimmed) * 3 < size(&served) * 2,
+            "{} vs {}",
+            size(&trimmed),
+            size(&served)
+        );
+    }
+}
