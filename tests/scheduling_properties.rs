@@ -1833,7 +1833,9 @@ fn generator_exercises_every_feature() {
         }
         bump(
             "limit error",
-            out.errors.iter().any(|(_, e)| e.contains("limit")),
+            out.errors
+                .iter()
+                .any(|(_, e)| e.to_string().contains("limit")),
         );
     }
     let wanted = [
