@@ -169,21 +169,11 @@ fn explain_pod_names_the_first_failed_constraint_and_the_fix_for_each_cause() {
             "raise the NodePool's spec.limits",
         ),
         (
-            "nodes limit",
-            vec![
-                nodepool("none", "  limits: {nodes: \"0\"}", ""),
-                pending("app", "1", ""),
-            ],
-            pool("none"),
-            "node limits have been exhausted",
-            "raise the NodePool's spec.limits.nodes",
-        ),
-        (
             "no instance type big enough",
             vec![nodepool("m5", "", ""), pending("app", "500", "")],
             pool("m5"),
-            "no instance type has enough allocatable cpu for the pod plus DaemonSet overhead (cpu: 500, memory: 256Mi); the largest allowed, m5.24xlarge, has",
-            "lower the pod's cpu request below what m5.24xlarge offers",
+            "no instance type has enough allocatable cpu for the pod plus DaemonSet overhead (cpu: 500, memory: 256Mi, pods: 1); the largest allowed, m5.metal, has 95690m",
+            "lower the pod's cpu request below what m5.metal offers",
         ),
         (
             "topology",
@@ -221,7 +211,11 @@ status: {phase: Running}
                     "n1",
                     "  taints: [{key: maintenance, value: \"true\", effect: NoSchedule}]",
                 ),
-                nodepool("none", "  limits: {nodes: \"0\"}", ""),
+                nodepool(
+                    "gpu",
+                    "",
+                    "      taints: [{key: dedicated, value: gpu, effect: NoSchedule}]",
+                ),
                 pending("app", "1", ""),
             ],
             Target::Node("n1".into()),
@@ -232,7 +226,11 @@ status: {phase: Running}
             "existing node full",
             vec![
                 node("n1", ""),
-                nodepool("none", "  limits: {nodes: \"0\"}", ""),
+                nodepool(
+                    "gpu",
+                    "",
+                    "      taints: [{key: dedicated, value: gpu, effect: NoSchedule}]",
+                ),
                 pending("app", "3", ""),
             ],
             Target::Node("n1".into()),
@@ -243,7 +241,11 @@ status: {phase: Running}
             "existing node labels",
             vec![
                 node("n1", ""),
-                nodepool("none", "  limits: {nodes: \"0\"}", ""),
+                nodepool(
+                    "gpu",
+                    "",
+                    "      taints: [{key: dedicated, value: gpu, effect: NoSchedule}]",
+                ),
                 pending(
                     "app",
                     "100m",
