@@ -317,6 +317,6 @@ mod tests {
             f.to_string()
                 .ends_with("; the largest allowed, m5.24xlarge, has 95690m")
         );
-        assert!(f.fix().contains("m5.24xlarge (95690m"));
+        assert!(f.fix().contains("what m5.24xlarge offers (95690m"));
     }
 }
