@@ -774,7 +774,7 @@ spec:
         assert!(e.decision.contains(reason), "{case}: {e}");
         let shown = e.to_string();
         assert!(
-            shown.contains(&format!("Fix: ")) && shown.contains(fix),
+            shown.contains("Fix: ") && shown.contains(fix),
             "{case}: {shown}"
         );
     }
