@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cloudprovider;
 pub mod controllers;
 pub mod disruption;
+pub mod explain;
 pub mod manifest;
 pub mod metrics;
 pub mod operator;

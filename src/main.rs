@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use karpenter_rs::apis::crds;
 use karpenter_rs::apis::duration::parse_go_duration;
 use karpenter_rs::catalog::{self, Catalog};
+use karpenter_rs::explain;
 use karpenter_rs::manifest::{self, legacy};
 use karpenter_rs::operator::settings::Settings;
 use karpenter_rs::scheduling::scheduler::Options;
@@ -100,12 +101,19 @@ enum Command {
         /// The simulated current time (RFC 3339); default now.
         #[arg(long, value_parser = parse_now)]
         now: Option<chrono::DateTime<chrono::Utc>>,
-        /// Print the full disruption reasoning for one node instead of the report.
+        /// Print the full disruption reasoning for one node instead of the report (the same as
+        /// `explain node NODE`).
         #[arg(long, value_name = "NODE")]
         explain: Option<String>,
         /// Feature gates, e.g. `SpotToSpotConsolidation=true` (FEATURE_GATES).
         #[arg(long, env = "FEATURE_GATES", default_value = "")]
         feature_gates: String,
+    },
+    /// Answer "why?" for one object, from manifests or a live cluster (read-only): why a pod is
+    /// pending, why a node is not disrupted.
+    Explain {
+        #[command(subcommand)]
+        what: ExplainWhat,
     },
     /// Print the CustomResourceDefinitions generated from the API types.
     Crds {
@@ -134,6 +142,89 @@ enum Command {
     },
     /// Print the version.
     Version,
+}
+
+#[derive(Subcommand)]
+enum ExplainWhat {
+    /// Why a pod is pending: every existing node and NodePool it was tried against, the first
+    /// constraint that failed there (requirements, taints, limits, topology, size), and the fix.
+    Pod {
+        /// The pod, as NAMESPACE/NAME (NAME alone means the default namespace).
+        #[arg(value_name = "NAMESPACE/NAME")]
+        name: String,
+        #[command(flatten)]
+        source: Source,
+    },
+    /// Why a node is or is not disrupted: what protects it (do-not-disrupt, PDB, budget,
+    /// consolidateAfter, initialization, policy), drift and expiry, and what removing it saves.
+    Node {
+        /// The node (or NodeClaim) name.
+        name: String,
+        #[command(flatten)]
+        source: Source,
+    },
+}
+
+/// Where `explain` reads the cluster from and how the engine is set up: `simulate`'s flags.
+#[derive(Args)]
+struct Source {
+    /// Manifest files or directories (`-` for stdin); repeatable. With a cluster, they are
+    /// applied on top of what it holds.
+    #[arg(
+        short = 'f',
+        long = "filename",
+        required_unless_present_any = ["from_cluster", "kubeconfig", "context"],
+        value_name = "FILE|DIR|-"
+    )]
+    files: Vec<PathBuf>,
+    /// Read the cluster the kubeconfig points at (read-only), as `simulate --from-cluster`.
+    #[arg(long)]
+    from_cluster: bool,
+    /// The kubeconfig file to read the cluster with (implies --from-cluster).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (implies --from-cluster).
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "table")]
+    output: Output,
+    /// Region whose catalog prices instance types (default: inferred, else us-east-1).
+    #[arg(long)]
+    region: Option<String>,
+    /// An instance-type catalog file in the bundled format, instead of the bundled one.
+    #[arg(long, value_name = "FILE")]
+    catalog: Option<PathBuf>,
+    /// `Ignore` drops pod preferences up front (PREFERENCE_POLICY).
+    #[arg(long, value_enum, env = "PREFERENCE_POLICY", default_value = "respect")]
+    preference_policy: PreferencePolicy,
+    /// `BestEffort` relaxes minValues instead of failing (MIN_VALUES_POLICY).
+    #[arg(long, value_enum, env = "MIN_VALUES_POLICY", default_value = "strict")]
+    min_values_policy: MinValuesPolicy,
+    /// The current time (RFC 3339); default now.
+    #[arg(long, value_parser = parse_now)]
+    now: Option<chrono::DateTime<chrono::Utc>>,
+    /// Feature gates, e.g. `SpotToSpotConsolidation=true` (FEATURE_GATES).
+    #[arg(long, env = "FEATURE_GATES", default_value = "")]
+    feature_gates: String,
+}
+
+/// The engine options the CLI flags select.
+fn engine_options(
+    preference_policy: PreferencePolicy,
+    min_values_policy: MinValuesPolicy,
+    feature_gates: &str,
+) -> anyhow::Result<EngineOptions> {
+    let spot_to_spot = feature_gate(feature_gates, "SpotToSpotConsolidation")
+        .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
+    Ok(EngineOptions {
+        scheduler: Options {
+            ignore_preferences: matches!(preference_policy, PreferencePolicy::Ignore),
+            min_values_best_effort: matches!(min_values_policy, MinValuesPolicy::BestEffort),
+            ..Options::default()
+        },
+        disruption: karpenter_rs::disruption::Options { spot_to_spot },
+    })
 }
 
 /// Starts the controller with `settings`: logging, the metrics and health servers, the cloud
@@ -332,23 +423,13 @@ fn main() -> ExitCode {
             explain,
             feature_gates,
         } => {
-            let spot_to_spot = match feature_gate(&feature_gates, "SpotToSpotConsolidation") {
-                Ok(v) => v,
+            let options = match engine_options(preference_policy, min_values_policy, &feature_gates)
+            {
+                Ok(o) => o,
                 Err(e) => {
-                    eprintln!("karpenter-rs: --feature-gates: {e}");
+                    eprintln!("karpenter-rs: {e}");
                     return ExitCode::from(2);
                 }
-            };
-            let options = EngineOptions {
-                scheduler: Options {
-                    ignore_preferences: matches!(preference_policy, PreferencePolicy::Ignore),
-                    min_values_best_effort: matches!(
-                        min_values_policy,
-                        MinValuesPolicy::BestEffort
-                    ),
-                    ..Options::default()
-                },
-                disruption: karpenter_rs::disruption::Options { spot_to_spot },
             };
             let mode = Mode {
                 disruption: disruption || settle || explain.is_some(),
@@ -372,6 +453,7 @@ fn main() -> ExitCode {
                 &mode,
             ))
         }
+        Command::Explain { what } => report(run_explain(what)),
         Command::Crds { output_dir } => report(print_crds(output_dir.as_deref())),
         Command::Convert {
             files,
@@ -500,37 +582,9 @@ fn run_simulate(
     options: &EngineOptions,
     mode: &Mode,
 ) -> anyhow::Result<()> {
-    let cluster = {
-        // The parsed documents are done with once typed; free them before scheduling.
-        let mut docs = manifest::read_paths(files)?;
-        if let Some(live) = live {
-            docs = manifest::live::overlay(read_live(live)?, docs);
-        }
-        manifest::load(&docs, mode.now)?
-    };
-    for i in &cluster.ignored {
-        eprintln!(
-            "karpenter-rs: ignoring {} from {}: {}",
-            i.object, i.source, i.reason
-        );
-    }
-    let catalog = match catalog_file {
-        Some(path) => Catalog::from_file(path)?,
-        None => {
-            let region = region
-                .or_else(|| cluster.region_hint())
-                .unwrap_or_else(|| catalog::DEFAULT_REGION.to_string());
-            Catalog::bundled(&region)?
-        }
-    };
+    let (cluster, catalog) = load(files, live, region, catalog_file, mode.now)?;
     if let Some(node) = &mode.explain {
-        let explanation = simulate::explain(&cluster, &catalog, options, mode.now, node)
-            .ok_or_else(|| anyhow::anyhow!("--explain: no node named {node:?} in the input or among the NodeClaims simulate would launch"))?;
-        match output {
-            Output::Table => print!("{explanation}"),
-            Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
-        }
-        return Ok(());
+        return explain_node(&cluster, &catalog, options, mode.now, node, output);
     }
     let result = if mode.disruption {
         simulate::simulate_with_disruption(&cluster, &catalog, options, mode.now, mode.settle)
@@ -552,6 +606,99 @@ fn run_simulate(
         }
     }
     Ok(())
+}
+
+/// The cluster (files, on top of a live cluster when one is given) and the catalog to price it
+/// with, as `simulate` and `explain` read them.
+fn load(
+    files: &[PathBuf],
+    live: Option<&LiveCluster>,
+    region: Option<String>,
+    catalog_file: Option<&Path>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<(karpenter_rs::snapshot::Snapshot, Catalog)> {
+    let cluster = {
+        // The parsed documents are done with once typed; free them before scheduling.
+        let mut docs = manifest::read_paths(files)?;
+        if let Some(live) = live {
+            docs = manifest::live::overlay(read_live(live)?, docs);
+        }
+        manifest::load(&docs, now)?
+    };
+    for i in &cluster.ignored {
+        eprintln!(
+            "karpenter-rs: ignoring {} from {}: {}",
+            i.object, i.source, i.reason
+        );
+    }
+    let catalog = match catalog_file {
+        Some(path) => Catalog::from_file(path)?,
+        None => {
+            let region = region
+                .or_else(|| cluster.region_hint())
+                .unwrap_or_else(|| catalog::DEFAULT_REGION.to_string());
+            Catalog::bundled(&region)?
+        }
+    };
+    Ok((cluster, catalog))
+}
+
+/// `explain node` and `simulate --explain`: the disruption engine's reasoning for one node, once
+/// the pending pods are provisioned.
+fn explain_node(
+    cluster: &karpenter_rs::snapshot::Snapshot,
+    catalog: &Catalog,
+    options: &EngineOptions,
+    now: chrono::DateTime<chrono::Utc>,
+    node: &str,
+    output: Output,
+) -> anyhow::Result<()> {
+    let explanation = simulate::explain(cluster, catalog, options, now, node).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no node named {node:?} in the input or among the NodeClaims simulate would launch; `kubectl get nodes` lists the names"
+        )
+    })?;
+    match output {
+        Output::Table => print!("{explanation}"),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+    }
+    Ok(())
+}
+
+fn run_explain(what: ExplainWhat) -> anyhow::Result<()> {
+    let (ExplainWhat::Pod { source, .. } | ExplainWhat::Node { source, .. }) = &what;
+    let options = engine_options(
+        source.preference_policy,
+        source.min_values_policy,
+        &source.feature_gates,
+    )?;
+    let now = source.now.unwrap_or_else(chrono::Utc::now);
+    let live = (source.from_cluster || source.kubeconfig.is_some() || source.context.is_some())
+        .then(|| LiveCluster {
+            kubeconfig: source.kubeconfig.clone(),
+            context: source.context.clone(),
+        });
+    let (cluster, catalog) = load(
+        &source.files,
+        live.as_ref(),
+        source.region.clone(),
+        source.catalog.as_deref(),
+        now,
+    )?;
+    match &what {
+        ExplainWhat::Node { name, source } => {
+            explain_node(&cluster, &catalog, &options, now, name, source.output)
+        }
+        ExplainWhat::Pod { name, source } => {
+            let explanation =
+                explain::pod(&cluster, &catalog, &options, name).map_err(anyhow::Error::msg)?;
+            match source.output {
+                Output::Table => print!("{explanation}"),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+            }
+            Ok(())
+        }
+    }
 }
 
 fn run_convert(files: &[PathBuf], options: &legacy::Options) -> anyhow::Result<()> {

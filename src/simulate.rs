@@ -289,7 +289,7 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
     let mut unschedulable = prepared.invalid_pods;
     unschedulable.extend(outcome.errors.into_iter().map(|(i, reason)| Unschedulable {
         pod: input.pods[i].key(),
-        reason,
+        reason: reason.to_string(),
     }));
     unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
     Report {

@@ -19,7 +19,9 @@ use karpenter_rs::apis::nodeclaim::condition::{
 use karpenter_rs::apis::{NodeClaim, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
-use karpenter_rs::controllers::disruption::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
+use karpenter_rs::controllers::disruption::{
+    BLOCKED_EVENT_INTERVAL, BlockedEvents, COMMAND_ANNOTATION, CommandMarker, once, resume_commands,
+};
 use karpenter_rs::controllers::nodeclaim;
 use karpenter_rs::controllers::nodeclaim::garbage;
 use karpenter_rs::controllers::nodeclaim::termination;
@@ -722,4 +724,56 @@ async fn provisioning_rounds_write_a_nodeclaim_once_and_a_failed_scheduling_even
         (1, 2),
         "the event is repeated after five minutes"
     );
+}
+
+/// The `DisruptionBlocked` events recorded: (kind, name, note) of each.
+async fn blocked_events(env: &Env) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Api::<K8sEvent>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("DisruptionBlocked"))
+        .map(|e| {
+            let regarding = e.regarding.unwrap_or_default();
+            (
+                regarding.kind.unwrap_or_default(),
+                regarding.name.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_node_a_pdb_holds_gets_one_disruption_blocked_event_naming_the_pdb_and_pod() {
+    let env = Env::new().await;
+    let (_, node) = env.running(&builders::nodeclaim("default-held")).await;
+    let node_name = node.name_any();
+    env.create_namespaced(&builders::pod("web", &node_name))
+        .await;
+    env.create_namespaced(&builders::pdb("web", "web", 0)).await;
+
+    let mut reported = BlockedEvents::default();
+    assert!(
+        !once(&env.ctx, &mut reported).await.expect("pass"),
+        "nothing to do"
+    );
+    let note = format!(
+        "Cannot disrupt Node: protected: PodDisruptionBudget {ns}/web allows no disruption of pod {ns}/web right now",
+        ns = builders::NAMESPACE
+    );
+    let expected = [
+        ("Node".to_string(), node_name.clone(), note.clone()),
+        ("NodeClaim".to_string(), "default-held".to_string(), note),
+    ];
+    assert_eq!(blocked_events(&env).await, expected);
+
+    // The same reason is not reported again, however long it lasts.
+    env.advance(BLOCKED_EVENT_INTERVAL * 10);
+    once(&env.ctx, &mut reported).await.expect("pass");
+    assert_eq!(blocked_events(&env).await, expected);
 }

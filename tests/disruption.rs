@@ -703,3 +703,181 @@ spec:
     }
     assert!(settled.cost.after.unwrap() <= first + 1e-9);
 }
+
+/// `explain node` for each thing that can keep a node: the cause, the reason naming the object,
+/// and the fix, from the same evaluation `run` makes.
+#[test]
+fn explain_node_names_each_blocking_cause_and_its_fix() {
+    use karpenter_rs::disruption::Cause;
+    let pdb = r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  maxUnavailable: 0
+  selector: {matchLabels: {app: web}}
+"#;
+    let big = || node("n1", "default", "m5.8xlarge", "on-demand", 24, "");
+    let web = || pod("web", "n1", "100m", "", "");
+    let uninitialized = big()
+        .replace("    karpenter.sh/initialized: \"true\"\n", "")
+        .replace(
+            "[{type: Ready, status: \"True\"}]",
+            "[{type: Ready, status: \"False\"}]",
+        );
+    let cases: Vec<(&str, Vec<String>, Cause, &str, &str)> = vec![
+        (
+            "do-not-disrupt pod",
+            vec![
+                nodepool("default", CONSOLIDATE, ""),
+                big(),
+                pod(
+                    "batch",
+                    "n1",
+                    "100m",
+                    "  annotations: {karpenter.sh/do-not-disrupt: \"true\"}",
+                    "",
+                ),
+            ],
+            Cause::Protected,
+            "pod default/batch has karpenter.sh/do-not-disrupt",
+            "remove the karpenter.sh/do-not-disrupt annotation",
+        ),
+        (
+            "PodDisruptionBudget",
+            vec![
+                nodepool("default", CONSOLIDATE, ""),
+                big(),
+                web(),
+                pdb.to_string(),
+            ],
+            Cause::Protected,
+            "PodDisruptionBudget default/web allows no disruption of pod default/web",
+            "wait until the PodDisruptionBudget allows a disruption",
+        ),
+        (
+            "disruption budget",
+            vec![
+                nodepool(
+                    "default",
+                    "    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: 0s\n    budgets: [{nodes: \"0\"}]",
+                    "",
+                ),
+                big(),
+                web(),
+            ],
+            Cause::Budget,
+            "the disruption budget for Underutilized is used up",
+            "raise the NodePool's spec.disruption.budgets",
+        ),
+        (
+            "consolidateAfter countdown",
+            vec![
+                nodepool(
+                    "default",
+                    "    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: 30h\n    budgets: [{nodes: \"100%\"}]",
+                    "",
+                ),
+                big(),
+                web(),
+            ],
+            Cause::ConsolidateAfter,
+            "consolidateAfter has not elapsed since the last pod change (21600s left)",
+            "lower the NodePool's spec.disruption.consolidateAfter",
+        ),
+        (
+            "consolidation policy",
+            vec![
+                nodepool(
+                    "default",
+                    "    consolidationPolicy: WhenEmpty\n    consolidateAfter: 0s\n    budgets: [{nodes: \"100%\"}]",
+                    "",
+                ),
+                big(),
+                web(),
+            ],
+            Cause::Policy,
+            "its NodePool only consolidates empty nodes (WhenEmpty)",
+            "consolidationPolicy to WhenEmptyOrUnderutilized",
+        ),
+        (
+            "not initialized",
+            vec![nodepool("default", CONSOLIDATE, ""), uninitialized, web()],
+            Cause::NotInitialized,
+            "not initialized yet",
+            "must become Ready",
+        ),
+    ];
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    for (case, mut docs, cause, reason, fix) in cases {
+        docs.insert(0, NODECLASS.to_string());
+        let text = docs.join("\n---\n");
+        let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
+        let cluster = manifest::load(&parsed, monday_10()).expect("loads");
+        let e = simulate::explain(
+            &cluster,
+            &catalog,
+            &EngineOptions::default(),
+            monday_10(),
+            "n1",
+        )
+        .expect("n1 exists");
+        assert_eq!(e.cause, Some(cause), "{case}: {e}");
+        assert!(e.decision.contains(reason), "{case}: {e}");
+        let shown = e.to_string();
+        assert!(
+            shown.contains("Fix: ") && shown.contains(fix),
+            "{case}: {shown}"
+        );
+    }
+}
+
+/// `explain node` says when a node drifted or expires and what removing it would save.
+#[test]
+fn explain_node_says_drift_expiry_and_savings() {
+    let drifted_pool = nodepool(
+        "default",
+        "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{nodes: \"0\"}]",
+        "",
+    )
+    .replace("team: blue", "team: green");
+    let expiring = node("n1", "default", "m5.8xlarge", "on-demand", 24, "").replace(
+        "  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\nstatus:",
+        "  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n  expireAfter: 720h\nstatus:",
+    );
+    let docs = [
+        NODECLASS.to_string(),
+        drifted_pool,
+        expiring,
+        pod("web", "n1", "100m", "", ""),
+    ];
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
+    let cluster = manifest::load(&parsed, monday_10()).expect("loads");
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let e = simulate::explain(
+        &cluster,
+        &catalog,
+        &EngineOptions::default(),
+        monday_10(),
+        "n1",
+    )
+    .expect("n1 exists");
+    assert_eq!(e.cause, Some(disruption::Cause::Budget), "{e}");
+    assert!(
+        e.status
+            .iter()
+            .any(|s| s.starts_with("drifted (NodePoolDrifted)")),
+        "{e}"
+    );
+    assert!(
+        e.status
+            .iter()
+            .any(|s| s == "expires at 2026-12-22 10:00:00 UTC"),
+        "{e}"
+    );
+    assert!(
+        e.if_removed.contains("its pods need one new node") && e.if_removed.contains("saving $"),
+        "{e}"
+    );
+}

@@ -1833,7 +1833,9 @@ fn generator_exercises_every_feature() {
         }
         bump(
             "limit error",
-            out.errors.iter().any(|(_, e)| e.contains("limit")),
+            out.errors
+                .iter()
+                .any(|(_, e)| e.to_string().contains("limit")),
         );
     }
     let wanted = [
@@ -2158,7 +2160,14 @@ fn checker_detects_corrupted_outcomes() {
             Some(Placement::NodeClaim(0)),
             Some(Placement::Existing(0)),
         ],
-        errors: vec![(2, "corrupt".to_string())],
+        errors: vec![(
+            2,
+            karpenter_rs::scheduling::unschedulable::PodFailure {
+                pod: "default/corrupt".into(),
+                requests: String::new(),
+                attempts: Vec::new(),
+            },
+        )],
     };
     let found: BTreeSet<u32> = violations(&input, &out)
         .into_iter()

@@ -85,7 +85,7 @@ impl CommandMarker {
 /// Runs until the task is dropped.
 pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
-    let mut reported = HashMap::new();
+    let mut reported = BlockedEvents::default();
     let mut invalid = InvalidAnnotations::default();
     loop {
         let pass = async {
@@ -227,7 +227,10 @@ fn decide(ctx: &Context, state: &State, now: DateTime<Utc>) -> disruption::Decis
 
 /// One pass: finish or roll back commands a dead controller left, clear stale taints,
 /// evaluate, carry out the commands. Returns whether it acted.
-async fn once(ctx: &Context, reported: &mut HashMap<String, String>) -> Result<bool, Error> {
+///
+/// `reported` remembers the `DisruptionBlocked` events sent, so that a node's reason is reported
+/// once (and a changing one at most every [`BLOCKED_EVENT_INTERVAL`]).
+pub async fn once(ctx: &Context, reported: &mut BlockedEvents) -> Result<bool, Error> {
     let (cluster, state, nominated) = current_state(ctx).await;
     let now = ctx.clock.now();
     report_budgets(&state, now);
@@ -472,27 +475,34 @@ async fn event_on(
     }
 }
 
-/// Blocked reasons worth an event: something a user set (do-not-disrupt, a PDB, a budget)
-/// stands in the way of a disruption that would otherwise happen.
-fn worth_reporting(reason: &str) -> bool {
-    ["protected", "budget", "PodDisruptionBudget"]
-        .iter()
-        .any(|k| reason.contains(k))
-}
+/// How often a node's `DisruptionBlocked` event may be sent again when its reason changes (a
+/// budget's arithmetic changes with every disruption in flight).
+pub const BLOCKED_EVENT_INTERVAL: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
 
-/// `DisruptionBlocked` events, once per node and reason.
+/// The `DisruptionBlocked` events sent, by node: the reason and when.
+#[derive(Default)]
+pub struct BlockedEvents(HashMap<String, (String, DateTime<Utc>)>);
+
+/// `DisruptionBlocked` events on the Node and NodeClaim, with the engine's reason verbatim (it
+/// names the pod, PodDisruptionBudget or budget): once per node and reason, rate-limited.
 async fn report_blocked(
     ctx: &Context,
     cluster: &Snapshot,
     blocked: &[disruption::Blocked],
-    reported: &mut HashMap<String, String>,
+    reported: &mut BlockedEvents,
 ) {
+    let now = ctx.clock.now();
+    let reported = &mut reported.0;
     reported.retain(|node, _| blocked.iter().any(|b| &b.node == node));
-    for b in blocked.iter().filter(|b| worth_reporting(&b.reason)) {
-        if reported.get(&b.node) == Some(&b.reason) {
+    // Only what a user set (do-not-disrupt, a PDB, a budget) is worth an event: it stands in the
+    // way of a disruption that would otherwise happen.
+    for b in blocked.iter().filter(|b| b.cause.set_by_user()) {
+        if let Some((reason, at)) = reported.get(&b.node)
+            && (reason == &b.reason || now - *at < BLOCKED_EVENT_INTERVAL)
+        {
             continue;
         }
-        reported.insert(b.node.clone(), b.reason.clone());
+        reported.insert(b.node.clone(), (b.reason.clone(), now));
         event_on(
             ctx,
             cluster,

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use crate::apis::nodepool::ConsolidationPolicy;
 use crate::apis::{duration, labels};
 
+use super::Cause;
 use super::drift::{self, DriftInput, DriftVerdict};
 use super::state::{State, lifetime_remaining};
 
@@ -68,28 +69,41 @@ fn do_not_disrupt_active(value: &str, started: DateTime<Utc>, now: DateTime<Utc>
 }
 
 /// Builds the candidates and the reasons the other nodes are not candidates.
-pub fn candidates(state: &State, now: DateTime<Utc>) -> (Vec<Candidate>, Vec<(usize, String)>) {
+pub fn candidates(
+    state: &State,
+    now: DateTime<Utc>,
+) -> (Vec<Candidate>, Vec<(usize, Cause, String)>) {
     let mut out = Vec::new();
     let mut blocked = Vec::new();
     for (n, node) in state.nodes.iter().enumerate() {
         let Some(pool_name) = &node.nodepool else {
             blocked.push((
                 n,
+                Cause::NotCandidate,
                 "not managed by Karpenter (no karpenter.sh/nodepool label)".to_string(),
             ));
             continue;
         };
         let Some(pool) = state.nodepool(pool_name) else {
-            blocked.push((n, format!("its NodePool {pool_name} does not exist")));
+            blocked.push((
+                n,
+                Cause::NotCandidate,
+                format!("its NodePool {pool_name} does not exist"),
+            ));
             continue;
         };
         if node.disrupting {
-            blocked.push((n, "already being disrupted".to_string()));
+            blocked.push((
+                n,
+                Cause::NotCandidate,
+                "already being disrupted".to_string(),
+            ));
             continue;
         }
         if !node.initialized {
             blocked.push((
                 n,
+                Cause::NotInitialized,
                 "not initialized yet (not Ready, or startup taints remain)".to_string(),
             ));
             continue;

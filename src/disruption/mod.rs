@@ -144,13 +144,61 @@ pub struct ScoredMove {
     pub approved: bool,
 }
 
+/// What kind of thing keeps a node from being disrupted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Cause {
+    /// Not Karpenter's to disrupt, its NodePool is gone, or it is being disrupted already.
+    NotCandidate,
+    /// Not Ready yet, or startup taints remain.
+    NotInitialized,
+    /// A `karpenter.sh/do-not-disrupt` annotation (node or pod) or a PodDisruptionBudget.
+    Protected,
+    /// The NodePool's disruption budget for the reason is used up.
+    Budget,
+    /// `consolidateAfter` has not elapsed since the last pod change, or is `Never`.
+    ConsolidateAfter,
+    /// The NodePool's consolidation policy (`WhenEmpty`) rules it out.
+    Policy,
+    /// Disrupting it would not work (its pods fit nowhere) or not pay.
+    NotWorthIt,
+    /// Nothing applies: not expired, drifted, empty, nor worth consolidating.
+    Nothing,
+}
+
+impl Cause {
+    /// Whether something a user set (do-not-disrupt, a PodDisruptionBudget, a disruption
+    /// budget) stands in the way: the causes `run` reports in `DisruptionBlocked` events.
+    pub fn set_by_user(self) -> bool {
+        matches!(self, Cause::Protected | Cause::Budget)
+    }
+}
+
 /// Why a node was left alone.
 #[derive(Clone, Debug, Serialize)]
 pub struct Blocked {
     /// Node name.
     pub node: String,
-    /// The reason.
+    /// The kind of reason.
+    pub cause: Cause,
+    /// The reason, naming the pod, PodDisruptionBudget or budget that blocks it.
     pub reason: String,
+}
+
+/// Why each node was left alone so far in one evaluation, by node index.
+#[derive(Default)]
+struct Reasons(BTreeMap<usize, (Cause, String)>);
+
+impl Reasons {
+    /// Records the reason, replacing an earlier one (a later method knows better).
+    fn set(&mut self, node: usize, cause: Cause, reason: String) {
+        self.0.insert(node, (cause, reason));
+    }
+
+    /// Records the reason unless one is recorded already.
+    fn first(&mut self, node: usize, cause: Cause, reason: impl FnOnce() -> String) {
+        self.0.entry(node).or_insert_with(|| (cause, reason()));
+    }
 }
 
 /// The engine's answer for one evaluation.
@@ -421,7 +469,10 @@ impl<'a> Engine<'a> {
         let (cands, not_candidates) = candidates::candidates(self.state, self.now);
         let mut decision = Decision::default();
         let mut used: Vec<usize> = Vec::new();
-        let mut why: BTreeMap<usize, String> = not_candidates.into_iter().collect();
+        let mut why = Reasons::default();
+        for (n, cause, reason) in not_candidates {
+            why.set(n, cause, reason);
+        }
 
         // Expiration: forceful, no budgets, no do-not-disrupt.
         for c in &cands {
@@ -480,11 +531,12 @@ impl<'a> Engine<'a> {
             if used.contains(&i) {
                 continue;
             }
-            let reason = why.remove(&i).unwrap_or_else(|| {
-                "nothing to do: not expired, not drifted, not empty, and consolidation would not save money".into()
+            let (cause, reason) = why.0.remove(&i).unwrap_or_else(|| {
+                (Cause::Nothing, "nothing to do: not expired, not drifted, not empty, and consolidation would not save money".into())
             });
             decision.blocked.push(Blocked {
                 node: node.name.to_string(),
+                cause,
                 reason,
             });
         }
@@ -492,17 +544,22 @@ impl<'a> Engine<'a> {
         decision
     }
 
-    fn emptiness(&self, live: &[&Candidate], why: &mut BTreeMap<usize, String>) -> Option<Command> {
+    fn emptiness(&self, live: &[&Candidate], why: &mut Reasons) -> Option<Command> {
         let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
         let mut chosen: Vec<&Candidate> = Vec::new();
         for c in live.iter().filter(|c| c.pods.is_empty()) {
             if let Some(p) = &c.protected {
-                why.insert(c.node, format!("empty, but protected: {p}"));
+                why.set(
+                    c.node,
+                    Cause::Protected,
+                    format!("empty, but protected: {p}"),
+                );
                 continue;
             }
             if !c.consolidatable {
-                why.insert(
+                why.set(
                     c.node,
+                    Cause::ConsolidateAfter,
                     match c.consolidatable_in {
                         Some(s) => {
                             format!("empty, but consolidateAfter has not elapsed ({s}s left)")
@@ -515,8 +572,9 @@ impl<'a> Engine<'a> {
             let n = taken.entry(c.nodepool.as_str()).or_default();
             let allowance = self.allowance(&c.nodepool, DisruptionReason::Empty, *n);
             if allowance.remaining == 0 {
-                why.insert(
+                why.set(
                     c.node,
+                    Cause::Budget,
                     format!(
                         "empty, but the disruption budget for Empty is used up: {}",
                         allowance.explanation.join("; ")
@@ -536,12 +594,12 @@ impl<'a> Engine<'a> {
         })
     }
 
-    fn drift(&self, live: &[&Candidate], why: &mut BTreeMap<usize, String>) -> Option<Command> {
+    fn drift(&self, live: &[&Candidate], why: &mut Reasons) -> Option<Command> {
         let mut drifted: Vec<&Candidate> = Vec::new();
         for c in live {
             if let DriftVerdict::Drifted(_, _) = &c.drift {
                 if let Some(p) = c.protected.as_ref().filter(|_| !c.has_tgp) {
-                    why.insert(c.node, format!("drifted, but protected: {p} (set terminationGracePeriod on the NodePool to bound this)"));
+                    why.set(c.node, Cause::Protected, format!("drifted, but protected: {p} (set terminationGracePeriod on the NodePool to bound this)"));
                     continue;
                 }
                 drifted.push(c);
@@ -569,8 +627,9 @@ impl<'a> Engine<'a> {
                 .remaining
                 == 0
             {
-                why.insert(
+                why.set(
                     c.node,
+                    Cause::Budget,
                     format!(
                         "drifted ({}), but the disruption budget for Drifted is used up",
                         reason_of(c)
@@ -593,8 +652,9 @@ impl<'a> Engine<'a> {
         for c in drifted.iter().filter(|c| !c.pods.is_empty()) {
             let allowance = self.allowance(&c.nodepool, DisruptionReason::Drifted, 0);
             if allowance.remaining == 0 {
-                why.insert(
+                why.set(
                     c.node,
+                    Cause::Budget,
                     format!(
                         "drifted ({}), but the disruption budget for Drifted is used up: {}",
                         reason_of(c),
@@ -605,7 +665,11 @@ impl<'a> Engine<'a> {
             }
             match self.reschedule(&[c]) {
                 Reschedule::No(reason) => {
-                    why.insert(c.node, format!("drifted ({}), but {reason}", reason_of(c)));
+                    why.set(
+                        c.node,
+                        Cause::NotWorthIt,
+                        format!("drifted ({}), but {reason}", reason_of(c)),
+                    );
                 }
                 Reschedule::Delete => {
                     return Some(Command {
@@ -636,7 +700,7 @@ impl<'a> Engine<'a> {
     fn consolidation_candidates<'c>(
         &self,
         live: &[&'c Candidate],
-        why: &mut BTreeMap<usize, String>,
+        why: &mut Reasons,
     ) -> Vec<&'c Candidate> {
         let mut out: Vec<&Candidate> = Vec::new();
         let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
@@ -648,30 +712,30 @@ impl<'a> Engine<'a> {
         sorted.sort_by(|a, b| a.cost.total_cmp(&b.cost).then(a.node.cmp(&b.node)));
         for c in sorted {
             if c.policy == ConsolidationPolicy::WhenEmpty {
-                why.entry(c.node).or_insert_with(|| {
+                why.first(c.node, Cause::Policy, || {
                     "its NodePool only consolidates empty nodes (WhenEmpty)".into()
                 });
                 continue;
             }
             if let Some(p) = &c.protected {
-                why.entry(c.node)
-                    .or_insert_with(|| format!("protected: {p}"));
+                why.first(c.node, Cause::Protected, || format!("protected: {p}"));
                 continue;
             }
             if !c.consolidatable {
-                why.entry(c.node)
-                    .or_insert_with(|| match c.consolidatable_in {
+                why.first(c.node, Cause::ConsolidateAfter, || {
+                    match c.consolidatable_in {
                         Some(s) => format!(
                             "consolidateAfter has not elapsed since the last pod change ({s}s left)"
                         ),
                         None => "its NodePool has consolidateAfter: Never".into(),
-                    });
+                    }
+                });
                 continue;
             }
             let n = taken.entry(c.nodepool.as_str()).or_default();
             let allowance = self.allowance(&c.nodepool, DisruptionReason::Underutilized, *n);
             if allowance.remaining == 0 {
-                why.entry(c.node).or_insert_with(|| {
+                why.first(c.node, Cause::Budget, || {
                     format!(
                         "the disruption budget for Underutilized is used up: {}",
                         allowance.explanation.join("; ")
@@ -738,11 +802,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn multi_node(
-        &self,
-        live: &[&Candidate],
-        why: &mut BTreeMap<usize, String>,
-    ) -> Option<Command> {
+    fn multi_node(&self, live: &[&Candidate], why: &mut Reasons) -> Option<Command> {
         let mut cands = self.consolidation_candidates(live, why);
         if cands.len() < 2 {
             return None;
@@ -774,11 +834,7 @@ impl<'a> Engine<'a> {
         best
     }
 
-    fn single_node(
-        &self,
-        live: &[&Candidate],
-        why: &mut BTreeMap<usize, String>,
-    ) -> Option<Command> {
+    fn single_node(&self, live: &[&Candidate], why: &mut Reasons) -> Option<Command> {
         for c in self.consolidation_candidates(live, why) {
             match self
                 .consolidate(&[c], Method::SingleNodeConsolidation)
@@ -786,10 +842,18 @@ impl<'a> Engine<'a> {
             {
                 Ok(cmd) if cmd.savings > 0.0 => return Some(cmd),
                 Ok(_) => {
-                    why.insert(c.node, "consolidating it would not save money".into());
+                    why.set(
+                        c.node,
+                        Cause::NotWorthIt,
+                        "consolidating it would not save money".into(),
+                    );
                 }
                 Err(reason) => {
-                    why.insert(c.node, format!("cannot consolidate: {reason}"));
+                    why.set(
+                        c.node,
+                        Cause::NotWorthIt,
+                        format!("cannot consolidate: {reason}"),
+                    );
                 }
             }
         }
@@ -811,10 +875,43 @@ pub struct Explanation {
     pub protection: Option<String>,
     /// Drift, expiry and consolidatability.
     pub status: Vec<String>,
-    /// What removing it would take: delete, or which replacement at what price.
+    /// What removing it would take: delete, or which replacement at what price, and what that
+    /// saves.
     pub if_removed: String,
     /// The decision: the command it is in, or why it is left alone.
     pub decision: String,
+    /// When left alone: the kind of reason.
+    pub cause: Option<Cause>,
+    /// When left alone for something that can be changed: what to change.
+    pub fix: Option<String>,
+}
+
+impl Cause {
+    /// What would lift a block of this kind, for the node's `reason` (which names the pod,
+    /// PodDisruptionBudget or budget).
+    pub fn fix(self, reason: &str) -> Option<String> {
+        match self {
+            Cause::Protected if reason.contains("PodDisruptionBudget") => Some(
+                "wait until the PodDisruptionBudget allows a disruption (more replicas ready), or loosen its minAvailable/maxUnavailable".into(),
+            ),
+            Cause::Protected => Some(
+                "remove the karpenter.sh/do-not-disrupt annotation, or let its duration run out; drift and expiration still proceed once the NodePool sets terminationGracePeriod".into(),
+            ),
+            Cause::Budget => Some(
+                "wait for the disruptions in flight to finish, or raise the NodePool's spec.disruption.budgets for this reason (or widen its schedule)".into(),
+            ),
+            Cause::ConsolidateAfter => Some(
+                "wait for consolidateAfter to elapse without pod changes on the node, or lower the NodePool's spec.disruption.consolidateAfter".into(),
+            ),
+            Cause::Policy => Some(
+                "set the NodePool's spec.disruption.consolidationPolicy to WhenEmptyOrUnderutilized".into(),
+            ),
+            Cause::NotInitialized => Some(
+                "the node must become Ready and lose its startup taints first".into(),
+            ),
+            Cause::NotCandidate | Cause::NotWorthIt | Cause::Nothing => None,
+        }
+    }
 }
 
 /// Explains the engine's reasoning for one node; `None` when no node has that name.
@@ -891,7 +988,12 @@ pub fn explain(
     let mut if_removed = "not a disruption candidate".to_string();
     if let Some(c) = c {
         status.push(match &c.drift {
-            DriftVerdict::Drifted(r, why) => format!("drifted ({}): {why}", r.as_str()),
+            DriftVerdict::Drifted(r, why) => {
+                match sn.claim.as_ref().and_then(|c| c.drifted_since) {
+                    Some(at) => format!("drifted ({}) since {at}: {why}", r.as_str()),
+                    None => format!("drifted ({}): {why}", r.as_str()),
+                }
+            }
             DriftVerdict::Restamp => {
                 "not drifted (hash stamped by another version: re-stamped, not drifted)".into()
             }
@@ -908,21 +1010,29 @@ pub fn explain(
             (false, None) => "never consolidatable (consolidateAfter: Never)".into(),
         });
         if_removed = match engine.reschedule(&[c]) {
-            Reschedule::Delete => {
-                "its pods fit on the other nodes: it could simply be deleted".into()
-            }
+            Reschedule::Delete => format!(
+                "its pods fit on the other nodes: deleting it would save ${:.4}/hour",
+                c.price
+            ),
             Reschedule::Replace(boxed) => {
                 let (claim, options) = *boxed;
                 let r = engine.replacement(&claim, &options, &[]);
+                let saves = c.price - r.price;
                 format!(
-                    "its pods need one new node: cheapest {} ({}) at ${:.4}/hour vs ${:.4}/hour now",
-                    r.instance_type, r.capacity_type, r.price, c.price
+                    "its pods need one new node: cheapest {} ({}) at ${:.4}/hour vs ${:.4}/hour now, {} ${:.4}/hour",
+                    r.instance_type,
+                    r.capacity_type,
+                    r.price,
+                    c.price,
+                    if saves >= 0.0 { "saving" } else { "costing" },
+                    saves.abs()
                 )
             }
             Reschedule::No(why) => format!("it cannot be removed: {why}"),
         };
     }
     let name = sn.name.to_string();
+    let blocked = decision.blocked.iter().find(|b| b.node == name);
     let decision_text = decision
         .commands
         .iter()
@@ -933,13 +1043,7 @@ pub fn explain(
                 cmd.method, cmd.reason, cmd.savings
             )
         })
-        .or_else(|| {
-            decision
-                .blocked
-                .iter()
-                .find(|b| b.node == name)
-                .map(|b| format!("left alone: {}", b.reason))
-        })
+        .or_else(|| blocked.map(|b| format!("left alone: {}", b.reason)))
         .unwrap_or_default();
     Some(Explanation {
         node: name,
@@ -949,6 +1053,8 @@ pub fn explain(
         status,
         if_removed,
         decision: decision_text,
+        cause: blocked.map(|b| b.cause),
+        fix: blocked.and_then(|b| b.cause.fix(&b.reason)),
     })
 }
 
@@ -972,6 +1078,10 @@ impl std::fmt::Display for Explanation {
             writeln!(f, "  {l}")?;
         }
         writeln!(f, "If removed: {}", self.if_removed)?;
-        writeln!(f, "Decision: {}", self.decision)
+        writeln!(f, "Decision: {}", self.decision)?;
+        if let Some(fix) = &self.fix {
+            writeln!(f, "Fix: {fix}")?;
+        }
+        Ok(())
     }
 }

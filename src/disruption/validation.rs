@@ -46,8 +46,8 @@ pub fn validate(
         let Some(c) = cands.iter().find(|c| c.node == index) else {
             let why = blocked
                 .iter()
-                .find(|(i, _)| *i == index)
-                .map_or("it is no longer a candidate", |(_, w)| w.as_str());
+                .find(|(i, _, _)| *i == index)
+                .map_or("it is no longer a candidate", |(_, _, w)| w.as_str());
             return Err(format!("node {name}: {why}"));
         };
         let ok = match cmd.method {

@@ -13,3 +13,4 @@ pub mod scheduler;
 pub mod taints;
 pub mod topology;
 pub mod type_set;
+pub mod unschedulable;

@@ -894,11 +894,20 @@ impl Requirements {
     /// from the node satisfies only `NotIn` and `DoesNotExist`. Deprecated alias labels on the
     /// node count for their current key.
     pub fn is_compatible_labels(&self, node_labels: &BTreeMap<String, String>) -> bool {
+        self.first_unmet_by_labels(node_labels).is_none()
+    }
+
+    /// The first requirement (in key order) a node carrying exactly `node_labels` fails, by the
+    /// rule of [`Requirements::is_compatible_labels`].
+    pub fn first_unmet_by_labels(
+        &self,
+        node_labels: &BTreeMap<String, String>,
+    ) -> Option<&Requirement> {
         self.by_key
             .iter()
-            .all(|r| match label_value(node_labels, &r.key) {
-                Some(value) => r.has(value),
-                None => r.allows_absence(),
+            .find(|r| match label_value(node_labels, &r.key) {
+                Some(value) => !r.has(value),
+                None => !r.allows_absence(),
             })
     }
 

@@ -22,7 +22,6 @@
 //! incompatible, or blocked by anti-affinity — all monotone), so a pod scans only live candidates.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::{Mutex, OnceLock};
 
@@ -36,6 +35,7 @@ use super::resources::Resources;
 use super::taints::{self, Toleration};
 use super::topology::{Constraint, PodTopology, Strength, Topology};
 use super::type_set::TypeSet;
+use super::unschedulable::{Attempt, Failure, PodFailure, Target};
 
 /// Upstream's cap on instance-type options per NodeClaim.
 pub const MAX_INSTANCE_TYPES: usize = 600;
@@ -180,7 +180,7 @@ pub struct Outcome {
     /// Placement per pod (same order as `Input::pods`); `None` when unschedulable.
     pub placements: Vec<Option<Placement>>,
     /// Why each unschedulable pod could not be placed (pod index, reason).
-    pub errors: Vec<(usize, String)>,
+    pub errors: Vec<(usize, PodFailure)>,
 }
 
 /// How far a pod's preferences have been relaxed, in upstream's order.
@@ -303,6 +303,21 @@ struct Existing<'a> {
     host_ports: Vec<HostPort>,
 }
 
+/// The first check an existing node fails for a pod (kept small: it is on the bin-packing path;
+/// [`Solver::existing_failure`] adds the details for explanations).
+#[derive(Clone, Copy)]
+enum NodeBlocker {
+    Taint,
+    Labels,
+    /// Too little free capacity; `never` when not even the class's smallest pod fits.
+    Full {
+        never: bool,
+    },
+    HostPort,
+    Volumes,
+    Topology,
+}
+
 /// A candidate's verdict for a pod.
 enum Verdict<T> {
     Fits(T),
@@ -331,14 +346,14 @@ struct Pool {
 
 /// Why a NodePool cannot open a NodeClaim for a pod.
 struct Rejection {
-    reason: String,
+    reason: Failure,
     /// The pool's remaining limits are what stands in the way: an instance type that fits the
     /// pod exists, but none within the limits.
     by_limits: bool,
 }
 
-impl From<String> for Rejection {
-    fn from(reason: String) -> Self {
+impl From<Failure> for Rejection {
+    fn from(reason: Failure) -> Self {
         Self {
             reason,
             by_limits: false,
@@ -368,6 +383,37 @@ struct Solver<'a> {
 pub fn solve(input: &Input) -> Outcome {
     let mut solver = Solver::new(input);
     solver.run()
+}
+
+/// Runs the solver and explains pod `pod` (an index into `Input::pods`): `None` when it was
+/// placed, else why not — every existing node (in the order they were tried, against what the
+/// other pods left of them) and every NodePool, each with the first constraint that failed.
+pub fn diagnose(input: &Input, pod: usize) -> (Outcome, Option<PodFailure>) {
+    let mut solver = Solver::new(input);
+    let outcome = solver.run();
+    let Some((_, failure)) = outcome.errors.iter().find(|(i, _)| *i == pod) else {
+        return (outcome, None);
+    };
+    let mut failure = failure.clone();
+    // The pools' reasons are those of the last attempt, with every preference relaxed.
+    let mut relax = if input.options.ignore_preferences {
+        Relaxation::ignoring_preferences(&input.pods[pod])
+    } else {
+        Relaxation::default()
+    };
+    while relax.relax(&input.pods[pod]) {}
+    let mut attempts: Vec<Attempt> = (0..solver.existing.len())
+        .filter_map(|n| {
+            let f = solver.existing_failure(pod, n, relax)?;
+            Some(Attempt {
+                target: Target::Node(solver.existing[n].node.name.to_string()),
+                failure: f,
+            })
+        })
+        .collect();
+    attempts.append(&mut failure.attempts);
+    failure.attempts = attempts;
+    (outcome, Some(failure))
 }
 
 fn type_requirements(it: &InstanceType) -> Requirements {
@@ -826,7 +872,7 @@ impl<'a> Solver<'a> {
         reqs
     }
 
-    fn place(&mut self, i: usize) -> Result<Placement, String> {
+    fn place(&mut self, i: usize) -> Result<Placement, PodFailure> {
         let pod = &self.input.pods[i];
         let mut relax = if self.input.options.ignore_preferences {
             Relaxation::ignoring_preferences(pod)
@@ -948,11 +994,33 @@ impl<'a> Solver<'a> {
         relax: Relaxation,
         reqs: &Requirements,
     ) -> Verdict<()> {
+        match self.existing_blocker(i, n, relax, reqs) {
+            None => Verdict::Fits(()),
+            Some(
+                NodeBlocker::Taint
+                | NodeBlocker::Labels
+                | NodeBlocker::Full { never: true }
+                | NodeBlocker::HostPort,
+            ) => Verdict::Never,
+            Some(
+                NodeBlocker::Full { never: false } | NodeBlocker::Volumes | NodeBlocker::Topology,
+            ) => Verdict::NotNow,
+        }
+    }
+
+    /// The first check existing node `n` fails for pod `i`, or `None` when it takes the pod.
+    fn existing_blocker(
+        &mut self,
+        i: usize,
+        n: usize,
+        relax: Relaxation,
+        reqs: &Requirements,
+    ) -> Option<NodeBlocker> {
         let pod = &self.input.pods[i];
         let class = self.class_of[i];
         let e = &self.existing[n];
         if Self::blocking_taint(pod, &e.node.taints, relax).is_some() {
-            return Verdict::Never;
+            return Some(NodeBlocker::Taint);
         }
         let ok = match e.requirements_ok.get(&(class, relax)) {
             Some(ok) => *ok,
@@ -964,32 +1032,66 @@ impl<'a> Solver<'a> {
         };
         let e = &self.existing[n];
         if !ok {
-            return Verdict::Never;
+            return Some(NodeBlocker::Labels);
         }
         let mut free = e.node.allocatable.clone();
         free.sub(&e.requested);
         if !self.classes[class as usize].min_request.fits(&free) {
-            return Verdict::Never;
+            return Some(NodeBlocker::Full { never: true });
         }
         if !pod.requests.fits(&free) {
-            return Verdict::NotNow;
+            return Some(NodeBlocker::Full { never: false });
         }
         if pod
             .host_ports
             .iter()
             .any(|p| e.host_ports.iter().any(|q| p.conflicts(q)))
         {
-            return Verdict::Never;
+            return Some(NodeBlocker::HostPort);
         }
         if !volumes_fit(&e.volumes, &pod.volumes, &e.node.volume_limits) {
-            return Verdict::NotNow;
+            return Some(NodeBlocker::Volumes);
         }
         let node = e.node;
         let candidates = |key: &str| domain_of_node(node, key).into_iter().collect();
         match self.topology_for(i, relax, &candidates) {
-            Some(_) => Verdict::Fits(()),
-            None => Verdict::NotNow,
+            Some(_) => None,
+            None => Some(NodeBlocker::Topology),
         }
+    }
+
+    /// Why existing node `n` cannot take pod `i` now, with the details the check left out.
+    fn existing_failure(&mut self, i: usize, n: usize, relax: Relaxation) -> Option<Failure> {
+        let reqs = self.pod_requirements(i, relax);
+        let blocker = self.existing_blocker(i, n, relax, &reqs)?;
+        let pod = &self.input.pods[i];
+        let e = &self.existing[n];
+        Some(match blocker {
+            NodeBlocker::Taint => Self::blocking_taint(pod, &e.node.taints, relax)
+                .map_or(Failure::Topology, Failure::taint),
+            NodeBlocker::Labels => Failure::NodeLabels {
+                requirement: reqs
+                    .first_unmet_by_labels(&e.node.labels)
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            },
+            NodeBlocker::Full { .. } => {
+                let mut free = e.node.allocatable.clone();
+                free.sub(&e.requested);
+                let resource = pod.requests.first_exceeding(&free).unwrap_or("resources");
+                Failure::NodeFull {
+                    resource: resource.to_string(),
+                    free: super::resources::format_amount(resource, free.get(resource)),
+                    requested: super::resources::format_amount(
+                        resource,
+                        pod.requests.get(resource),
+                    ),
+                }
+            }
+            NodeBlocker::HostPort => Failure::HostPort,
+            NodeBlocker::Volumes => Failure::Volumes,
+            NodeBlocker::Topology => Failure::Topology,
+        })
     }
 
     fn commit_existing(&mut self, i: usize, n: usize) {
@@ -1422,16 +1524,20 @@ impl<'a> Solver<'a> {
         i: usize,
         relax: Relaxation,
         reqs: &Arc<Requirements>,
-    ) -> Result<Placement, String> {
+    ) -> Result<Placement, PodFailure> {
         let pod = &self.input.pods[i];
         if self.pools.is_empty() {
-            return Err("no NodePool is defined".to_string());
+            return Err(PodFailure {
+                pod: pod.key(),
+                requests: pod.requests.to_string(),
+                attempts: Vec::new(),
+            });
         }
         // Pools rejected, with the reason; `None` for a taint the pod does not tolerate, which is
-        // only put into words if no pool takes the pod: when every pool carries its own taint,
-        // most pools reject most pods that way, and a pod placed on a new node would otherwise
-        // format one message per pool.
-        let mut rejected: Vec<(usize, Option<String>)> = Vec::new();
+        // only described if no pool takes the pod: when every pool carries its own taint, most
+        // pools reject most pods that way, and a pod placed on a new node would otherwise build
+        // one reason per pool.
+        let mut rejected: Vec<(usize, Option<Failure>)> = Vec::new();
         for k in 0..self.pool_order.len() {
             let p = self.pool_order[k];
             if Self::blocking_taint(pod, &self.pools[p].template.taints, relax).is_some() {
@@ -1453,19 +1559,24 @@ impl<'a> Solver<'a> {
                 Err(rejection) => rejected.push((p, Some(rejection.reason))),
             }
         }
-        let mut msg = format!(
-            "no NodePool can launch a node for pod {} (requests {})",
-            pod.key(),
-            pod.requests
-        );
-        for (p, reason) in rejected {
-            let template = &self.pools[p].template;
-            let reason = reason
-                .or_else(|| Self::blocking_taint(pod, &template.taints, relax).map(untolerated))
-                .unwrap_or_default();
-            let _ = write!(msg, "; nodepool {:?}: {reason}", &*template.name);
-        }
-        Err(msg)
+        let attempts = rejected
+            .into_iter()
+            .filter_map(|(p, reason)| {
+                let template = &self.pools[p].template;
+                let failure = reason.or_else(|| {
+                    Self::blocking_taint(pod, &template.taints, relax).map(Failure::taint)
+                })?;
+                Some(Attempt {
+                    target: Target::NodePool(template.name.to_string()),
+                    failure,
+                })
+            })
+            .collect();
+        Err(PodFailure {
+            pod: pod.key(),
+            requests: pod.requests.to_string(),
+            attempts,
+        })
     }
 
     /// The capacity of the largest option of `options`, per limited resource of pool `p`.
@@ -1571,31 +1682,33 @@ impl<'a> Solver<'a> {
         let pool = &self.pools[p];
         let template = &pool.template;
         if template.nodes_limit.is_some_and(|n| n <= 0) {
-            return Err("node limits have been exhausted for nodepool"
-                .to_string()
-                .into());
+            return Err(Failure::NodeLimit.into());
         }
         if let Some(r) = reqs.iter().find(|r| {
             labels::is_restricted_label(r.key())
                 && !matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist)
         }) {
-            return Err(format!(
-                "the pod requires label {} ({r}), which is restricted: only Kubernetes or the cloud provider set it, so no new node can be launched with a chosen value; select a well-known or custom label instead",
-                r.key()
-            )
+            return Err(Failure::RestrictedLabel {
+                key: r.key().to_string(),
+                requirement: r.to_string(),
+            }
             .into());
         }
         template
             .requirements
             .compatible(reqs, &self.allow_well_known)
-            .map_err(|e| Rejection::from(e.describe("the pod", "the NodePool")))?;
+            .map_err(|e| {
+                Rejection::from(Failure::Requirements {
+                    detail: e.describe("the pod", "the NodePool"),
+                })
+            })?;
         let mut requirements = template.requirements.clone();
         requirements.add(reqs);
         let compatible = self.compatible_types(p, &requirements);
         let pool = &self.pools[p];
         let template = &pool.template;
         if compatible.is_empty() {
-            return Err("no instance type satisfies the requirements of the pod and the NodePool (e.g. zone, capacity type, architecture)".to_string().into());
+            return Err(Failure::NoInstanceType.into());
         }
         let mut total = template.daemon_overhead.clone();
         total.add(&pod.requests);
@@ -1615,18 +1728,17 @@ impl<'a> Solver<'a> {
                 .any(|t| total.fits(&template.instance_types[t as usize].allocatable));
             if any_fit {
                 return Err(Rejection {
-                    reason: format!(
-                        "node limits: every instance type that fits exceeds the NodePool's remaining limits ({}); within one provisioning round each planned NodeClaim reserves the capacity of its largest instance type option",
-                        template
+                    reason: Failure::Limits {
+                        remaining: template
                             .limits
                             .iter()
-                            .map(|(n, v)| format!(
-                                "{n}: {}",
-                                super::resources::format_amount(n, *v)
-                            ))
+                            .map(|(n, v)| {
+                                format!("{n}: {}", super::resources::format_amount(n, *v))
+                            })
                             .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                            .join(", "),
+                        raise: limits_to_raise(template, &pool.by_price, &compatible, &total),
+                    },
                     by_limits: true,
                 });
             }
@@ -1637,10 +1749,22 @@ impl<'a> Solver<'a> {
                 })
                 .next()
                 .unwrap_or("resources");
-            return Err(format!(
-                "no instance type has enough allocatable {exceeding} for the pod plus DaemonSet overhead ({})",
-                total
-            )
+            // The allowed type with the most of that resource: what the pod must fit within.
+            let largest = compatible
+                .types(&pool.by_price)
+                .map(|t| &template.instance_types[t as usize])
+                .max_by_key(|it| it.allocatable.get(exceeding))
+                .map(|it| {
+                    (
+                        it.name.to_string(),
+                        super::resources::format_amount(exceeding, it.allocatable.get(exceeding)),
+                    )
+                });
+            return Err(Failure::TooLarge {
+                resource: exceeding.to_string(),
+                needed: total.to_string(),
+                largest,
+            }
             .into());
         }
         let hostname: Arc<str> =
@@ -1667,18 +1791,14 @@ impl<'a> Solver<'a> {
             .iter()
             .any(|a| probe.host_ports.iter().any(|b| a.conflicts(b)))
         {
-            return Err("a host port of the pod is taken by a DaemonSet pod"
-                .to_string()
-                .into());
+            return Err(Failure::HostPort.into());
         }
         let candidates = |key: &str| {
             self.claim_domains(p, &probe.hostname, &probe.requirements, &probe.options, key)
         };
-        let narrowing = self.topology_for(i, relax, &candidates).ok_or_else(|| {
-            Rejection::from(
-                "its topology spread or pod (anti-)affinity constraints cannot be met".to_string(),
-            )
-        })?;
+        let narrowing = self
+            .topology_for(i, relax, &candidates)
+            .ok_or_else(|| Rejection::from(Failure::Topology))?;
         if !narrowing.is_empty() {
             for (key, domain) in narrowing {
                 requirements.add_requirement(Requirement::new(
@@ -1696,11 +1816,7 @@ impl<'a> Solver<'a> {
                 )
             });
             if options.is_empty() {
-                return Err(
-                    "no instance type is offered in the topology domain the pod needs"
-                        .to_string()
-                        .into(),
-                );
+                return Err(Failure::TopologyDomain.into());
             }
         }
         let mut sized_by_cost = false;
@@ -1720,11 +1836,7 @@ impl<'a> Solver<'a> {
         let pool = &self.pools[p];
         let relaxed = self
             .check_min_values(pool, &options, &requirements)
-            .ok_or_else(|| {
-                Rejection::from(
-                    "minValues requirements are not met by the instance types that fit".to_string(),
-                )
-            })?;
+            .ok_or_else(|| Rejection::from(Failure::MinValues))?;
         let max_allocatable = max_allocatable(pool, &options);
         let headroom = headroom(&max_allocatable, &total);
         let prices = self.prices(p, &requirements);
@@ -1919,18 +2031,28 @@ impl SkipList {
     }
 }
 
-/// Why a pod cannot go where `taint` is.
-fn untolerated(taint: &Taint) -> String {
-    format!(
-        "did not tolerate taint {}{}:{:?}",
-        taint.key,
-        taint
-            .value
-            .as_deref()
-            .map(|v| format!("={v}"))
-            .unwrap_or_default(),
-        taint.effect
-    )
+/// The cheapest of `compatible` that holds `total`, and by how much each of the template's
+/// remaining limits it exceeds would have to rise for it to launch (`cpu by 48`).
+fn limits_to_raise(
+    template: &NodePoolTemplate,
+    by_price: &[u32],
+    compatible: &TypeSet,
+    total: &Resources,
+) -> Option<(String, String)> {
+    let it = compatible
+        .types(by_price)
+        .map(|t| &template.instance_types[t as usize])
+        .find(|it| total.fits(&it.allocatable))?;
+    let by: Vec<String> = template
+        .limits
+        .iter()
+        .filter(|(name, remaining)| it.capacity.get(name) > *remaining)
+        .map(|(name, remaining)| {
+            let short = it.capacity.get(name).saturating_sub(*remaining);
+            format!("{name} by {}", super::resources::format_amount(name, short))
+        })
+        .collect();
+    Some((it.name.to_string(), by.join(", ")))
 }
 
 struct ClaimUpdate {

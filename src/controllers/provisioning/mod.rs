@@ -97,7 +97,8 @@ pub fn plan(
         out.unschedulable.push((u.pod, u.reason));
     }
     for (i, reason) in outcome.errors {
-        out.unschedulable.push((input.pods[i].key(), reason));
+        out.unschedulable
+            .push((input.pods[i].key(), reason.to_string()));
     }
     out
 }
