@@ -52,42 +52,8 @@ enum Command {
     /// Show offline what the controller would launch for the pods in a set of manifests, or in
     /// a live cluster (read-only) with manifests applied on top.
     Simulate {
-        /// Manifest files or directories (`-` for stdin); repeatable. With a cluster, they are
-        /// applied on top of what it holds (same kind, namespace and name replaces).
-        #[arg(
-            short = 'f',
-            long = "filename",
-            required_unless_present_any = ["from_cluster", "kubeconfig", "context"],
-            value_name = "FILE|DIR|-"
-        )]
-        files: Vec<PathBuf>,
-        /// Read the cluster the kubeconfig points at (KUBECONFIG, ~/.kube/config or in-cluster,
-        /// as kubectl does): NodePools, EC2NodeClasses, NodeClaims, Nodes, Pods, DaemonSets,
-        /// PodDisruptionBudgets, volumes and CSINodes, listed read-only.
-        #[arg(long)]
-        from_cluster: bool,
-        /// The kubeconfig file to read the cluster with (implies --from-cluster).
-        #[arg(long, value_name = "FILE")]
-        kubeconfig: Option<PathBuf>,
-        /// The kubeconfig context to use (implies --from-cluster).
-        #[arg(long, value_name = "NAME")]
-        context: Option<String>,
-        /// Output format.
-        #[arg(short, long, value_enum, default_value = "table")]
-        output: Output,
-        /// Region whose catalog prices the simulation (default: inferred from zone labels and
-        /// requirements, else us-east-1).
-        #[arg(long)]
-        region: Option<String>,
-        /// An instance-type catalog file in the bundled format, instead of the bundled one.
-        #[arg(long, value_name = "FILE")]
-        catalog: Option<PathBuf>,
-        /// `Ignore` drops pod preferences up front (PREFERENCE_POLICY).
-        #[arg(long, value_enum, env = "PREFERENCE_POLICY", default_value = "respect")]
-        preference_policy: PreferencePolicy,
-        /// `BestEffort` relaxes minValues instead of failing (MIN_VALUES_POLICY).
-        #[arg(long, value_enum, env = "MIN_VALUES_POLICY", default_value = "strict")]
-        min_values_policy: MinValuesPolicy,
+        #[command(flatten)]
+        source: Source,
         /// Also evaluate disruption (drift, expiration, emptiness, consolidation) once after
         /// provisioning.
         #[arg(long)]
@@ -98,16 +64,10 @@ enum Command {
         /// Simulated time between rounds for --settle (a Go duration, e.g. 15s, 5m, 1.5h).
         #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
         step: std::time::Duration,
-        /// The simulated current time (RFC 3339); default now.
-        #[arg(long, value_parser = parse_now)]
-        now: Option<chrono::DateTime<chrono::Utc>>,
         /// Print the full disruption reasoning for one node instead of the report (the same as
         /// `explain node NODE`).
         #[arg(long, value_name = "NODE")]
         explain: Option<String>,
-        /// Feature gates, e.g. `SpotToSpotConsolidation=true` (FEATURE_GATES).
-        #[arg(long, env = "FEATURE_GATES", default_value = "")]
-        feature_gates: String,
     },
     /// Answer "why?" for one object, from manifests or a live cluster (read-only): why a pod is
     /// pending, why a node is not disrupted.
@@ -165,7 +125,7 @@ enum ExplainWhat {
     },
 }
 
-/// Where `explain` reads the cluster from and how the engine is set up: `simulate`'s flags.
+/// Where `simulate` and `explain` read the cluster from and how the engine is set up.
 #[derive(Args)]
 struct Source {
     /// Manifest files or directories (`-` for stdin); repeatable. With a cluster, they are
@@ -177,7 +137,9 @@ struct Source {
         value_name = "FILE|DIR|-"
     )]
     files: Vec<PathBuf>,
-    /// Read the cluster the kubeconfig points at (read-only), as `simulate --from-cluster`.
+    /// Read the cluster the kubeconfig points at (KUBECONFIG, ~/.kube/config or in-cluster, as
+    /// kubectl does): NodePools, EC2NodeClasses, NodeClaims, Nodes, Pods, DaemonSets,
+    /// PodDisruptionBudgets, volumes and CSINodes, listed read-only.
     #[arg(long)]
     from_cluster: bool,
     /// The kubeconfig file to read the cluster with (implies --from-cluster).
@@ -407,22 +369,25 @@ fn main() -> ExitCode {
             }
         },
         Command::Simulate {
-            files,
-            from_cluster,
-            kubeconfig,
-            context,
-            output,
-            region,
-            catalog,
-            preference_policy,
-            min_values_policy,
+            source,
             disruption,
             settle,
             step,
-            now,
             explain,
-            feature_gates,
         } => {
+            let Source {
+                files,
+                from_cluster,
+                kubeconfig,
+                context,
+                output,
+                region,
+                catalog,
+                preference_policy,
+                min_values_policy,
+                now,
+                feature_gates,
+            } = source;
             let options = match engine_options(preference_policy, min_values_policy, &feature_gates)
             {
                 Ok(o) => o,
