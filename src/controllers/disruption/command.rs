@@ -1,0 +1,426 @@
+//! Carrying out one command: launch the replacements and wait until they are Initialized, taint
+//! and mark the candidates, wait the validation delay and re-validate, then delete the
+//! candidates' NodeClaims (or expire them at once); a failed or stale command is rolled back.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+
+use crate::apis::conditions;
+use crate::apis::nodeclaim::condition::{DISRUPTION_REASON, INITIALIZED};
+use crate::apis::{NodeClaim, labels};
+use crate::controllers::nodeclaim::termination;
+use crate::disruption::state::State;
+use crate::disruption::{Command, Method, validation};
+use crate::metrics::METRICS;
+use crate::runtime::{Context, Error};
+use crate::scheduling::resources::Resources;
+use crate::snapshot::Snapshot;
+
+use super::events::{count_disrupted, event_on};
+use super::resume::{COMMAND_ANNOTATION, CommandMarker, clear_markers};
+use super::{claim_of, current_state, decision_label, queue_failure};
+
+/// Records why a candidate is being disrupted on its NodeClaim (upstream's `DisruptionReason`
+/// condition), which the drain reports in `karpenter_pods_drained_total`.
+pub(super) async fn mark_reason(ctx: &Context, claim: &str, reason: &str) -> Result<(), Error> {
+    let now = ctx.clock.now();
+    termination::update_conditions(ctx, claim, |c| {
+        conditions::set(c, DISRUPTION_REASON, conditions::TRUE, reason, "", now)
+    })
+    .await
+}
+
+/// The budget reason name a method's NodeClaims record (`Expired` for expiration).
+pub(super) fn recorded_reason(method: Method) -> String {
+    method
+        .budget_reason()
+        .map_or_else(|| "Expired".to_string(), |r| r.to_string())
+}
+
+/// Expiration: delete the NodeClaims now; no replacements first, no budgets, no do-not-disrupt
+/// (termination still honours PDBs until the terminationGracePeriod).
+pub(super) async fn expire(
+    ctx: &Context,
+    cluster: &Snapshot,
+    state: &State,
+    cmd: &Command,
+) -> Result<bool, Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for node in &cmd.candidates {
+        let Some(claim) = claim_of(cluster, node) else {
+            continue;
+        };
+        tracing::info!(controller = "disruption", nodeclaim = %claim.name_any(), node = %node, "deleting expired nodeclaim");
+        event_on(
+            ctx,
+            cluster,
+            node,
+            EventType::Normal,
+            "DisruptionTerminating",
+            "Disrupting Node: Expired",
+        )
+        .await;
+        mark_reason(ctx, &claim.name_any(), &recorded_reason(cmd.method)).await?;
+        delete_claim(&api, &claim.name_any()).await?;
+        count_disrupted(state, cluster, cmd.method, node, claim);
+    }
+    Ok(true)
+}
+
+/// Deletes a NodeClaim. A failed request whose deletion nonetheless happened (the response was
+/// lost) counts as done: the NodeClaim is read back before an error is reported.
+pub(super) async fn delete_claim(api: &Api<NodeClaim>, name: &str) -> Result<(), Error> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => match api.get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(c)) if c.metadata.deletion_timestamp.is_some() => Ok(()),
+            _ => Err(e.into()),
+        },
+    }
+}
+
+/// Requests of the pods (by `namespace/name`) a replacement takes.
+pub(super) fn requests_of(state: &State, pods: &[String]) -> Resources {
+    let mut total = Resources::default();
+    for p in state.pods.iter().filter(|p| pods.contains(&p.pod.key())) {
+        total.add(&p.pod.requests);
+    }
+    total
+}
+
+/// Carries out one voluntary command: launch the replacements, then [`complete`]. Returns
+/// whether the candidates were deleted.
+pub(super) async fn execute(
+    ctx: &Context,
+    cluster: &Snapshot,
+    state: &State,
+    cmd: &Command,
+) -> Result<bool, Error> {
+    if cmd
+        .candidates
+        .iter()
+        .any(|n| claim_of(cluster, n).is_none())
+    {
+        tracing::warn!(controller = "disruption", command = ?cmd.candidates, "a candidate has no NodeClaim; skipping the command");
+        return Ok(false);
+    }
+    let pods_before = validation::pods_to_move(state, cmd);
+    tracing::info!(
+        controller = "disruption",
+        method = ?cmd.method,
+        reason = %cmd.reason,
+        candidates = ?cmd.candidates,
+        replacements = cmd.replacements.len(),
+        savings = cmd.savings,
+        "disrupting"
+    );
+    METRICS
+        .voluntary_disruption_decisions_total
+        .with_label_values(&[
+            decision_label(cmd),
+            cmd.method.reason_label(),
+            cmd.method.consolidation_type(),
+        ])
+        .inc();
+    let pools: BTreeSet<String> = cmd
+        .candidates
+        .iter()
+        .filter_map(|n| {
+            claim_of(cluster, n)?
+                .labels()
+                .get(labels::NODEPOOL)
+                .cloned()
+        })
+        .collect();
+    for pool in &pools {
+        METRICS
+            .voluntary_disruption_decisions_by_nodepool_total
+            .with_label_values(&[
+                pool,
+                decision_label(cmd),
+                cmd.method.reason_label(),
+                cmd.method.consolidation_type(),
+            ])
+            .inc();
+    }
+    let marker = serde_json::to_string(&CommandMarker {
+        method: cmd.method,
+        reason: cmd.reason.clone(),
+        candidates: cmd.candidates.clone(),
+        pods_before: pods_before.clone(),
+    })
+    .unwrap_or_default();
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let mut launched = Vec::new();
+    for r in &cmd.replacements {
+        let Some(pool) = cluster
+            .nodepools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&r.node_pool))
+        else {
+            rollback(ctx, cmd, &launched).await;
+            return Ok(false);
+        };
+        let mut claim = crate::controllers::provisioning::replacement_nodeclaim(
+            pool,
+            cluster.nodeclass_of(pool),
+            r,
+            requests_of(state, &r.pods),
+        );
+        claim
+            .annotations_mut()
+            .insert(COMMAND_ANNOTATION.into(), marker.clone());
+        match api.create(&PostParams::default(), &claim).await {
+            Ok(made) => {
+                tracing::info!(controller = "disruption", nodeclaim = %made.name_any(), nodepool = %r.node_pool, instance_types = ?r.instance_type_options, "launched replacement");
+                crate::metrics::count_nodeclaim_created(cmd.method.reason_label(), &made);
+                launched.push(made.name_any());
+            }
+            Err(e) => {
+                // A replacement whose creation response was lost carries the marker: the next
+                // pass rolls it back.
+                rollback(ctx, cmd, &launched).await;
+                return Err(e.into());
+            }
+        }
+    }
+    if !launched.is_empty() {
+        for node in &cmd.candidates {
+            event_on(
+                ctx,
+                cluster,
+                node,
+                EventType::Normal,
+                "DisruptionLaunching",
+                &format!(
+                    "Launching NodeClaim: {} ({})",
+                    cmd.reason,
+                    launched.join(", ")
+                ),
+            )
+            .await;
+        }
+    }
+    complete(ctx, cluster, cmd, &launched, &pods_before).await
+}
+
+/// The rest of a command once its replacements exist: wait for them to initialize, taint the
+/// candidates, wait the validation delay, re-validate, delete the candidates and clear the
+/// replacements' marker. Rolls back whatever does not hold. Returns whether the candidates were
+/// deleted.
+pub(super) async fn complete(
+    ctx: &Context,
+    cluster: &Snapshot,
+    cmd: &Command,
+    launched: &[String],
+    pods_before: &BTreeMap<String, usize>,
+) -> Result<bool, Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    if let Err(why) = wait_initialized(ctx, launched).await {
+        queue_failure(cmd);
+        abandon(ctx, cluster, cmd, launched, &why).await;
+        return Ok(false);
+    }
+    tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "replacements initialized; tainting candidates");
+    let reason = recorded_reason(cmd.method);
+    for node in &cmd.candidates {
+        let current = ctx.state.nodes.get(&ObjectRef::<Node>::new(node));
+        let mut tainted = match current {
+            Some(n) => termination::taint_node(ctx, &n).await,
+            None => Ok(()),
+        };
+        if tainted.is_ok()
+            && let Some(claim) = claim_of(cluster, node)
+        {
+            tainted = mark_reason(ctx, &claim.name_any(), &reason).await;
+        }
+        if let Err(e) = tainted {
+            rollback(ctx, cmd, launched).await;
+            return Err(e);
+        }
+    }
+    tokio::time::sleep(ctx.intervals.validation_delay).await;
+    let (fresh_cluster, fresh, nominated) = current_state(ctx).await;
+    let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
+        Some(c) => Err(format!("node {c} is nominated for pending pods")),
+        None => validation::validate(&fresh, cmd, pods_before, ctx.clock.now()),
+    };
+    if let Err(why) = validated {
+        METRICS
+            .voluntary_disruption_failed_validations_total
+            .with_label_values(&[cmd.method.consolidation_type()])
+            .inc();
+        abandon(ctx, cluster, cmd, launched, &why).await;
+        return Ok(false);
+    }
+    tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "command still valid; deleting candidates");
+    for node in &cmd.candidates {
+        let Some(claim) = claim_of(&fresh_cluster, node) else {
+            continue;
+        };
+        event_on(
+            ctx,
+            cluster,
+            node,
+            EventType::Normal,
+            "DisruptionTerminating",
+            &format!("Disrupting Node: {}/{:?}", cmd.reason, cmd.method),
+        )
+        .await;
+        if let Err(e) = delete_claim(&api, &claim.name_any()).await {
+            rollback(ctx, cmd, launched).await;
+            return Err(e);
+        }
+        count_disrupted(&fresh, &fresh_cluster, cmd.method, node, claim);
+    }
+    clear_markers(&api, launched).await?;
+    Ok(true)
+}
+
+/// Gives up on a command: an event saying why, then [`rollback`].
+pub(super) async fn abandon(
+    ctx: &Context,
+    cluster: &Snapshot,
+    cmd: &Command,
+    launched: &[String],
+    why: &str,
+) {
+    tracing::info!(controller = "disruption", command = ?cmd.candidates, reason = %why, "abandoning disruption command");
+    for node in &cmd.candidates {
+        event_on(
+            ctx,
+            cluster,
+            node,
+            EventType::Normal,
+            "DisruptionBlocked",
+            &format!("Cannot disrupt Node: {why}"),
+        )
+        .await;
+    }
+    rollback(ctx, cmd, launched).await;
+}
+
+/// Undoes a command that will not complete: the candidates not being deleted lose the
+/// disruption taint and their `DisruptionReason`, replacements no pod has moved to yet are
+/// deleted and the others lose their marker. Failures are logged; the next pass clears whatever
+/// is left behind (taints and conditions of nodes no command holds, markers of commands no
+/// controller runs).
+pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for node in &cmd.candidates {
+        let Some(n) = ctx.state.nodes.get(&ObjectRef::<Node>::new(node)) else {
+            continue;
+        };
+        let claim = crate::controllers::nodeclaim::claim_of_node(&ctx.state.nodeclaims, &n);
+        let deleting = match &claim {
+            Some(name) => api
+                .get_opt(name)
+                .await
+                .map(|c| c.is_none_or(|c| c.metadata.deletion_timestamp.is_some())),
+            None => Ok(false),
+        };
+        match deleting {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(controller = "disruption", node = %node, error = %e, "could not read the candidate's NodeClaim; the next pass untaints it");
+                continue;
+            }
+        }
+        if let Err(e) = termination::untaint_node(ctx, &n).await {
+            tracing::warn!(controller = "disruption", node = %node, error = %e, "could not remove the disruption taint");
+        }
+        if let Some(name) = claim
+            && let Err(e) = termination::update_conditions(ctx, &name, |c| {
+                let before = c.len();
+                c.retain(|c| c.type_ != DISRUPTION_REASON);
+                c.len() != before
+            })
+            .await
+        {
+            tracing::warn!(controller = "disruption", nodeclaim = %name, error = %e, "could not clear the disruption reason");
+        }
+    }
+    let mut keep = Vec::new();
+    for name in launched {
+        let node_name = ctx
+            .state
+            .nodeclaims
+            .get(&ObjectRef::new(name))
+            .and_then(|c| c.status.as_ref()?.node_name.clone());
+        let used = node_name.is_some_and(|n| {
+            ctx.state.pods.state().iter().any(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.as_str())
+                    && !crate::snapshot::is_daemon_pod(&p.metadata)
+            })
+        });
+        if used {
+            keep.push(name.clone());
+            continue;
+        }
+        if let Err(e) = delete_claim(&api, name).await {
+            tracing::warn!(controller = "disruption", nodeclaim = %name, error = %e, "could not delete an unused replacement");
+        }
+    }
+    if let Err(e) = clear_markers(&api, &keep).await {
+        tracing::warn!(controller = "disruption", error = %e, "could not clear the marker of kept replacements");
+    }
+}
+
+/// Whether the cache shows the replacement Initialized, and its Node too (initialized label, no
+/// unregistered taint): the two watches deliver independently, and a Node still showing its
+/// registration taint would make the validation's simulation find no room on it.
+pub(super) fn replacement_ready(ctx: &Context, claim: &NodeClaim) -> bool {
+    let status = claim.status.as_ref();
+    if !status.is_some_and(|s| conditions::is_true(&s.conditions, INITIALIZED)) {
+        return false;
+    }
+    let Some(node) = status
+        .and_then(|s| s.node_name.as_deref())
+        .and_then(|n| ctx.state.nodes.get(&ObjectRef::new(n)))
+    else {
+        return false;
+    };
+    node.labels().get(labels::INITIALIZED).map(String::as_str) == Some("true")
+        && !node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY))
+}
+
+/// Waits until every replacement NodeClaim is Initialized; fails if one is deleted (it could
+/// not launch) or the timeout passes.
+pub(super) async fn wait_initialized(ctx: &Context, names: &[String]) -> Result<(), String> {
+    let start = tokio::time::Instant::now();
+    let timeout = ctx.intervals.replacement_timeout;
+    loop {
+        let mut pending = None;
+        for name in names {
+            match ctx.state.nodeclaims.get(&ObjectRef::new(name)) {
+                Some(c) if c.metadata.deletion_timestamp.is_some() => {
+                    return Err(format!("replacement NodeClaim {name} is being deleted"));
+                }
+                Some(c) if replacement_ready(ctx, &c) => {}
+                _ => pending = Some(name),
+            }
+        }
+        let Some(name) = pending else {
+            return Ok(());
+        };
+        if start.elapsed() > timeout {
+            return Err(format!(
+                "replacement NodeClaim {name} did not initialize within {timeout:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -1,0 +1,260 @@
+//! The disruption controller: the async shell around [`crate::disruption::evaluate_with`].
+//!
+//! Every poll period (at once after acting) it snapshots the cluster, asks the pure engine what
+//! to disrupt and carries out one command at a time, as upstream's queue does: launch the
+//! replacements and wait until they are Initialized, taint the candidates
+//! `karpenter.sh/disrupted:NoSchedule` (recording the reason in their `DisruptionReason`
+//! condition), wait the validation delay and check the command still holds — candidates,
+//! budgets and a fresh scheduling simulation — then delete the candidates' NodeClaims
+//! (termination drains them). A failed or stale command is rolled back: the taint and the
+//! condition come off and unused replacements are deleted.
+//!
+//! Nothing is remembered between passes but what is on the objects. Replacements carry
+//! [`COMMAND_ANNOTATION`], naming the command (method, reason, candidates) they were launched
+//! for; commands run to completion inside one pass, so a replacement still carrying it at the
+//! start of a pass belongs to a command whose controller died: the pass finishes that command
+//! (re-validating it first) or rolls it back, then takes the disruption taint off every node no
+//! command holds. Expiration commands are forceful: their NodeClaims are deleted at once.
+//!
+//! The pass (decide, report budgets, pick the command) is here; carrying a command out is in
+//! `command`, resuming or rolling back a dead controller's command in `resume`, and the events
+//! and disruption counts in `events`.
+//!
+//! Metrics as upstream's: `karpenter_voluntary_disruption_*`,
+//! `karpenter_nodepools_allowed_disruptions` and `_nodes_consuming_budgets`,
+//! `karpenter_nodeclaims_disrupted_total`, `karpenter_pods_disruption_initiated_total` and the
+//! Balanced policy's `karpenter_consolidation_*`.
+
+mod command;
+mod events;
+mod resume;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use kube::ResourceExt;
+
+use crate::apis::NodeClaim;
+use crate::apis::nodepool::DisruptionReason;
+use crate::controllers::pod_annotations::InvalidAnnotations;
+use crate::disruption::state::State;
+use crate::disruption::{self, Command, Method, budgets};
+use crate::metrics::METRICS;
+use crate::runtime::panics::guarded_pass;
+use crate::runtime::{Context, Error};
+use crate::scheduling::scheduler::{self, Input, Placement};
+use crate::snapshot::Snapshot;
+
+pub use events::{BLOCKED_EVENT_INTERVAL, BlockedEvents};
+pub use resume::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
+
+use command::{execute, expire};
+use events::report_blocked;
+use resume::untaint_orphans;
+
+/// Runs until the task is dropped.
+pub async fn run(ctx: Arc<Context>) {
+    ctx.state.wait_synced().await;
+    let mut reported = BlockedEvents::default();
+    let mut invalid = InvalidAnnotations::default();
+    loop {
+        let pass = async {
+            invalid.report(&ctx).await;
+            once(&ctx, &mut reported).await
+        };
+        // A pass that panics is dropped where it stood: a command it had not finished validating
+        // is never carried out, and the next pass resumes or rolls back what it left.
+        let acted = match guarded_pass("disruption", &ctx, pass).await {
+            Some(Ok(acted)) => acted,
+            Some(Err(e)) => {
+                tracing::warn!(controller = "disruption", error = %e, "disruption pass failed; will retry");
+                false
+            }
+            None => false,
+        };
+        // After acting, give the caches a moment to show what was done before deciding again.
+        let poll = ctx.intervals.disruption_poll;
+        tokio::time::sleep(if acted {
+            poll.min(Duration::from_secs(1))
+        } else {
+            poll
+        })
+        .await;
+    }
+}
+
+/// The engine's state of the cluster now, with the instance types the provider offers, and the
+/// nodes nominated for pending pods.
+async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
+    let cluster = ctx.state.snapshot();
+    let types = crate::controllers::provisioning::instance_types(ctx, &cluster).await;
+    let prepared = crate::snapshot::scheduling_input::prepare(&cluster, &types, &ctx.options);
+    let nominated = nominated(&prepared.input);
+    let state = crate::snapshot::disruption_input::disruption_state(
+        &cluster,
+        prepared.input.nodepools,
+        ctx.options.scheduler,
+        ctx.clock.now(),
+    );
+    (cluster, state, nominated)
+}
+
+/// Nodes the provisioner's simulation places pending pods on. kube-scheduler is about to bind
+/// those pods there (typically to a node that just came up for them), so such a node is not
+/// empty or underused, only early — upstream calls it nominated and leaves it alone.
+pub fn nominated(input: &Input) -> BTreeSet<String> {
+    if input.pods.is_empty() {
+        return BTreeSet::new();
+    }
+    scheduler::solve(input)
+        .placements
+        .iter()
+        .filter_map(|p| match p {
+            Some(Placement::Existing(n)) => input.existing.get(*n).map(|e| e.name.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The NodeClaim of the Node named `node`.
+fn claim_of<'a>(cluster: &'a Snapshot, node: &str) -> Option<&'a NodeClaim> {
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node))?;
+    crate::snapshot::joins::claim_of(&cluster.nodeclaims, node)
+}
+
+/// `karpenter_nodepools_allowed_disruptions` (the tightest active budget's node count, as
+/// upstream reports it) and `karpenter_nodepools_nodes_consuming_budgets`, per pool and reason.
+fn report_budgets(state: &State, now: DateTime<Utc>) {
+    for pool in &state.nodepools {
+        let name = pool.name_any();
+        let (total, disrupting) = state
+            .nodes
+            .iter()
+            .filter(|n| n.nodepool.as_deref() == Some(name.as_str()))
+            .fold((0u32, 0u32), |(t, d), n| {
+                (t + 1, d + u32::from(n.disrupting))
+            });
+        for reason in DisruptionReason::ALL {
+            let a = budgets::allowance(pool, reason, total, disrupting, now);
+            let reason = reason.to_string();
+            // No active budget limits the reason: upstream reports MaxInt32.
+            let limit = if a.limit == u32::MAX {
+                f64::from(i32::MAX)
+            } else {
+                f64::from(a.limit)
+            };
+            METRICS
+                .nodepools_allowed_disruptions
+                .with_label_values(&[&name, &reason])
+                .set(limit);
+            METRICS
+                .nodepools_nodes_consuming_budgets
+                .with_label_values(&[&name, &reason])
+                .set(f64::from(disrupting));
+        }
+    }
+}
+
+/// Evaluates the engine, timing each voluntary method, and reports the evaluation metrics.
+fn decide(ctx: &Context, state: &State, now: DateTime<Utc>) -> disruption::Decision {
+    let decision = disruption::evaluate_with(
+        state,
+        now,
+        ctx.options.disruption,
+        &mut |method, compute| {
+            let start = Instant::now();
+            let found = compute();
+            METRICS
+                .voluntary_disruption_decision_evaluation_duration_seconds
+                .with_label_values(&[method.reason_label(), method.consolidation_type()])
+                .observe(start.elapsed().as_secs_f64());
+            found
+        },
+    );
+    for (method, count) in &decision.eligible {
+        METRICS
+            .voluntary_disruption_eligible_nodes
+            .with_label_values(&[method.reason_label()])
+            .set(*count as f64);
+    }
+    for m in &decision.scored {
+        let verdict = if m.approved { "approved" } else { "rejected" };
+        let labels = [verdict, m.nodepool.as_str(), "Balanced"];
+        METRICS
+            .consolidation_score
+            .with_label_values(&labels)
+            .observe(m.score);
+        METRICS
+            .consolidation_moves_total
+            .with_label_values(&labels)
+            .inc();
+    }
+    decision
+}
+
+/// One pass: finish or roll back commands a dead controller left, clear stale taints,
+/// evaluate, carry out the commands. Returns whether it acted.
+///
+/// `reported` remembers the `DisruptionBlocked` events sent, so that a node's reason is reported
+/// once (and a changing one at most every [`BLOCKED_EVENT_INTERVAL`]).
+pub async fn once(ctx: &Context, reported: &mut BlockedEvents) -> Result<bool, Error> {
+    let (cluster, state, nominated) = current_state(ctx).await;
+    let now = ctx.clock.now();
+    report_budgets(&state, now);
+    if resume_commands(ctx, &cluster).await? {
+        return Ok(true);
+    }
+    untaint_orphans(ctx, &cluster).await?;
+    let decision = decide(ctx, &state, now);
+    report_blocked(ctx, &cluster, &decision.blocked, reported).await;
+    let mut acted = false;
+    for cmd in &decision.commands {
+        let early: Vec<&String> = cmd
+            .candidates
+            .iter()
+            .filter(|c| nominated.contains(*c))
+            .collect();
+        if cmd.method != Method::Expiration && !early.is_empty() {
+            tracing::debug!(controller = "disruption", nodes = ?early, "candidates are nominated for pending pods; not disrupting them now");
+            continue;
+        }
+        let result = if cmd.method == Method::Expiration {
+            expire(ctx, &cluster, &state, cmd).await
+        } else {
+            execute(ctx, &cluster, &state, cmd).await
+        };
+        match result {
+            Ok(done) => acted |= done,
+            Err(e) => {
+                queue_failure(cmd);
+                tracing::warn!(controller = "disruption", command = ?cmd.candidates, error = %e, "disruption command failed")
+            }
+        }
+    }
+    Ok(acted)
+}
+
+/// `delete` when a command only removes nodes, `replace` when it launches replacements.
+fn decision_label(cmd: &Command) -> &'static str {
+    if cmd.replacements.is_empty() {
+        "delete"
+    } else {
+        "replace"
+    }
+}
+
+fn queue_failure(cmd: &Command) {
+    METRICS
+        .voluntary_disruption_queue_failures_total
+        .with_label_values(&[
+            decision_label(cmd),
+            cmd.method.reason_label(),
+            cmd.method.consolidation_type(),
+        ])
+        .inc();
+}
