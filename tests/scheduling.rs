@@ -214,6 +214,48 @@ fn the_nodes_limit_caps_nodeclaims() {
 }
 
 #[test]
+fn a_limit_of_zero_stops_the_pool() {
+    for limits in ["  limits: {nodes: \"0\"}", "  limits: {cpu: \"0\"}", "  limits: {memory: 0Gi}"] {
+        let report = run(&[
+            NODECLASS.into(),
+            nodepool("stopped", limits, ""),
+            deployment("app", 2, "1", ""),
+        ]);
+        assert!(report.nodeclaims.is_empty(), "{limits}: {:#?}", report.nodeclaims);
+        assert_eq!(report.unschedulable.len(), 2, "{limits}");
+    }
+}
+
+#[test]
+fn a_node_that_reports_only_allocatable_counts_against_the_limits() {
+    let node = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: ip-10-0-1-1.ec2.internal
+  labels:
+    kubernetes.io/hostname: ip-10-0-1-1.ec2.internal
+    kubernetes.io/arch: amd64
+    topology.kubernetes.io/zone: us-east-1a
+    node.kubernetes.io/instance-type: m5.xlarge
+    karpenter.sh/capacity-type: on-demand
+    karpenter.sh/nodepool: capped
+status:
+  allocatable: {cpu: 3920m, memory: 15Gi, pods: "58"}
+  conditions: [{type: Ready, status: "True"}]
+"#;
+    // 3.92 of the 4 CPUs are used: a 4-CPU pod cannot get a new node.
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool("capped", "  limits: {cpu: \"4\"}", ""),
+        node.into(),
+        deployment("big", 1, "3500m", ""),
+    ]);
+    assert!(report.nodeclaims.is_empty(), "{:#?}", report.nodeclaims);
+    assert_eq!(report.unschedulable.len(), 1);
+}
+
+#[test]
 fn the_higher_weight_nodepool_wins_even_when_pricier() {
     let report = run(&[
         NODECLASS.into(),

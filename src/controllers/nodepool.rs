@@ -29,7 +29,7 @@ use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::metrics::METRICS;
 use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
-use crate::scheduling::resources::Resources;
+use crate::scheduling::resources::{Resources, parse_quantity};
 
 /// `ValidationSucceeded=False`'s reason, as upstream's.
 const VALIDATION_FAILED: &str = "NodePoolValidationFailed";
@@ -145,6 +145,13 @@ pub fn runtime_validate(pool: &NodePool) -> Result<(), String> {
             } else {
                 seen.push(pair);
             }
+        }
+    }
+    for (resource, quantity) in pool.spec.limits.iter().flatten() {
+        if let Err(e) = parse_quantity(resource, &quantity.0) {
+            problems.push(format!(
+                "spec.limits.{resource}: {e}; give a whole amount such as \"100\" or \"1000Gi\""
+            ));
         }
     }
     for r in &spec.requirements {

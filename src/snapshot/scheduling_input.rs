@@ -18,7 +18,7 @@ use crate::catalog::Catalog;
 use crate::scheduling::instance_type::{InstanceType, NodeClassSettings};
 use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
-use crate::scheduling::resources::Resources;
+use crate::scheduling::resources::{Resources, parse_quantity};
 use crate::scheduling::scheduler::{self, ExistingNode, Input, NodePoolTemplate, PoolCache};
 use crate::scheduling::taints::taint_from_k8s;
 use crate::snapshot::{ClusterPod, Snapshot};
@@ -209,9 +209,12 @@ pub fn prepare(
             .as_ref()
             .and_then(|l| l.get(labels::NODEPOOL))
         {
+            // A Node always reports capacity; a hand-written one may give only allocatable,
+            // which still counts against the pool's limits.
+            let status = node.status.as_ref();
             let entry = usage.entry(pool.clone()).or_default();
             entry.0.add(&node_resources(
-                node.status.as_ref().and_then(|s| s.capacity.as_ref()),
+                status.and_then(|s| s.capacity.as_ref().or(s.allocatable.as_ref())),
             ));
             entry.1 += 1;
         }
@@ -304,23 +307,17 @@ pub fn prepare(
             }
         }
         let (used, used_nodes) = usage.get(&name).cloned().unwrap_or_default();
-        let limits_list = pool
-            .spec
-            .limits
-            .as_ref()
-            .and_then(|l| Resources::from_list(l).ok());
+        // Entry by entry, so a limit of 0 stays a limit (it stops the pool) and an amount that
+        // does not parse blocks the pool rather than lifting every limit
+        // (`runtime_validate` reports it).
         let mut limits = Vec::new();
         let mut nodes_limit = None;
-        if let Some(l) = &limits_list {
-            for (resource, amount) in l.iter() {
-                if resource == "nodes" {
-                    nodes_limit = Some(amount.saturating_sub(used_nodes));
-                } else {
-                    limits.push((
-                        resource.to_string(),
-                        amount.saturating_sub(used.get(resource)),
-                    ));
-                }
+        for (resource, quantity) in pool.spec.limits.iter().flatten() {
+            let amount = parse_quantity(resource, &quantity.0).unwrap_or(0);
+            if resource == "nodes" {
+                nodes_limit = Some(amount.saturating_sub(used_nodes));
+            } else {
+                limits.push((resource.clone(), amount.saturating_sub(used.get(resource))));
             }
         }
         nodepools.push(NodePoolTemplate {
