@@ -51,6 +51,9 @@ pub struct Prepared {
     pub invalid_pods: Vec<Unschedulable>,
     /// NodePools left out.
     pub skipped_pools: Vec<NodePoolReport>,
+    /// The static NodePools' templates (requirements, instance types, limits), which take no
+    /// pending pods: for their own NodeClaims and drift replacements.
+    pub static_templates: Vec<NodePoolTemplate>,
 }
 
 /// Requirements a NodePool's template imposes, with upstream's implicit ones.
@@ -255,16 +258,22 @@ pub fn prepare(
     }
 
     let mut nodepools = Vec::new();
+    let mut static_templates = Vec::new();
     for pool in &cluster.nodepools {
         let name = pool.metadata.name.clone().unwrap_or_default();
-        if pool.spec.replicas.is_some() {
+        // A static pool keeps its own NodeClaims (`static_pools`); its template is kept apart
+        // for what needs its instance types (simulate, drift replacements), never for pods.
+        let is_static = super::static_pools::is_static(pool);
+        if is_static {
             skipped_pools.push(NodePoolReport {
-                name,
-                reason: "static NodePool (spec.replicas set): not used for pending pods".into(),
+                name: name.clone(),
+                reason: "static NodePool (spec.replicas set): keeps spec.replicas NodeClaims, not used for pending pods".into(),
             });
-            continue;
         }
         let Some(nodeclass) = cluster.nodeclass_of(pool) else {
+            if is_static {
+                continue;
+            }
             let r = &pool.spec.template.spec.node_class_ref;
             skipped_pools.push(NodePoolReport {
                 name,
@@ -323,7 +332,7 @@ pub fn prepare(
                 }
             }
         }
-        nodepools.push(NodePoolTemplate {
+        let template = NodePoolTemplate {
             name: Arc::from(name.as_str()),
             weight: pool.spec.weight.unwrap_or(0),
             requirements,
@@ -334,7 +343,12 @@ pub fn prepare(
             limits,
             nodes_limit,
             cache,
-        });
+        };
+        if is_static {
+            static_templates.push(template);
+        } else {
+            nodepools.push(template);
+        }
     }
 
     let mut existing = Vec::new();
@@ -427,7 +441,12 @@ pub fn prepare(
         let name = claim.metadata.name.clone().unwrap_or_default();
         let pool = node_labels.get(labels::NODEPOOL).cloned();
         let daemon = pool
-            .and_then(|p| nodepools.iter().find(|t| t.name.as_ref() == p))
+            .and_then(|p| {
+                nodepools
+                    .iter()
+                    .chain(&static_templates)
+                    .find(|t| t.name.as_ref() == p)
+            })
             .map(|t| t.daemon_overhead.clone())
             .unwrap_or_default();
         node_labels.insert(labels::HOSTNAME.into(), name.clone());
@@ -484,6 +503,7 @@ pub fn prepare(
         },
         invalid_pods,
         skipped_pools,
+        static_templates,
     }
 }
 
