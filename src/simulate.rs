@@ -381,6 +381,7 @@ fn provisioned(
         options.scheduler,
         now,
     );
+    state.static_templates = prepared.static_templates;
     apply_provisioning(&mut state, &report, now);
     (report, state)
 }
