@@ -801,6 +801,28 @@ spec:
             "consolidationPolicy to WhenEmptyOrUnderutilized",
         ),
         (
+            "static NodePool",
+            vec![
+                static_pool(1, "", "blue"),
+                node("n1", "fixed", "m5.8xlarge", "on-demand", 24, ""),
+                web(),
+            ],
+            Cause::Policy,
+            "its NodePool is static (spec.replicas)",
+            "lower the static NodePool's spec.replicas",
+        ),
+        (
+            "static NodePool at its node limit",
+            vec![
+                static_pool(1, "  limits: {nodes: \"1\"}\n", "green"),
+                node("n1", "fixed", "m5.8xlarge", "on-demand", 24, ""),
+                web(),
+            ],
+            Cause::Budget,
+            "at its node limit",
+            "raise the NodePool's spec.limits.nodes",
+        ),
+        (
             "not initialized",
             vec![nodepool("default", CONSOLIDATE, ""), uninitialized, web()],
             Cause::NotInitialized,

@@ -1310,6 +1310,11 @@ fn a_static_nodepool_shows_its_replicas_and_pending_pods_may_land_on_them() {
     assert!(on.placements.values().all(|n| n.starts_with("fixed-")));
     assert_eq!(on.placements.len(), 2);
     assert!(on.cost.new_per_hour > 0.0);
+    assert!(
+        on.nodepools.iter().all(|p| p.name != "fixed"),
+        "a static pool in use is not listed as unused: {:#?}",
+        on.nodepools
+    );
 
     // limits.nodes holds replicas back, and says so.
     let capped = run_static(
@@ -1336,7 +1341,7 @@ fn a_static_nodepool_shows_its_replicas_and_pending_pods_may_land_on_them() {
     assert!(
         off.nodepools
             .iter()
-            .any(|p| p.name == "fixed" && p.reason.contains("static NodePool")),
+            .any(|p| p.name == "fixed" && p.reason.contains("StaticCapacity feature gate is off")),
         "{:#?}",
         off.nodepools
     );

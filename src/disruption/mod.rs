@@ -1010,11 +1010,17 @@ impl Cause {
             Cause::Protected => Some(
                 "remove the karpenter.sh/do-not-disrupt annotation, or let its duration run out; drift and expiration still proceed once the NodePool sets terminationGracePeriod".into(),
             ),
+            Cause::Budget if reason.contains("spec.limits.nodes") => Some(
+                "raise the NodePool's spec.limits.nodes above spec.replicas so a replacement can be staged".into(),
+            ),
             Cause::Budget => Some(
                 "wait for the disruptions in flight to finish, or raise the NodePool's spec.disruption.budgets for this reason (or widen its schedule)".into(),
             ),
             Cause::ConsolidateAfter => Some(
                 "wait for consolidateAfter to elapse without pod changes on the node, or lower the NodePool's spec.disruption.consolidateAfter".into(),
+            ),
+            Cause::Policy if reason.contains(STATIC_POOL) => Some(
+                "lower the static NodePool's spec.replicas (kubectl scale nodepool NAME --replicas N) to remove nodes".into(),
             ),
             Cause::Policy => Some(
                 "set the NodePool's spec.disruption.consolidationPolicy to WhenEmptyOrUnderutilized".into(),

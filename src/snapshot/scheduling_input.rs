@@ -264,14 +264,14 @@ pub fn prepare(
         // A static pool keeps its own NodeClaims (`static_pools`); its template is kept apart
         // for what needs its instance types (simulate, drift replacements), never for pods.
         let is_static = super::static_pools::is_static(pool);
-        if is_static {
+        if is_static && !options.static_capacity {
             skipped_pools.push(NodePoolReport {
                 name: name.clone(),
-                reason: "static NodePool (spec.replicas set): keeps spec.replicas NodeClaims, not used for pending pods".into(),
+                reason: "static NodePool (spec.replicas set): the StaticCapacity feature gate is off, so it gets no NodeClaims".into(),
             });
         }
         let Some(nodeclass) = cluster.nodeclass_of(pool) else {
-            if is_static {
+            if is_static && !options.static_capacity {
                 continue;
             }
             let r = &pool.spec.template.spec.node_class_ref;
