@@ -24,9 +24,10 @@ use crate::snapshot::static_pools;
 /// The controller's name in logs and metrics.
 const CONTROLLER: &str = "static.nodepool";
 
-/// How often a pass runs without a change to the cluster (upstream requeues each minute; a
-/// NodeClaim whose launch failed is replaced sooner).
-const RESYNC: Duration = Duration::from_secs(10);
+/// How often a pass runs. The controller polls rather than sharing the provisioner's wake-up
+/// (`ClusterState::changed` wakes one waiter, and a batch it took would be lost to the
+/// provisioner); a pass without static pools reads only the NodePool cache.
+const PERIOD: Duration = Duration::from_secs(5);
 
 /// What one pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,15 +38,20 @@ pub struct Outcome {
     pub deleted: usize,
 }
 
-/// Runs until the task is dropped: a pass on every cluster change, and every [`RESYNC`].
+/// Runs until the task is dropped: a pass every [`PERIOD`] while a static NodePool exists.
 pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
-    let changed = ctx.state.changed.clone();
     loop {
-        if let Some(Err(e)) = guarded_pass(CONTROLLER, &ctx, once(&ctx)).await {
+        let any_static = ctx
+            .state
+            .nodepools
+            .state()
+            .iter()
+            .any(|p| static_pools::is_static(p));
+        if any_static && let Some(Err(e)) = guarded_pass(CONTROLLER, &ctx, once(&ctx)).await {
             tracing::error!(controller = CONTROLLER, error = %e, "static nodepool pass failed; will retry");
         }
-        let _ = tokio::time::timeout(RESYNC, changed.notified()).await;
+        tokio::time::sleep(PERIOD).await;
     }
 }
 
