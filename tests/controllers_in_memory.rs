@@ -863,6 +863,11 @@ async fn a_static_nodepool_keeps_its_replicas_from_its_template_and_scales_down_
     }
     env.create_namespaced(&builders::pod("web", &nodes[0].name_any()))
         .await;
+    // `status.nodes` (the scale subresource's status replicas) counts them.
+    let (resources, count) =
+        karpenter_rs::controllers::nodepool::pool_usage("fixed", &env.ctx.state.nodeclaims.state());
+    assert_eq!(count, 3);
+    assert_eq!(resources["nodes"].0, "3");
 
     // `kubectl scale nodepool fixed --replicas 1`.
     Api::<karpenter_rs::apis::NodePool>::all(env.ctx.client.clone())
