@@ -179,6 +179,8 @@ fn engine_options(
 ) -> anyhow::Result<EngineOptions> {
     let spot_to_spot = feature_gate(feature_gates, "SpotToSpotConsolidation")
         .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
+    let static_capacity = feature_gate(feature_gates, "StaticCapacity")
+        .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     Ok(EngineOptions {
         scheduler: Options {
             ignore_preferences: matches!(preference_policy, PreferencePolicy::Ignore),
@@ -186,6 +188,7 @@ fn engine_options(
             ..Options::default()
         },
         disruption: karpenter_rs::disruption::Options { spot_to_spot },
+        static_capacity,
     })
 }
 
@@ -346,6 +349,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 disruption: karpenter_rs::disruption::Options {
                     spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
                 },
+                static_capacity: settings.feature_gates.static_capacity,
             },
             eviction_client,
             observe_cluster_state: !settings.disable_cluster_state_observability,

@@ -23,10 +23,13 @@ use crate::disruption::{self, Blocked, Command};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
 use crate::scheduling::pod::Pod;
 use crate::scheduling::requirements::Requirements;
+use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{self, Placement};
+use crate::scheduling::static_capacity;
 use crate::snapshot::scheduling_input::{
-    NodePoolReport, Unschedulable, prepare, template_requirements,
+    NodePoolReport, Prepared, Unschedulable, prepare, template_requirements,
 };
+use crate::snapshot::static_pools;
 use crate::snapshot::{EngineOptions, Snapshot};
 
 /// What `simulate` decided, in the shape `--output json` prints.
@@ -182,13 +185,7 @@ impl Names {
 
 /// Runs provisioning on a cluster.
 pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) -> Report {
-    let prepared = prepare(cluster, catalog, options);
-    let outcome = scheduler::solve(&prepared.input);
-    let input = &prepared.input;
-    let mut placements = BTreeMap::new();
-    let mut nodeclaims = Vec::new();
-    let mut cost = Cost::default();
-    let mut option_lists: HashMap<(usize, &[u32]), OptionList> = HashMap::new();
+    let mut prepared = prepare(cluster, catalog, options);
     let mut names = Names::new(
         cluster
             .nodeclaims
@@ -200,8 +197,19 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
                     .iter()
                     .filter_map(|n| n.metadata.name.as_deref()),
             )
-            .chain(input.existing.iter().map(|n| n.name.as_ref())),
+            .chain(prepared.input.existing.iter().map(|n| n.name.as_ref())),
     );
+    let mut statics = if options.static_capacity {
+        add_static_nodeclaims(cluster, &mut prepared, &mut names)
+    } else {
+        Vec::new()
+    };
+    let outcome = scheduler::solve(&prepared.input);
+    let input = &prepared.input;
+    let mut placements = BTreeMap::new();
+    let mut nodeclaims = Vec::new();
+    let mut cost = Cost::default();
+    let mut option_lists: HashMap<(usize, &[u32]), OptionList> = HashMap::new();
     for (i, planned) in outcome.nodeclaims.iter().enumerate() {
         let pool = &input.nodepools[planned.nodepool];
         let name = names.next(&pool.name, &format!("{}/{i}", pool.name));
@@ -253,9 +261,29 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
     }
     for (i, placement) in outcome.placements.iter().enumerate() {
         if let Some(Placement::Existing(n)) = placement {
-            placements.insert(input.pods[i].key(), input.existing[*n].name.to_string());
+            let node = &input.existing[*n].name;
+            if let Some((claim, requests)) = statics.iter_mut().find(|(c, _)| *c.name == **node) {
+                claim.pods.push(input.pods[i].key());
+                requests.add(&input.pods[i].requests);
+            }
+            placements.insert(input.pods[i].key(), node.to_string());
         }
     }
+    let static_names: std::collections::HashSet<String> =
+        statics.iter().map(|(c, _)| c.name.clone()).collect();
+    let statics: Vec<NodeClaimReport> = statics
+        .into_iter()
+        .map(|(mut claim, requests)| {
+            claim.requests = requests
+                .to_list()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            cost.new_per_hour += claim.price;
+            claim
+        })
+        .collect();
+    nodeclaims.splice(0..0, statics);
     let by_name: HashMap<&str, &InstanceType> = input
         .nodepools
         .iter()
@@ -263,7 +291,11 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
         .map(|it| (it.name.as_ref(), it))
         .collect();
     let fallback = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
-    for node in &input.existing {
+    for node in input
+        .existing
+        .iter()
+        .filter(|n| !static_names.contains(n.name.as_ref()))
+    {
         let Some(t) = node.labels.get(labels::INSTANCE_TYPE) else {
             continue;
         };
@@ -306,11 +338,105 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
     }
 }
 
-/// The resolved instance type `name` of NodePool `pool`, as the state's templates know it.
+/// The NodeClaims the static NodePools would create now (the `StaticCapacity` gate on), as
+/// [`static_pools::decide`] counts them: each joins the scheduler's input as an in-flight node
+/// of the cheapest launchable option (so pending pods may land on it, as kube-scheduler would
+/// bind them) and is reported with the requests of its DaemonSet overhead, to which the pods
+/// placed on it are added. Pools that cannot reach their replicas are reported with the reason.
+fn add_static_nodeclaims(
+    cluster: &Snapshot,
+    prepared: &mut Prepared,
+    names: &mut Names,
+) -> Vec<(NodeClaimReport, Resources)> {
+    let mut out = Vec::new();
+    for template in &prepared.static_templates {
+        let Some(pool) = cluster
+            .nodepools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&*template.name))
+        else {
+            continue;
+        };
+        let mut problem = |reason: String| {
+            prepared.skipped_pools.push(NodePoolReport {
+                name: template.name.to_string(),
+                reason,
+            })
+        };
+        let decision = match static_pools::decide(cluster, pool) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                problem(e);
+                continue;
+            }
+            None => continue,
+        };
+        if decision.held_by_limit > 0 {
+            problem(format!(
+                "static NodePool: spec.limits.nodes keeps {} of its spec.replicas NodeClaims from being created",
+                decision.held_by_limit
+            ));
+        }
+        if decision.create == 0 {
+            continue;
+        }
+        let options = static_capacity::options(&template.instance_types, &template.requirements);
+        let Some((it, offering)) =
+            first_launch_choice(options.iter().copied(), &template.requirements)
+        else {
+            problem("static NodePool: no instance type of its EC2NodeClass fits spec.template.spec.requirements; widen them".into());
+            continue;
+        };
+        let option_list: OptionList = options.iter().map(|it| it.name.clone()).collect();
+        let mut node_labels = template.requirements.labels();
+        node_labels.extend(it.labels.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        node_labels.insert(labels::INSTANCE_TYPE.into(), it.name.to_string());
+        node_labels.insert(labels::ZONE.into(), offering.zone.to_string());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.into(),
+            offering.capacity_type.label().into(),
+        );
+        for i in 0..decision.create {
+            let name = names.next(&template.name, &format!("{}/static/{i}", template.name));
+            let mut own_labels = node_labels.clone();
+            own_labels.insert(labels::HOSTNAME.into(), name.clone());
+            prepared.input.existing.push(scheduler::ExistingNode {
+                name: Arc::from(name.as_str()),
+                labels: own_labels,
+                taints: template.taints.clone(),
+                allocatable: it.allocatable.clone(),
+                requested: template.daemon_overhead.clone(),
+                pods: Vec::new(),
+                initialized: false,
+                volume_limits: BTreeMap::new(),
+            });
+            out.push((
+                NodeClaimReport {
+                    name,
+                    node_pool: template.name.to_string(),
+                    instance_type: it.name.to_string(),
+                    capacity_type: offering.capacity_type.label().to_string(),
+                    zone: offering.zone.to_string(),
+                    price: offering.price,
+                    instance_type_options: option_list.clone(),
+                    pods: Vec::new(),
+                    requests: BTreeMap::new(),
+                    min_values_relaxed: false,
+                },
+                template.daemon_overhead.clone(),
+            ));
+        }
+    }
+    out
+}
+
+/// The resolved instance type `name` of NodePool `pool`, as the state's templates (static
+/// pools' included) know it.
 fn instance_type_of(state: &State, pool: &str, name: &str) -> Option<InstanceType> {
     state
         .templates
         .iter()
+        .chain(&state.static_templates)
         .find(|t| t.name.as_ref() == pool)?
         .instance_types
         .iter()
@@ -381,6 +507,7 @@ fn provisioned(
         options.scheduler,
         now,
     );
+    state.static_templates = prepared.static_templates;
     apply_provisioning(&mut state, &report, now);
     (report, state)
 }

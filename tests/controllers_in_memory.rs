@@ -28,6 +28,7 @@ use karpenter_rs::controllers::nodeclaim::termination;
 use karpenter_rs::controllers::nodeclaim::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 use karpenter_rs::controllers::pod_annotations::{INVALID_DO_NOT_DISRUPT, InvalidAnnotations};
 use karpenter_rs::controllers::provisioning::{BatchWindow, Provisioner};
+use karpenter_rs::controllers::static_pools;
 use karpenter_rs::disruption::Method;
 use karpenter_rs::runtime::panics::{guarded, guarded_pass};
 use karpenter_rs::runtime::untyped;
@@ -776,4 +777,151 @@ async fn a_node_a_pdb_holds_gets_one_disruption_blocked_event_naming_the_pdb_and
     env.advance(BLOCKED_EVENT_INTERVAL * 10);
     once(&env.ctx, &mut reported).await.expect("pass");
     assert_eq!(blocked_events(&env).await, expected);
+}
+
+/// The NodeClaims of NodePool `pool`, by name, and which of them are being deleted.
+async fn claims_of(env: &Env, pool: &str) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = Api::<NodeClaim>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("nodeclaims")
+        .items
+        .into_iter()
+        .filter(|c| c.labels().get(labels::NODEPOOL).map(String::as_str) == Some(pool))
+        .map(|c| (c.name_any(), deleting(&c)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Takes a NodeClaim the static controller created through launch, registration and
+/// initialization, as `Env::running` does for one a test creates.
+async fn bring_up(env: &Env, name: &str) -> Node {
+    env.reconcile(name).await;
+    env.reconcile(name).await;
+    let node = env.join(&env.claim(name).await).await;
+    env.reconcile(name).await;
+    env.reconcile(name).await;
+    assert!(has_condition(&env.claim(name).await, INITIALIZED, TRUE));
+    env.get(&node.name_any())
+        .await
+        .expect("the registered Node")
+}
+
+#[tokio::test]
+async fn a_static_nodepool_keeps_its_replicas_from_its_template_and_scales_down_the_emptiest() {
+    let env = Env::new().await;
+    env.create(&builders::static_nodepool("fixed", 3, None))
+        .await;
+
+    let created = static_pools::once(&env.ctx).await.expect("pass");
+    assert_eq!(
+        created,
+        static_pools::Outcome {
+            created: 3,
+            deleted: 0
+        }
+    );
+    let claims = claims_of(&env, "fixed").await;
+    assert_eq!(claims.len(), 3);
+    // Built from the template with no pods: its labels, taints and expireAfter, every instance
+    // type it allows cheapest first, no requests.
+    let claim = env.claim(&claims[0].0).await;
+    assert_eq!(claim.labels()["example.com/tier"], "static");
+    assert_eq!(claim.spec.taints.len(), 1);
+    assert_eq!(claim.spec.taints[0].key, "example.com/static");
+    assert_eq!(
+        serde_json::to_value(&claim.spec.expire_after).expect("json"),
+        json!("720h")
+    );
+    let types = claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == labels::INSTANCE_TYPE)
+        .map(|r| r.values.clone())
+        .unwrap_or_default();
+    assert_eq!(types, ["m5.large", "m5.xlarge"]);
+    assert!(
+        claim
+            .spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .is_none_or(|r| r.is_empty())
+    );
+    assert_eq!(
+        static_pools::once(&env.ctx).await.expect("pass"),
+        static_pools::Outcome::default(),
+        "a pool at its replicas is left alone"
+    );
+
+    // All three run; one holds a workload pod.
+    let mut nodes = Vec::new();
+    for (name, _) in &claims {
+        nodes.push(bring_up(&env, name).await);
+    }
+    env.create_namespaced(&builders::pod("web", &nodes[0].name_any()))
+        .await;
+    // `status.nodes` (the scale subresource's status replicas) counts them.
+    let (resources, count) =
+        karpenter_rs::controllers::nodepool::pool_usage("fixed", &env.ctx.state.nodeclaims.state());
+    assert_eq!(count, 3);
+    assert_eq!(resources["nodes"].0, "3");
+
+    // `kubectl scale nodepool fixed --replicas 1`.
+    Api::<karpenter_rs::apis::NodePool>::all(env.ctx.client.clone())
+        .patch(
+            "fixed",
+            &Default::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect("scale");
+    assert_eq!(static_pools::once(&env.ctx).await.expect("pass").deleted, 2);
+    let after = claims_of(&env, "fixed").await;
+    let kept: Vec<&str> = after
+        .iter()
+        .filter(|(_, d)| !d)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(kept, [claims[0].0.as_str()], "the node with the pod stays");
+    // Deleting ones still count: no NodeClaim is created while they drain.
+    assert_eq!(
+        static_pools::once(&env.ctx).await.expect("pass"),
+        static_pools::Outcome::default()
+    );
+}
+
+#[tokio::test]
+async fn limits_nodes_caps_a_static_nodepool_below_its_replicas() {
+    let env = Env::new().await;
+    env.create(&builders::static_nodepool("capped", 3, Some("2")))
+        .await;
+    assert_eq!(static_pools::once(&env.ctx).await.expect("pass").created, 2);
+    assert_eq!(static_pools::once(&env.ctx).await.expect("pass").created, 0);
+    assert_eq!(claims_of(&env, "capped").await.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_static_nodepools_empty_nodes_are_not_consolidated() {
+    let env = Env::new().await;
+    env.create(&builders::static_nodepool("fixed", 2, None))
+        .await;
+    static_pools::once(&env.ctx).await.expect("pass");
+    let claims = claims_of(&env, "fixed").await;
+    for (name, _) in &claims {
+        bring_up(&env, name).await;
+    }
+    // An empty node of the dynamic pool, which the same settings consolidate at once.
+    env.running(&builders::nodeclaim("default-empty")).await;
+
+    let mut reported = BlockedEvents::default();
+    assert!(once(&env.ctx, &mut reported).await.expect("pass"));
+    assert!(deleting(&env.claim("default-empty").await));
+    assert_eq!(
+        claims_of(&env, "fixed").await,
+        claims,
+        "the static pool's empty nodes stay"
+    );
 }

@@ -801,6 +801,28 @@ spec:
             "consolidationPolicy to WhenEmptyOrUnderutilized",
         ),
         (
+            "static NodePool",
+            vec![
+                static_pool(1, "", "blue"),
+                node("n1", "fixed", "m5.8xlarge", "on-demand", 24, ""),
+                web(),
+            ],
+            Cause::Policy,
+            "its NodePool is static (spec.replicas)",
+            "lower the static NodePool's spec.replicas",
+        ),
+        (
+            "static NodePool at its node limit",
+            vec![
+                static_pool(1, "  limits: {nodes: \"1\"}\n", "green"),
+                node("n1", "fixed", "m5.8xlarge", "on-demand", 24, ""),
+                web(),
+            ],
+            Cause::Budget,
+            "at its node limit",
+            "raise the NodePool's spec.limits.nodes",
+        ),
+        (
             "not initialized",
             vec![nodepool("default", CONSOLIDATE, ""), uninitialized, web()],
             Cause::NotInitialized,
@@ -879,5 +901,82 @@ fn explain_node_says_drift_expiry_and_savings() {
     assert!(
         e.if_removed.contains("its pods need one new node") && e.if_removed.contains("saving $"),
         "{e}"
+    );
+}
+
+/// A static NodePool called `fixed` (`spec.replicas`, and `limits` when given) with the
+/// consolidation settings that would empty a dynamic pool's nodes at once.
+fn static_pool(replicas: u32, limits: &str, team: &str) -> String {
+    nodepool("fixed", CONSOLIDATE, "")
+        .replace(
+            "spec:\n  disruption:",
+            &format!("spec:\n  replicas: {replicas}\n{limits}  disruption:"),
+        )
+        .replace("team: blue", &format!("team: {team}"))
+}
+
+#[test]
+fn a_static_nodepools_nodes_are_not_emptied_or_consolidated() {
+    let docs = vec![
+        NODECLASS.to_string(),
+        static_pool(2, "", "blue"),
+        node("s1", "fixed", "m5.2xlarge", "on-demand", 24, ""),
+        node("s2", "fixed", "m5.2xlarge", "on-demand", 24, ""),
+        pod("web", "s2", "100m", "", ""),
+    ];
+    let r = run(&docs);
+    assert!(commands(&r).is_empty(), "{:#?}", commands(&r));
+    for n in ["s1", "s2"] {
+        assert!(
+            blocked_reason(&r, n).contains("its NodePool is static (spec.replicas)"),
+            "{n}: {}",
+            blocked_reason(&r, n)
+        );
+    }
+}
+
+#[test]
+fn a_drifted_static_node_is_replaced_from_the_template_before_it_goes() {
+    // Launched with team=blue; the pool now says green: both nodes drifted.
+    let docs = |replicas: u32, limits: &str| {
+        vec![
+            NODECLASS.to_string(),
+            static_pool(replicas, limits, "green"),
+            node("old", "fixed", "m5.large", "on-demand", 200, ""),
+            node("young", "fixed", "m5.large", "on-demand", 2, ""),
+            pod("web", "young", "100m", "", ""),
+        ]
+    };
+    let r = run(&docs(2, ""));
+    let cmds = commands(&r);
+    assert_eq!(cmds.len(), 1, "{cmds:#?}");
+    assert_eq!(cmds[0].method, Method::Drift);
+    assert_eq!(cmds[0].candidates, ["old"], "oldest first, one at a time");
+    // Empty, yet replaced: the pool keeps its replicas.
+    assert_eq!(cmds[0].replacements.len(), 1);
+    let replacement = &cmds[0].replacements[0];
+    assert_eq!(replacement.node_pool, "fixed");
+    assert!(!replacement.instance_type_options.is_empty());
+    assert_eq!(
+        replacement.instance_type_options[0], replacement.instance_type,
+        "the cheapest option first"
+    );
+
+    // At its node limit the pool cannot stage a replacement: the node stays.
+    let capped = run(&docs(2, "  limits: {nodes: \"2\"}\n"));
+    assert!(commands(&capped).is_empty(), "{:#?}", commands(&capped));
+    assert!(
+        blocked_reason(&capped, "old").contains("node limit"),
+        "{}",
+        blocked_reason(&capped, "old")
+    );
+
+    // Above its replicas, the scale-down goes first.
+    let shrinking = run(&docs(1, ""));
+    assert!(commands(&shrinking).is_empty());
+    assert!(
+        blocked_reason(&shrinking, "old").contains("scales down first"),
+        "{}",
+        blocked_reason(&shrinking, "old")
     );
 }

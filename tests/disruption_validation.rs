@@ -150,3 +150,30 @@ fn a_vanished_node_aborts() {
     cmd.candidates = vec!["elsewhere".into()];
     assert!(validate(&s, &cmd, &BTreeMap::new(), now()).is_err());
 }
+
+#[test]
+fn a_static_nodes_drift_goes_ahead_where_its_pods_fit_nowhere_else() {
+    // n1 drifted (the cloud provider says so); its pod has no room elsewhere (n2 is disrupted).
+    let drifted = |replicas: Option<i64>| {
+        let mut s = state_with(vec![pod("p", json!({}))], &[("n2", true)], "10");
+        s.nodes[0].claim = Some(karpenter_rs::disruption::state::ClaimFacts {
+            name: "n1".into(),
+            provider_drift: Some("AMIDrift".into()),
+            ..Default::default()
+        });
+        s.nodepools[0].spec.replicas = replicas;
+        s
+    };
+    let cmd = Command {
+        reason: "AMIDrift".into(),
+        ..command(Method::Drift)
+    };
+    let dynamic = drifted(None);
+    let err = validate(&dynamic, &cmd, &pods_to_move(&dynamic, &cmd), now()).expect_err("no room");
+    assert!(err.contains("no longer fit"), "{err}");
+    let fixed = drifted(Some(2));
+    assert_eq!(
+        validate(&fixed, &cmd, &pods_to_move(&fixed, &cmd), now()),
+        Ok(())
+    );
+}

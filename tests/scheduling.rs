@@ -1302,3 +1302,89 @@ spec:
     assert_eq!(zones.values().sum::<usize>(), 14, "{zones:?}");
     assert!(zones.values().all(|&n| (3..=4).contains(&n)), "{zones:?}");
 }
+
+/// Provisioning with the `StaticCapacity` gate set as given.
+fn run_static(docs: &[String], static_capacity: bool) -> Report {
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
+    let c = manifest::load(&parsed, chrono::Utc::now()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    simulate::simulate(
+        &c,
+        &catalog,
+        &EngineOptions {
+            static_capacity,
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn a_static_nodepool_shows_its_replicas_and_pending_pods_may_land_on_them() {
+    let fixed = nodepool(
+        "fixed",
+        "  replicas: 2\n  limits: {nodes: \"5\"}",
+        "        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.xlarge, m5.large]}",
+    );
+    let docs = [
+        NODECLASS.to_string(),
+        fixed.clone(),
+        nodepool("default", "", ""),
+        deployment("web", 2, "500m", ""),
+    ];
+    let on = run_static(&docs, true);
+    let static_claims: Vec<_> = on
+        .nodeclaims
+        .iter()
+        .filter(|c| c.node_pool == "fixed")
+        .collect();
+    assert_eq!(static_claims.len(), 2, "{:#?}", on.nodeclaims);
+    for c in &static_claims {
+        assert_eq!(c.instance_type, "m5.large", "the cheapest option");
+        assert_eq!(
+            &*c.instance_type_options,
+            ["m5.large".into(), "m5.xlarge".into()]
+        );
+        assert!(c.name.starts_with("fixed-"), "{}", c.name);
+    }
+    // kube-scheduler would bind the pending pods to the static nodes: nothing else is needed.
+    assert_eq!(on.nodeclaims.len(), 2, "{:#?}", on.nodeclaims);
+    assert!(on.placements.values().all(|n| n.starts_with("fixed-")));
+    assert_eq!(on.placements.len(), 2);
+    assert!(on.cost.new_per_hour > 0.0);
+    assert!(
+        on.nodepools.iter().all(|p| p.name != "fixed"),
+        "a static pool in use is not listed as unused: {:#?}",
+        on.nodepools
+    );
+
+    // limits.nodes holds replicas back, and says so.
+    let capped = run_static(
+        &[
+            NODECLASS.to_string(),
+            fixed.replace("nodes: \"5\"", "nodes: \"1\""),
+        ],
+        true,
+    );
+    assert_eq!(capped.nodeclaims.len(), 1);
+    assert!(
+        capped
+            .nodepools
+            .iter()
+            .any(|p| p.name == "fixed" && p.reason.contains("limits.nodes keeps 1")),
+        "{:#?}",
+        capped.nodepools
+    );
+
+    // With the gate off (upstream's default) the pool is left alone; the pods go elsewhere.
+    let off = run_static(&docs, false);
+    assert!(off.nodeclaims.iter().all(|c| c.node_pool == "default"));
+    assert!(!off.nodeclaims.is_empty());
+    assert!(
+        off.nodepools
+            .iter()
+            .any(|p| p.name == "fixed" && p.reason.contains("StaticCapacity feature gate is off")),
+        "{:#?}",
+        off.nodepools
+    );
+}

@@ -1,5 +1,5 @@
 //! `karpenter-rs run`: the kube-rs shells around the pure core. Watches feed
-//! [`ClusterState`]; the provisioner, the NodeClaim lifecycle, the NodePool and EC2NodeClass
+//! [`ClusterState`]; the provisioner, static NodePools, the NodeClaim lifecycle, the NodePool and EC2NodeClass
 //! status controllers, the disruption controller (with NodeClaim disruption status and garbage
 //! collection) and (with the simulated cloud) a stand-in kubelet act on it; one replica at a
 //! time, chosen by a Lease.
@@ -14,6 +14,7 @@ pub mod nodeclass;
 pub mod nodepool;
 pub mod pod_annotations;
 pub mod provisioning;
+pub mod static_pools;
 
 use std::sync::Arc;
 
@@ -155,7 +156,7 @@ async fn lead(
 
 /// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
 /// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
-/// status controllers, the metrics controller, the stand-in kubelet (simulated cloud) and the
+/// status controllers, static NodePools (with the `StaticCapacity` gate), the metrics controller, the stand-in kubelet (simulated cloud) and the
 /// interruption consumer (which ends at once for a cloud without interruption notices). Each task runs under its controller's name, which the
 /// cloud-provider metrics carry. Aborting `tasks` stops them all, as a process kill would; a
 /// fresh [`Context`] restarts them.
@@ -185,6 +186,12 @@ pub fn spawn_controllers(
         crate::controllers::nodeclaim::garbage::run(ctx.clone()),
     ));
     tasks.spawn(in_controller("nodepool", nodepool::run(ctx.clone())));
+    if ctx.options.static_capacity {
+        tasks.spawn(in_controller(
+            "static.nodepool",
+            static_pools::run(ctx.clone()),
+        ));
+    }
     tasks.spawn(in_controller("nodeclass", nodeclass::run(ctx.clone())));
     tasks.spawn(in_controller(
         "metrics",

@@ -37,6 +37,9 @@ pub struct Candidate {
     pub protected: Option<String>,
     /// Whether the NodeClaim has a terminationGracePeriod.
     pub has_tgp: bool,
+    /// Its NodePool is static (`spec.replicas`): never emptied or consolidated, replaced when
+    /// drifted.
+    pub is_static: bool,
 }
 
 /// Why a pod's `karpenter.sh/do-not-disrupt` value is not one Karpenter honours, or `None` for
@@ -243,6 +246,7 @@ pub fn candidates(
             policy: pool.spec.disruption.consolidation_policy,
             protected,
             has_tgp: claim.is_some_and(|c| c.termination_grace_period.is_some()),
+            is_static: pool.spec.replicas.is_some(),
         });
     }
     (out, blocked)

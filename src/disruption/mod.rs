@@ -22,6 +22,7 @@ use crate::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::scheduling::instance_type::CapacityType;
 use crate::scheduling::requirements::Requirement;
 use crate::scheduling::scheduler::{self, PlannedNodeClaim, cheapest_offering};
+use crate::scheduling::static_capacity;
 
 use candidates::Candidate;
 use drift::DriftVerdict;
@@ -142,6 +143,19 @@ pub struct ScoredMove {
     pub score: f64,
     /// Whether the score reached the threshold.
     pub approved: bool,
+}
+
+/// Why emptiness and consolidation leave a static pool's nodes alone: the pool keeps
+/// `spec.replicas` nodes whatever the pods ask for.
+const STATIC_POOL: &str =
+    "its NodePool is static (spec.replicas): emptiness and consolidation do not apply";
+
+/// The drift reason of a drifted candidate, as commands and explanations name it.
+fn drift_reason(c: &Candidate) -> String {
+    match &c.drift {
+        DriftVerdict::Drifted(r, _) => r.as_str().to_string(),
+        _ => String::new(),
+    }
 }
 
 /// What kind of thing keeps a node from being disrupted.
@@ -457,10 +471,13 @@ impl<'a> Engine<'a> {
     fn eligible(&self, c: &Candidate, method: Method) -> bool {
         match method {
             Method::Expiration => c.expires.is_some_and(|at| at <= self.now),
-            Method::Emptiness => c.pods.is_empty() && c.consolidatable,
+            Method::Emptiness => c.pods.is_empty() && c.consolidatable && !c.is_static,
             Method::Drift => matches!(c.drift, DriftVerdict::Drifted(..)),
             Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
-                !c.pods.is_empty() && c.consolidatable && c.policy != ConsolidationPolicy::WhenEmpty
+                !c.pods.is_empty()
+                    && c.consolidatable
+                    && !c.is_static
+                    && c.policy != ConsolidationPolicy::WhenEmpty
             }
         }
     }
@@ -548,6 +565,10 @@ impl<'a> Engine<'a> {
         let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
         let mut chosen: Vec<&Candidate> = Vec::new();
         for c in live.iter().filter(|c| c.pods.is_empty()) {
+            if c.is_static {
+                why.set(c.node, Cause::Policy, format!("empty, but {STATIC_POOL}"));
+                continue;
+            }
             if let Some(p) = &c.protected {
                 why.set(
                     c.node,
@@ -613,10 +634,12 @@ impl<'a> Engine<'a> {
                 .and_then(|cl| cl.drifted_since)
                 .unwrap_or(n.created)
         });
-        let reason_of = |c: &Candidate| match &c.drift {
-            DriftVerdict::Drifted(r, _) => r.as_str().to_string(),
-            _ => String::new(),
-        };
+        let (statics, drifted): (Vec<&Candidate>, Vec<&Candidate>) =
+            drifted.into_iter().partition(|c| c.is_static);
+        if let Some(cmd) = self.static_drift(&statics, why) {
+            return Some(cmd);
+        }
+        let reason_of = drift_reason;
         // Empty drifted nodes go together, within budget.
         let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
         let mut empty = Vec::new();
@@ -696,6 +719,92 @@ impl<'a> Engine<'a> {
         None
     }
 
+    /// A drifted static node is replaced before it goes, so its pool keeps `spec.replicas`
+    /// (upstream's static drift): one node per pass, within the Drifted budget, not while the
+    /// pool is above its replicas (the scale-down goes first), and not when a replacement would
+    /// exceed `limits.nodes`. The replacement is the pool's template with every instance type it
+    /// allows, cheapest first, as the static NodePool controller creates them.
+    fn static_drift(&self, drifted: &[&Candidate], why: &mut Reasons) -> Option<Command> {
+        for c in drifted {
+            let reason = drift_reason(c);
+            let Some(pool) = self.state.nodepool(&c.nodepool) else {
+                continue;
+            };
+            let members: Vec<&state::StateNode> = self
+                .state
+                .nodes
+                .iter()
+                .filter(|n| n.nodepool.as_deref() == Some(c.nodepool.as_str()))
+                .collect();
+            let active = members.iter().filter(|n| !n.disrupting).count();
+            let replicas = usize::try_from(pool.spec.replicas.unwrap_or(0)).unwrap_or(0);
+            if active > replicas {
+                why.set(c.node, Cause::NotWorthIt, format!("drifted ({reason}), but its static NodePool is above spec.replicas ({active} of {replicas}) and scales down first"));
+                continue;
+            }
+            let allowance = self.allowance(&c.nodepool, DisruptionReason::Drifted, 0);
+            if allowance.remaining == 0 {
+                why.set(
+                    c.node,
+                    Cause::Budget,
+                    format!(
+                        "drifted ({reason}), but the disruption budget for Drifted is used up: {}",
+                        allowance.explanation.join("; ")
+                    ),
+                );
+                continue;
+            }
+            let at_limit = match static_capacity::nodes_limit(pool) {
+                Ok(limit) => {
+                    limit.is_some_and(|l| i64::try_from(members.len()).unwrap_or(i64::MAX) >= l)
+                }
+                Err(e) => {
+                    why.set(
+                        c.node,
+                        Cause::NotWorthIt,
+                        format!("drifted ({reason}), but {e}"),
+                    );
+                    continue;
+                }
+            };
+            if at_limit {
+                why.set(c.node, Cause::Budget, format!("drifted ({reason}), but its static NodePool is at its node limit (spec.limits.nodes) and cannot stage a replacement"));
+                continue;
+            }
+            let template = self
+                .state
+                .static_templates
+                .iter()
+                .find(|t| *t.name == *c.nodepool);
+            let options = template
+                .map(|t| static_capacity::options(&t.instance_types, &t.requirements))
+                .unwrap_or_default();
+            let (Some(template), Some(first)) = (template, options.first()) else {
+                why.set(c.node, Cause::NotWorthIt, format!("drifted ({reason}), but no instance type fits its static NodePool's requirements, so no replacement can be staged"));
+                continue;
+            };
+            let offering = scheduler::launch_offering(first, &template.requirements);
+            let price = offering.map_or(0.0, |o| o.price);
+            return Some(Command {
+                method: Method::Drift,
+                reason,
+                candidates: vec![self.name(c)],
+                savings: c.price - price,
+                replacements: vec![Replacement {
+                    node_pool: c.nodepool.clone(),
+                    instance_type: first.name.to_string(),
+                    capacity_type: offering
+                        .map(|o| o.capacity_type.label().to_string())
+                        .unwrap_or_default(),
+                    price,
+                    instance_type_options: options.iter().map(|it| it.name.to_string()).collect(),
+                    pods: self.pod_names(&[c]),
+                }],
+            });
+        }
+        None
+    }
+
     /// Candidates consolidation may consider, cheapest to disrupt first, within budgets.
     fn consolidation_candidates<'c>(
         &self,
@@ -711,6 +820,10 @@ impl<'a> Engine<'a> {
             .collect();
         sorted.sort_by(|a, b| a.cost.total_cmp(&b.cost).then(a.node.cmp(&b.node)));
         for c in sorted {
+            if c.is_static {
+                why.first(c.node, Cause::Policy, || STATIC_POOL.into());
+                continue;
+            }
             if c.policy == ConsolidationPolicy::WhenEmpty {
                 why.first(c.node, Cause::Policy, || {
                     "its NodePool only consolidates empty nodes (WhenEmpty)".into()
@@ -897,11 +1010,17 @@ impl Cause {
             Cause::Protected => Some(
                 "remove the karpenter.sh/do-not-disrupt annotation, or let its duration run out; drift and expiration still proceed once the NodePool sets terminationGracePeriod".into(),
             ),
+            Cause::Budget if reason.contains("spec.limits.nodes") => Some(
+                "raise the NodePool's spec.limits.nodes above spec.replicas so a replacement can be staged".into(),
+            ),
             Cause::Budget => Some(
                 "wait for the disruptions in flight to finish, or raise the NodePool's spec.disruption.budgets for this reason (or widen its schedule)".into(),
             ),
             Cause::ConsolidateAfter => Some(
                 "wait for consolidateAfter to elapse without pod changes on the node, or lower the NodePool's spec.disruption.consolidateAfter".into(),
+            ),
+            Cause::Policy if reason.contains(STATIC_POOL) => Some(
+                "lower the static NodePool's spec.replicas (kubectl scale nodepool NAME --replicas N) to remove nodes".into(),
             ),
             Cause::Policy => Some(
                 "set the NodePool's spec.disruption.consolidationPolicy to WhenEmptyOrUnderutilized".into(),

@@ -114,6 +114,10 @@ pub struct State {
     pub nodeclasses: Vec<EC2NodeClass>,
     /// Scheduler templates per NodePool (same names), for replacement simulation.
     pub templates: Vec<NodePoolTemplate>,
+    /// The static NodePools' templates, kept out of `templates` (they take no pods): what a
+    /// drifted static node's replacement is built from. Empty when unknown, which leaves drifted
+    /// static nodes in place.
+    pub static_templates: Vec<NodePoolTemplate>,
     /// Nodes.
     pub nodes: Vec<StateNode>,
     /// Pods.

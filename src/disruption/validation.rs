@@ -82,10 +82,25 @@ pub fn validate(
     if let Some(reason) = cmd.method.budget_reason() {
         within_budgets(&fresh, cmd, reason, now)?;
     }
-    if cmd.method != Method::Expiration {
+    if cmd.method != Method::Expiration && !static_drift(&fresh, cmd) {
         pods_still_fit(&fresh, cmd)?;
     }
     Ok(())
+}
+
+/// Whether `cmd` replaces drifted nodes of static NodePools. Their replacement is built from the
+/// pool's template, not for their pods (as upstream's static drift), so whether those pods fit
+/// elsewhere does not decide it: any that do not go back to provisioning.
+fn static_drift(fresh: &State, cmd: &Command) -> bool {
+    cmd.method == Method::Drift
+        && cmd.candidates.iter().all(|name| {
+            fresh
+                .nodes
+                .iter()
+                .find(|n| n.name.as_ref() == name)
+                .and_then(|n| fresh.nodepool(n.nodepool.as_deref()?))
+                .is_some_and(|p| p.spec.replicas.is_some())
+        })
 }
 
 /// The budgets of the candidates' NodePools still allow them all, counting every other node

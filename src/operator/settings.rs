@@ -443,11 +443,6 @@ impl Settings {
                 "NodeOverlay objects are not read yet",
             ),
             (
-                self.feature_gates.static_capacity,
-                "StaticCapacity",
-                "static NodePools (spec.replicas) create no NodeClaims yet",
-            ),
-            (
                 self.feature_gates.capacity_buffer,
                 "CapacityBuffer",
                 "CapacityBuffer objects are not read yet",
@@ -995,8 +990,8 @@ mod tests {
                 "FEATURE_GATES (--feature-gates) turns NodeRepair on, which karpenter-rs does not implement: unhealthy nodes are not repaired yet; set NodeRepair=false",
             ),
             (
-                &["--feature-gates=StaticCapacity=true,SpotToSpotConsolidation=true"],
-                "FEATURE_GATES (--feature-gates) turns StaticCapacity on, which karpenter-rs does not implement",
+                &["--feature-gates=CapacityBuffer=true,SpotToSpotConsolidation=true"],
+                "FEATURE_GATES (--feature-gates) turns CapacityBuffer on, which karpenter-rs does not implement",
             ),
             (
                 &["--ignore-dra-requests=false"],

@@ -10,6 +10,7 @@ pub mod pod;
 pub mod requirements;
 pub mod resources;
 pub mod scheduler;
+pub mod static_capacity;
 pub mod taints;
 pub mod topology;
 pub mod type_set;

@@ -79,6 +79,7 @@ pub fn disruption_state(
         nodepools: cluster.nodepools.clone(),
         nodeclasses: cluster.nodeclasses.clone(),
         templates,
+        static_templates: Vec::new(),
         nodes,
         pods,
         pdbs,

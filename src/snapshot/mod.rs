@@ -10,6 +10,7 @@
 pub mod disruption_input;
 pub mod joins;
 pub mod scheduling_input;
+pub mod static_pools;
 pub mod taints;
 
 use std::collections::BTreeMap;
@@ -310,4 +311,7 @@ pub struct EngineOptions {
     pub scheduler: crate::scheduling::scheduler::Options,
     /// Disruption engine options.
     pub disruption: crate::disruption::Options,
+    /// The `StaticCapacity` feature gate: static NodePools (`spec.replicas`) keep their
+    /// NodeClaims. Off (upstream's default), such pools are left alone.
+    pub static_capacity: bool,
 }

@@ -51,6 +51,9 @@ pub struct Prepared {
     pub invalid_pods: Vec<Unschedulable>,
     /// NodePools left out.
     pub skipped_pools: Vec<NodePoolReport>,
+    /// The static NodePools' templates (requirements, instance types, limits), which take no
+    /// pending pods: for their own NodeClaims and drift replacements.
+    pub static_templates: Vec<NodePoolTemplate>,
 }
 
 /// Requirements a NodePool's template imposes, with upstream's implicit ones.
@@ -258,16 +261,22 @@ pub fn prepare(
     }
 
     let mut nodepools = Vec::new();
+    let mut static_templates = Vec::new();
     for pool in &cluster.nodepools {
         let name = pool.metadata.name.clone().unwrap_or_default();
-        if pool.spec.replicas.is_some() {
+        // A static pool keeps its own NodeClaims (`static_pools`); its template is kept apart
+        // for what needs its instance types (simulate, drift replacements), never for pods.
+        let is_static = super::static_pools::is_static(pool);
+        if is_static && !options.static_capacity {
             skipped_pools.push(NodePoolReport {
-                name,
-                reason: "static NodePool (spec.replicas set): not used for pending pods".into(),
+                name: name.clone(),
+                reason: "static NodePool (spec.replicas set): the StaticCapacity feature gate is off, so it gets no NodeClaims".into(),
             });
-            continue;
         }
         let Some(nodeclass) = cluster.nodeclass_of(pool) else {
+            if is_static && !options.static_capacity {
+                continue;
+            }
             let r = &pool.spec.template.spec.node_class_ref;
             skipped_pools.push(NodePoolReport {
                 name,
@@ -320,7 +329,7 @@ pub fn prepare(
                 limits.push((resource.clone(), amount.saturating_sub(used.get(resource))));
             }
         }
-        nodepools.push(NodePoolTemplate {
+        let template = NodePoolTemplate {
             name: Arc::from(name.as_str()),
             weight: pool.spec.weight.unwrap_or(0),
             requirements,
@@ -331,7 +340,12 @@ pub fn prepare(
             limits,
             nodes_limit,
             cache,
-        });
+        };
+        if is_static {
+            static_templates.push(template);
+        } else {
+            nodepools.push(template);
+        }
     }
 
     let mut existing = Vec::new();
@@ -424,7 +438,12 @@ pub fn prepare(
         let name = claim.metadata.name.clone().unwrap_or_default();
         let pool = node_labels.get(labels::NODEPOOL).cloned();
         let daemon = pool
-            .and_then(|p| nodepools.iter().find(|t| t.name.as_ref() == p))
+            .and_then(|p| {
+                nodepools
+                    .iter()
+                    .chain(&static_templates)
+                    .find(|t| t.name.as_ref() == p)
+            })
             .map(|t| t.daemon_overhead.clone())
             .unwrap_or_default();
         node_labels.insert(labels::HOSTNAME.into(), name.clone());
@@ -481,6 +500,7 @@ pub fn prepare(
         },
         invalid_pods,
         skipped_pools,
+        static_templates,
     }
 }
 

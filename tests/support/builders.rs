@@ -53,6 +53,49 @@ pub fn nodepool(name: &str) -> NodePool {
     .expect("NodePool")
 }
 
+/// A static NodePool (`spec.replicas`) on [`POOL`]'s EC2NodeClass, of on-demand m5.large or
+/// m5.xlarge instances, with a label, a taint and an `expireAfter` its NodeClaims inherit, and
+/// `limits.nodes` when given. Its consolidation settings would empty a dynamic pool's nodes at
+/// once, so tests can show they do not apply.
+pub fn static_nodepool(name: &str, replicas: i64, nodes_limit: Option<&str>) -> NodePool {
+    let mut pool: NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "disruption": {
+                "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                "consolidateAfter": "0s",
+                "budgets": [{"nodes": "100%"}],
+            },
+            "template": {
+                "metadata": {"labels": {"example.com/tier": "static"}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": POOL},
+                    "expireAfter": "720h",
+                    "taints": [{"key": "example.com/static", "effect": "NoSchedule"}],
+                    "requirements": [
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge", "m5.large"]},
+                    ],
+                },
+            },
+        },
+    }))
+    .expect("NodePool");
+    if let Some(limit) = nodes_limit {
+        pool.spec.limits = Some(
+            [(
+                "nodes".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(limit.into()),
+            )]
+            .into(),
+        );
+    }
+    pool
+}
+
 /// A NodeClaim of [`POOL`] for one m5.large on-demand instance requesting one CPU, as the
 /// provisioner creates them.
 pub fn nodeclaim(name: &str) -> NodeClaim {

@@ -92,12 +92,13 @@ async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
     let types = crate::controllers::provisioning::instance_types(ctx, &cluster).await;
     let prepared = crate::snapshot::scheduling_input::prepare(&cluster, &types, &ctx.options);
     let nominated = nominated(&prepared.input);
-    let state = crate::snapshot::disruption_input::disruption_state(
+    let mut state = crate::snapshot::disruption_input::disruption_state(
         &cluster,
         prepared.input.nodepools,
         ctx.options.scheduler,
         ctx.clock.now(),
     );
+    state.static_templates = prepared.static_templates;
     (cluster, state, nominated)
 }
 

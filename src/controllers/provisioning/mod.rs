@@ -137,8 +137,9 @@ pub fn drop_unusable_pools(cluster: &mut Snapshot) -> Vec<(String, String)> {
 }
 
 /// The NodeClaim for a disruption replacement: the pool's template requirements narrowed to
-/// the engine's instance-type options and capacity type, sized for the pods it will take, built
-/// exactly as a provisioned one (so it is not drifted the moment it launches).
+/// the engine's instance-type options and capacity type, sized for the pods it will take (a
+/// static pool's for none, as [`static_nodeclaim`]), built exactly as a provisioned one (so it
+/// is not drifted the moment it launches).
 pub(crate) fn replacement_nodeclaim(
     pool: &NodePool,
     nodeclass: Option<&EC2NodeClass>,
@@ -154,6 +155,10 @@ pub(crate) fn replacement_nodeclaim(
             None,
         ));
     }
+    let requests = match pool.spec.replicas {
+        Some(_) => crate::scheduling::resources::Resources::default(),
+        None => requests,
+    };
     let planned = scheduler::PlannedNodeClaim {
         nodepool: 0,
         hostname: Arc::from(""),
@@ -169,6 +174,34 @@ pub(crate) fn replacement_nodeclaim(
         .map(String::as_str)
         .collect();
     nodeclaim_for(pool, nodeclass, &planned, &options)
+}
+
+/// The NodeClaim a static NodePool adds: its template with every requirement, no pods, and
+/// every instance type those requirements allow, cheapest first (upstream's static NodeClaim);
+/// `None` when no instance type of the node class fits the template.
+pub(crate) fn static_nodeclaim(
+    pool: &NodePool,
+    nodeclass: Option<&EC2NodeClass>,
+    types: &[InstanceType],
+) -> Option<NodeClaim> {
+    let requirements = scheduling_input::template_requirements(pool);
+    let options: Vec<&str> = crate::scheduling::static_capacity::options(types, &requirements)
+        .into_iter()
+        .map(|it| &*it.name)
+        .collect();
+    if options.is_empty() {
+        return None;
+    }
+    let planned = scheduler::PlannedNodeClaim {
+        nodepool: 0,
+        hostname: Arc::from(""),
+        requirements,
+        instance_types: Vec::new(),
+        pods: Vec::new(),
+        requests: crate::scheduling::resources::Resources::default(),
+        min_values_relaxed: false,
+    };
+    Some(nodeclaim_for(pool, nodeclass, &planned, &options))
 }
 
 /// Instance types per EC2NodeClass name, as the cloud provider offers them now; node classes
@@ -273,6 +306,65 @@ fn nodeclaim_for(
     }
 }
 
+/// Creates NodeClaims (named by `generateName`), all at once within [`CREATE_CONCURRENCY`],
+/// logging and counting each; returns the names created and the first failure.
+pub(crate) async fn create_nodeclaims(
+    ctx: &Context,
+    controller: &'static str,
+    claims: &[NodeClaim],
+) -> (HashSet<String>, Option<kube::Error>) {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let results: Vec<Result<NodeClaim, kube::Error>> =
+        futures::stream::iter(claims.iter().cloned())
+            .map(|claim| {
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &claim).await }
+            })
+            .buffer_unordered(CREATE_CONCURRENCY)
+            .collect()
+            .await;
+    let mut created = HashSet::new();
+    let mut failed = None;
+    for result in results {
+        match result {
+            Ok(made) => {
+                let name = made.name_any();
+                tracing::info!(
+                    controller,
+                    nodeclaim = %name,
+                    nodepool = %made.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
+                    requests = ?made.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
+                    "created nodeclaim"
+                );
+                crate::metrics::count_nodeclaim_created("provisioned", &made);
+                created.insert(name);
+            }
+            Err(e) => {
+                tracing::warn!(controller, error = %e, "could not create nodeclaim");
+                if failed.is_none() {
+                    failed = Some(e);
+                }
+            }
+        }
+    }
+    (created, failed)
+}
+
+/// Waits (up to ten seconds) until the cache holds the NodeClaims just created, so the next
+/// round counts them instead of creating them again.
+pub(crate) async fn wait_until_cached(ctx: &Context, created: &HashSet<String>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !created.iter().all(|n| {
+        ctx.state
+            .nodeclaims
+            .get(&kube::runtime::reflector::ObjectRef::new(n))
+            .is_some()
+    }) && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// How long a `FailedScheduling` event about a pod stands before the provisioner repeats it
 /// (upstream's dedupe timeout for the event). Every round plans every pending pod again; without
 /// this, a thousand pods no NodePool can serve cost a thousand event writes per round.
@@ -343,55 +435,13 @@ impl Provisioner {
             .set(plan.unschedulable.len() as f64);
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
-        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-        let results: Vec<Result<NodeClaim, kube::Error>> =
-            futures::stream::iter(plan.nodeclaims.iter().cloned())
-                .map(|claim| {
-                    let api = api.clone();
-                    async move { api.create(&PostParams::default(), &claim).await }
-                })
-                .buffer_unordered(CREATE_CONCURRENCY)
-                .collect()
-                .await;
-        let mut created = HashSet::new();
-        let mut failed = None;
-        for result in results {
-            match result {
-                Ok(made) => {
-                    let name = made.name_any();
-                    tracing::info!(
-                        controller = "provisioner",
-                        nodeclaim = %name,
-                        nodepool = %made.labels().get(labels::NODEPOOL).cloned().unwrap_or_default(),
-                        requests = ?made.spec.resources.as_ref().and_then(|r| r.requests.as_ref()),
-                        "created nodeclaim"
-                    );
-                    crate::metrics::count_nodeclaim_created("provisioned", &made);
-                    created.insert(name);
-                }
-                Err(e) => {
-                    tracing::warn!(controller = "provisioner", error = %e, "could not create nodeclaim");
-                    if failed.is_none() {
-                        failed = Some(e);
-                    }
-                }
-            }
-        }
+        let (created, failed) = create_nodeclaims(ctx, "provisioner", &plan.nodeclaims).await;
         for (pod, reason) in self.not_reported_lately(&cluster, &plan.unschedulable) {
             self.report_unschedulable(pod, reason).await;
         }
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the
         // same pods again.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !created.iter().all(|n| {
-            ctx.state
-                .nodeclaims
-                .get(&kube::runtime::reflector::ObjectRef::new(n))
-                .is_some()
-        }) && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until_cached(ctx, &created).await;
         match failed {
             Some(e) => Err(anyhow::anyhow!(
                 "created {} of {} nodeclaims; the first failure: {e}",
