@@ -25,6 +25,7 @@ const INSTANCE_TYPE_EVERY: u32 = 12;
 struct Publishers {
     nodes: [Published; 8],
     pods: [Published; 3],
+    provisioning: [Published; 3],
     status: Vec<(StatusKind, [Published; 3])>,
     deprecated: [Published; 3],
     instance_types: [Published; 4],
@@ -82,7 +83,25 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 ]) {
                     p.replace(family, series);
                 }
-                let durations = pods.observe(&all_pods);
+                let times = &ctx.pod_scheduling;
+                let g = cluster_state::provisioning_gauges(&all_pods, |k| times.get(k), now);
+                for (p, (family, series)) in published.provisioning.iter_mut().zip([
+                    (
+                        &METRICS.pods_provisioning_unbound_time_seconds,
+                        &g.unbound_time_seconds,
+                    ),
+                    (
+                        &METRICS.pods_provisioning_unstarted_time_seconds,
+                        &g.unstarted_time_seconds,
+                    ),
+                    (
+                        &METRICS.pods_provisioning_scheduling_undecided_time_seconds,
+                        &g.scheduling_undecided_time_seconds,
+                    ),
+                ]) {
+                    p.replace(family, series);
+                }
+                let durations = pods.observe(&all_pods, |k| times.get(k).schedulable);
                 for d in durations.bound {
                     METRICS.pods_bound_duration_seconds.observe(d);
                 }
@@ -91,6 +110,20 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                         tracing::warn!(error = %e, "could not record a pod startup duration");
                     }
                 }
+                for d in durations.provisioning_bound {
+                    METRICS.pods_provisioning_bound_duration_seconds.observe(d);
+                }
+                for d in durations.provisioning_started {
+                    METRICS
+                        .pods_provisioning_startup_duration_seconds
+                        .observe(d);
+                }
+                times.forget(&durations.done, &keys(&all_pods), now);
+            } else {
+                // Nothing reads the provisioner's times; keep only the pods that still exist.
+                let all_pods = ctx.state.pods.state();
+                ctx.pod_scheduling
+                    .forget(&Default::default(), &keys(&all_pods), now);
             }
             let mut objects: Vec<StatusObject> = Vec::new();
             objects.extend(
@@ -145,6 +178,19 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
         guarded_pass("metrics", &ctx, pass).await;
         tokio::time::sleep(INTERVAL).await;
     }
+}
+
+/// The `namespace/name` of each pod.
+fn keys(pods: &[Arc<k8s_openapi::api::core::v1::Pod>]) -> std::collections::HashSet<String> {
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 fn family_of(kind: StatusKind) -> &'static StatusMetrics {

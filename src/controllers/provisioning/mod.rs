@@ -59,6 +59,12 @@ pub struct Plan {
     pub nodeclaims: Vec<NodeClaim>,
     /// Pods (`namespace/name`) no NodePool can serve, with the reason.
     pub unschedulable: Vec<(String, String)>,
+    /// Pods (`namespace/name`) left out before scheduling because they cannot be read as a
+    /// scheduler input (an invalid requirement, an unknown volume, ...); upstream's ignored
+    /// pods. They are in `unschedulable` too, with the reason.
+    pub ignored: Vec<String>,
+    /// Pods the scheduler placed (on a new NodeClaim or on existing capacity).
+    pub placed: Vec<String>,
 }
 
 /// Plans NodeClaims for the pending pods of a snapshot, given the instance types each node
@@ -94,12 +100,24 @@ pub fn plan(
         ));
     }
     for u in prepared.invalid_pods {
+        out.ignored.push(u.pod.clone());
         out.unschedulable.push((u.pod, u.reason));
     }
+    let mut failed = vec![false; input.pods.len()];
     for (i, reason) in outcome.errors {
+        if let Some(f) = failed.get_mut(i) {
+            *f = true;
+        }
         out.unschedulable
             .push((input.pods[i].key(), reason.to_string()));
     }
+    out.placed = input
+        .pods
+        .iter()
+        .zip(failed)
+        .filter(|(_, failed)| !failed)
+        .map(|(p, _)| p.key())
+        .collect();
     out
 }
 
@@ -278,6 +296,79 @@ fn nodeclaim_for(
 /// this, a thousand pods no NodePool can serve cost a thousand event writes per round.
 const FAILED_SCHEDULING_DEDUPE: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
+/// Records a round in the pod scheduling times: every pending pod but the ignored ones was seen
+/// at `seen` (when the round started); the scheduler placed some and not the others. The first
+/// decision about a pod is timed in `karpenter_pods_scheduling_decision_duration_seconds`.
+fn record_decisions(ctx: &Context, pending: &[String], plan: &Plan, seen: DateTime<Utc>) {
+    let ignored: HashSet<&str> = plan.ignored.iter().map(String::as_str).collect();
+    let placed: HashSet<&str> = plan.placed.iter().map(String::as_str).collect();
+    let considered = pending
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !ignored.contains(p));
+    ctx.pod_scheduling.ack(considered.clone(), seen);
+    let failed = considered.filter(|p| !placed.contains(p));
+    for seconds in ctx
+        .pod_scheduling
+        .decide(placed.iter().copied(), failed, ctx.clock.now())
+    {
+        METRICS
+            .pods_scheduling_decision_duration_seconds
+            .observe(seconds);
+    }
+}
+
+/// Identifies scheduling rounds in `karpenter_scheduler_queue_depth` and
+/// `_unfinished_work_seconds` (upstream's `scheduling_id`).
+static ROUNDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A provisioning round's scheduling simulation while it runs: its pods in
+/// `karpenter_scheduler_queue_depth` and the seconds it has taken so far in
+/// `karpenter_scheduler_unfinished_work_seconds` (refreshed every second from another task, since
+/// the simulation holds its thread), both removed when the round ends. The solver does not report
+/// progress, so the depth is the round's pods until it ends.
+struct Round {
+    id: String,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Round {
+    fn start(pods: usize) -> Self {
+        let id = ROUNDS
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_string();
+        let labels = ["provisioner", id.as_str()];
+        METRICS
+            .scheduler_queue_depth
+            .with_label_values(&labels)
+            .set(pods as f64);
+        let unfinished = METRICS
+            .scheduler_unfinished_work_seconds
+            .with_label_values(&labels);
+        unfinished.set(0.0);
+        let started = std::time::Instant::now();
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                unfinished.set(started.elapsed().as_secs_f64());
+            }
+        });
+        Self { id, ticker }
+    }
+}
+
+impl Drop for Round {
+    fn drop(&mut self) {
+        self.ticker.abort();
+        let labels = ["provisioner", self.id.as_str()];
+        // Present since `start`; nothing else removes them.
+        let _ = METRICS.scheduler_queue_depth.remove_label_values(&labels);
+        let _ = METRICS
+            .scheduler_unfinished_work_seconds
+            .remove_label_values(&labels);
+    }
+}
+
 /// NodeClaim creations in flight at once: enough to keep the client's QPS budget busy at a
 /// round-trip of tens of milliseconds, few enough not to queue hundreds of requests behind it.
 const CREATE_CONCURRENCY: usize = 32;
@@ -331,8 +422,13 @@ impl Provisioner {
             return Ok(0);
         }
         let types = instance_types(ctx, &cluster).await;
+        let pending: Vec<String> = cluster.pending_pods().iter().map(|p| p.key()).collect();
+        let seen = ctx.clock.now();
         let started = std::time::Instant::now();
-        let plan = plan(&cluster, &types, &ctx.options);
+        let plan = {
+            let _round = Round::start(pending.len());
+            plan(&cluster, &types, &ctx.options)
+        };
         METRICS
             .scheduler_scheduling_duration_seconds
             .with_label_values(&["provisioner"])
@@ -341,6 +437,10 @@ impl Provisioner {
             .scheduler_unschedulable_pods_count
             .with_label_values(&["provisioner"])
             .set(plan.unschedulable.len() as f64);
+        METRICS
+            .scheduler_ignored_pods_count
+            .set(plan.ignored.len() as f64);
+        record_decisions(ctx, &pending, &plan, seen);
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
         let api: Api<NodeClaim> = Api::all(ctx.client.clone());
@@ -500,6 +600,30 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_round_shows_its_pods_and_time_while_it_runs_and_nothing_after() {
+        let round = Round::start(7);
+        let id = round.id.clone();
+        // No other round has this ID: its series are this round's.
+        let depth = METRICS
+            .scheduler_queue_depth
+            .with_label_values(&["provisioner", &id]);
+        assert_eq!(depth.get(), 7.0);
+        assert_eq!(
+            METRICS
+                .scheduler_unfinished_work_seconds
+                .with_label_values(&["provisioner", &id])
+                .get(),
+            0.0
+        );
+        drop(round);
+        let text = crate::metrics::encode();
+        assert!(
+            !text.contains(&format!("scheduling_id=\"{id}\"")),
+            "the round's series are gone: {text}"
+        );
+    }
 
     fn pool(name: &str, class: &str, taints: serde_json::Value) -> NodePool {
         serde_json::from_value(json!({
