@@ -535,6 +535,67 @@ pub fn instance_type_gauges<'a>(
     out
 }
 
+/// What `karpenter_nodepools_cost_total` says: each NodePool's hourly cost from Karpenter's
+/// view, the offering prices of its NodeClaims' launched instances.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodePoolCosts {
+    /// Cost per NodePool (labels: nodepool); every NodePool named in `pools` has one, 0 when it
+    /// has no launched NodeClaim.
+    pub cost: Vec<Series>,
+    /// NodeClaims (nodepool, name) whose launched offering has no price among their node class'
+    /// instance types (`karpenter_nodepools_cost_tracker_errors_total`).
+    pub unpriced: Vec<(String, String)>,
+}
+
+/// The cost of each NodePool: for every NodeClaim launched from it (instance type, capacity
+/// type and zone labels set), the price of that offering among the instance types of its
+/// EC2NodeClass (`types`, by class name). NodeClaims not launched yet cost nothing.
+pub fn nodepool_costs(
+    pools: &[String],
+    claims: &[Arc<crate::apis::NodeClaim>],
+    types: &std::collections::HashMap<String, Arc<Vec<InstanceType>>>,
+) -> NodePoolCosts {
+    let mut cost: BTreeMap<String, f64> = pools.iter().map(|p| (p.clone(), 0.0)).collect();
+    let mut unpriced = Vec::new();
+    for claim in claims {
+        let labels = claim.metadata.labels.as_ref();
+        let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+        let Some(pool) = label(labels::NODEPOOL) else {
+            continue;
+        };
+        let (Some(instance_type), Some(capacity_type), Some(zone)) = (
+            label(labels::INSTANCE_TYPE),
+            label(labels::CAPACITY_TYPE),
+            label(labels::ZONE),
+        ) else {
+            continue;
+        };
+        let price = types
+            .get(&claim.spec.node_class_ref.name)
+            .and_then(|types| types.iter().find(|t| &*t.name == instance_type))
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .find(|o| &*o.zone == zone && o.capacity_type.label() == capacity_type)
+            })
+            .map(|o| o.price);
+        match price {
+            Some(price) => *cost.entry(pool.to_string()).or_default() += price,
+            None => unpriced.push((
+                pool.to_string(),
+                claim.metadata.name.clone().unwrap_or_default(),
+            )),
+        }
+    }
+    NodePoolCosts {
+        cost: cost
+            .into_iter()
+            .map(|(pool, c)| Series::new(vec![pool], c))
+            .collect(),
+        unpriced,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
