@@ -872,3 +872,35 @@ async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() 
     assert_eq!(times.get(&key("fits")).acked, Some(first));
     assert_eq!(times.get(&key("too-big")).decided, Some(first));
 }
+
+#[tokio::test]
+async fn a_provisioning_round_counts_pending_pods_by_effective_zone() {
+    let env = Env::new().await;
+    let pinned = |name: &str, zone: &str| {
+        let mut pod = unschedulable_pod(name, "1");
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_selector = Some(
+                [(labels::ZONE.to_string(), zone.to_string())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        pod
+    };
+    env.create_namespaced(&pinned("in-b", "us-east-1b")).await;
+    env.create_namespaced(&pinned("in-b-too", "us-east-1b"))
+        .await;
+    env.create_namespaced(&pinned("on-mars", "mars-1a")).await;
+    let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
+    provisioner.provision_once().await.expect("round");
+    let count = |zone: &str| {
+        karpenter_rs::metrics::METRICS
+            .scheduler_pending_pods_by_effective_zone_count
+            .get_metric_with_label_values(&["provisioner", zone])
+            .map(|g| g.get())
+            .ok()
+    };
+    // (Other tests' pods are not pinned to a zone: they count as `flexible`.)
+    assert_eq!(count("us-east-1b"), Some(2.0));
+    assert_eq!(count("none"), Some(1.0), "no offered zone is on Mars");
+}

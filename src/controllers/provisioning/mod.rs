@@ -5,7 +5,7 @@
 //! [`plan`] is pure (snapshot and instance types in, NodeClaim objects out) so tests and
 //! `simulate` exercise exactly what the controller creates; [`Provisioner`] is the async shell.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,11 +23,12 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimSpec, Operator, ResourceRequirements};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::controllers::nodepool::runtime_validate;
-use crate::metrics::METRICS;
+use crate::metrics::cluster_state::Series;
+use crate::metrics::{METRICS, Published};
 use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
-use crate::scheduling::requirements::Requirement;
+use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::scheduler;
 use crate::snapshot::EngineOptions;
 use crate::snapshot::scheduling_input;
@@ -65,6 +66,8 @@ pub struct Plan {
     pub ignored: Vec<String>,
     /// Pods the scheduler placed (on a new NodeClaim or on existing capacity).
     pub placed: Vec<String>,
+    /// The pods the scheduler considered, by effective zone (see [`effective_zones`]).
+    pub pods_by_zone: BTreeMap<String, usize>,
 }
 
 /// Plans NodeClaims for the pending pods of a snapshot, given the instance types each node
@@ -77,7 +80,10 @@ pub fn plan(
     let prepared = scheduling_input::prepare(cluster, types, options);
     let input = &prepared.input;
     let outcome = scheduler::solve(input);
-    let mut out = Plan::default();
+    let mut out = Plan {
+        pods_by_zone: effective_zones(input),
+        ..Plan::default()
+    };
     for planned in &outcome.nodeclaims {
         let template = &input.nodepools[planned.nodepool];
         let Some(pool) = cluster
@@ -118,6 +124,43 @@ pub fn plan(
         .filter(|(_, failed)| !failed)
         .map(|(p, _)| p.key())
         .collect();
+    out
+}
+
+/// Counts the pods of a scheduler input by effective zone
+/// (`karpenter_scheduler_pending_pods_by_effective_zone_count`): the zones the round's NodePools
+/// offer that a pod's requirements allow (its nodeSelector with any of its required node-affinity
+/// terms, which carry its volumes' zones) — the zone itself when exactly one is left, `flexible`
+/// when several are, `none` when none is, as upstream labels them.
+fn effective_zones(input: &scheduler::Input) -> BTreeMap<String, usize> {
+    let offered: BTreeSet<&str> = input
+        .nodepools
+        .iter()
+        .flat_map(|pool| pool.instance_types.iter())
+        .flat_map(|t| t.offerings.iter().map(|o| &*o.zone))
+        .collect();
+    let mut out = BTreeMap::new();
+    for pod in &input.pods {
+        let terms: Vec<Requirements> = if pod.required_terms.is_empty() {
+            vec![Requirements::for_pod(&pod.node_selector, &[])]
+        } else {
+            pod.required_terms
+                .iter()
+                .map(|term| Requirements::for_pod(&pod.node_selector, &[term.as_slice()]))
+                .collect()
+        };
+        let mut allowed = offered.iter().filter(|zone| {
+            terms
+                .iter()
+                .any(|r| r.get(labels::ZONE).is_none_or(|z| z.has(zone)))
+        });
+        let zone = match (allowed.next(), allowed.next()) {
+            (None, _) => "none",
+            (Some(one), None) => one,
+            (Some(_), Some(_)) => "flexible",
+        };
+        *out.entry(zone.to_string()).or_default() += 1;
+    }
     out
 }
 
@@ -380,6 +423,8 @@ pub struct Provisioner {
     /// When a `FailedScheduling` event was last published, by pod UID; entries older than
     /// [`FAILED_SCHEDULING_DEDUPE`] are dropped.
     reported: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// The effective zones last published, so a zone no pending pod is pinned to any more goes.
+    zones: Mutex<Published>,
 }
 
 impl Provisioner {
@@ -389,6 +434,7 @@ impl Provisioner {
             ctx,
             window,
             reported: Mutex::default(),
+            zones: Mutex::default(),
         }
     }
 
@@ -419,6 +465,7 @@ impl Provisioner {
                 .scheduler_unschedulable_pods_count
                 .with_label_values(&["provisioner"])
                 .set(0.0);
+            self.publish_zones(&BTreeMap::new());
             return Ok(0);
         }
         let types = instance_types(ctx, &cluster).await;
@@ -441,6 +488,7 @@ impl Provisioner {
             .scheduler_ignored_pods_count
             .set(plan.ignored.len() as f64);
         record_decisions(ctx, &pending, &plan, seen);
+        self.publish_zones(&plan.pods_by_zone);
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
         let api: Api<NodeClaim> = Api::all(ctx.client.clone());
@@ -500,6 +548,24 @@ impl Provisioner {
             )),
             None => Ok(created.len()),
         }
+    }
+
+    /// Sets `karpenter_scheduler_pending_pods_by_effective_zone_count` to a round's counts.
+    fn publish_zones(&self, by_zone: &BTreeMap<String, usize>) {
+        let series: Vec<Series> = by_zone
+            .iter()
+            .map(|(zone, n)| Series {
+                labels: vec!["provisioner".to_string(), zone.clone()],
+                value: *n as f64,
+            })
+            .collect();
+        self.zones
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(
+                &METRICS.scheduler_pending_pods_by_effective_zone_count,
+                &series,
+            );
     }
 
     /// The unschedulable pods of a round whose `FailedScheduling` event is due: not published
