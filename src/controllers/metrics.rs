@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::metrics::cluster_state::{self, PodTransitions};
 use crate::metrics::status::{StatusKind, StatusObject, StatusTracker, StatusUpdate};
-use crate::metrics::{METRICS, Published, StatusMetrics};
+use crate::metrics::{METRICS, Published, StatusMetrics, pod_scheduling};
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
 
@@ -215,15 +215,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
 
 /// The `namespace/name` of each pod.
 fn keys(pods: &[Arc<k8s_openapi::api::core::v1::Pod>]) -> HashSet<String> {
-    pods.iter()
-        .map(|p| {
-            format!(
-                "{}/{}",
-                p.metadata.namespace.as_deref().unwrap_or_default(),
-                p.metadata.name.as_deref().unwrap_or_default()
-            )
-        })
-        .collect()
+    pods.iter().map(|p| pod_scheduling::pod_key(p)).collect()
 }
 
 fn family_of(kind: StatusKind) -> &'static StatusMetrics {

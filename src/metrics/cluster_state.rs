@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::node_metric_labels;
-use super::pod_scheduling::{Times, seconds_between};
+use super::pod_scheduling::{Times, pod_key, seconds_between};
 use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::pod::requests;
@@ -377,7 +377,7 @@ pub fn provisioning_gauges(
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let t = times(&format!("{namespace}/{name}"));
+        let t = times(&pod_key(pod));
         let labels = || vec![name.clone(), namespace.clone()];
         let bound = node_name(pod).is_some();
         if let Some(since) = t.schedulable {
@@ -439,11 +439,7 @@ impl PodTransitions {
         let mut unbound = HashSet::new();
         let mut unstarted = HashSet::new();
         for pod in pods {
-            let key = format!(
-                "{}/{}",
-                pod.metadata.namespace.as_deref().unwrap_or_default(),
-                pod.metadata.name.as_deref().unwrap_or_default()
-            );
+            let key = pod_key(pod);
             if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
                 out.done.insert(key);
                 continue;

@@ -31,6 +31,15 @@ pub struct PodSchedulingTimes {
     pods: Mutex<HashMap<String, Times>>,
 }
 
+/// The key a pod is known by here: `namespace/name`, as the provisioner names pods.
+pub fn pod_key(pod: &k8s_openapi::api::core::v1::Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// Seconds from `from` to `to`, never negative (conditions carry whole seconds).
 pub fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     (to - from).num_milliseconds().max(0) as f64 / 1000.0

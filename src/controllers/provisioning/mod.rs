@@ -465,6 +465,7 @@ impl Provisioner {
                 .scheduler_unschedulable_pods_count
                 .with_label_values(&["provisioner"])
                 .set(0.0);
+            METRICS.scheduler_ignored_pods_count.set(0.0);
             self.publish_zones(&BTreeMap::new());
             return Ok(0);
         }
