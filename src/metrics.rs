@@ -17,6 +17,7 @@ use prometheus::{
 use crate::apis::labels;
 
 pub mod cluster_state;
+pub mod pod_scheduling;
 pub mod status;
 mod summary;
 
@@ -137,13 +138,7 @@ const RECONCILE_TIME_BUCKETS: [f64; 40] = [
 const CONSOLIDATION_SCORE_BUCKETS: [f64; 8] = [0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 /// The kinds whose status conditions get per-kind `operator_<kind>_*` families.
-const STATUS_KINDS: [&str; 5] = [
-    "nodeclaim",
-    "nodepool",
-    "node",
-    "ec2nodeclass",
-    "capacitybuffer",
-];
+const STATUS_KINDS: [&str; 4] = ["nodeclaim", "nodepool", "node", "ec2nodeclass"];
 
 /// Label keys of the node metrics (`karpenter_nodes_*`), each with the metric label it becomes:
 /// the key's last segment, lower-cased, `-` → `_` (`karpenter.k8s.aws/instance-cpu` →
@@ -377,8 +372,6 @@ pub struct Metrics {
     pub interruption_deleted_messages_total: Counter,
     /// `karpenter_interruption_message_queue_duration_seconds`.
     pub interruption_message_queue_duration_seconds: Histogram,
-    /// `karpenter_interruption_instance_status_unhealthy_total`: category.
-    pub interruption_instance_status_unhealthy_total: CounterVec,
     /// `karpenter_ec2nodeclasses_userdata_bytes`: nodeclass.
     pub ec2nodeclasses_userdata_bytes: GaugeVec,
 
@@ -393,8 +386,6 @@ pub struct Metrics {
     pub node_status: StatusMetrics,
     /// `operator_ec2nodeclass_*`.
     pub ec2nodeclass_status: StatusMetrics,
-    /// `operator_capacitybuffer_*`.
-    pub capacitybuffer_status: StatusMetrics,
     /// The deprecated `operator_status_condition_*` and `operator_termination_*` families,
     /// which upstream still emits for every kind with a `kind` label.
     pub deprecated_status: StatusMetrics,
@@ -984,14 +975,9 @@ impl Metrics {
                 "Seconds an interruption message waited in the queue before it was handled.",
                 &DURATION_BUCKETS,
             ),
-            interruption_instance_status_unhealthy_total: b.counter_vec(
-                "karpenter_interruption_instance_status_unhealthy_total",
-                "Instances found impaired by EC2 instance status checks, by failing check.",
-                &["category"],
-            ),
             ec2nodeclasses_userdata_bytes: b.gauge_vec(
                 "karpenter_ec2nodeclasses_userdata_bytes",
-                "Size of each EC2NodeClass' rendered user data (EC2 allows 16384 bytes).",
+                "Size in bytes of the user data last rendered for each EC2NodeClass, before base64 (EC2 allows 16384 bytes encoded).",
                 &["nodeclass"],
             ),
             nodeclaim_status: b.status(
@@ -1004,7 +990,6 @@ impl Metrics {
                 &[labels::EC2NODECLASS, labels::NODEPOOL, labels::INITIALIZED],
             ),
             ec2nodeclass_status: b.status(Some(STATUS_KINDS[3]), &[]),
-            capacitybuffer_status: b.status(Some(STATUS_KINDS[4]), &[]),
             deprecated_status: b.status(None, &[]),
             families: b.names.take(),
             registry: b.registry,

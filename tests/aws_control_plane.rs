@@ -279,6 +279,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
             aws.as_ref(),
             &[Arc::new(written.clone())],
             &messages[0],
+            Utc::now(),
         )
         .await
         .expect_err("the deletion fails");
@@ -302,6 +303,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
             aws.as_ref(),
             &[Arc::new(written)],
             &messages[0],
+            Utc::now(),
         )
         .await
         .expect_err("marking fails");

@@ -26,6 +26,7 @@ use karpenter_rs::cloudprovider::{
     CloudError, CloudProvider, InstanceState, claim_requests, claim_requirements, launch_candidates,
 };
 use karpenter_rs::disruption::drift;
+use karpenter_rs::metrics::METRICS;
 use karpenter_rs::scheduling::instance_type::CapacityType;
 
 use harness::{Moto, sdk_config};
@@ -653,14 +654,57 @@ async fn insufficient_capacity_falls_back_and_skips_the_pool_for_three_minutes()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_terminates_and_get_reports_it() {
-    let Some(moto) = Moto::start() else { return };
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
     let env = env(&moto, None).await;
-    let class = ready(&env, al2023()).await;
+    // A class name of its own: the user-data gauge is per EC2NodeClass, and other tests launch
+    // from `default` at the same time.
+    let mut class = al2023();
+    class.metadata.name = Some("metrics-del".into());
+    let class = ready(&env, class).await;
     let c = claim("default-del01", &["m5.large"], &["on-demand"]);
     let launched = env.provider.create(&c, &class).await.expect("launch");
     let seen = env.provider.get(&launched.provider_id).await.expect("get");
     assert_eq!(seen.nodeclaim.as_deref(), Some("default-del01"));
     assert!(!seen.state.is_terminating());
+    let instance_id = launched
+        .provider_id
+        .rsplit('/')
+        .next()
+        .expect("instance ID")
+        .to_string();
+    assert_eq!(
+        METRICS
+            .ec2nodeclasses_userdata_bytes
+            .with_label_values(&["metrics-del"])
+            .get(),
+        user_data(&env, &instance_id).await.len() as f64,
+        "the gauge holds the size of the user data the instance got"
+    );
+
+    // A refused TerminateInstances is counted by the instance's zone and zone ID.
+    let zone_id = env
+        .ec2
+        .describe_availability_zones()
+        .zone_names(&seen.zone)
+        .send()
+        .await
+        .expect("zones")
+        .availability_zones()[0]
+        .zone_id()
+        .expect("zone ID")
+        .to_string();
+    let failures = || {
+        METRICS
+            .cloudprovider_instance_termination_failures_total
+            .with_label_values(&[&seen.zone, &zone_id])
+            .get()
+    };
+    let before = failures();
+    moto.fail("TerminateInstances", 1, "UnauthorizedOperation");
+    assert!(env.provider.delete(&launched.provider_id).await.is_err());
+    assert_eq!(failures() - before, 1.0);
     env.provider
         .delete(&launched.provider_id)
         .await
@@ -1160,7 +1204,7 @@ async fn launches_never_refresh_and_the_background_refresh_runs_when_due() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_launches_that_arrive_together_share_one_create_fleet() {
     use karpenter_rs::cloudprovider::aws::fleet::{
-        FleetBatcher, FleetRequest, Override, TemplateConfig,
+        BATCHER_NAME, FleetBatcher, FleetRequest, Override, TemplateConfig,
     };
     let Some(mut moto) = Moto::start() else {
         return;
@@ -1201,9 +1245,24 @@ async fn identical_launches_that_arrive_together_share_one_create_fleet() {
         context: None,
     };
     let batcher = FleetBatcher::new(env.ec2.clone());
+    let sizes = METRICS
+        .cloudprovider_batcher_batch_size
+        .with_label_values(&[BATCHER_NAME]);
+    let windows = METRICS
+        .cloudprovider_batcher_batch_time_seconds
+        .with_label_values(&[BATCHER_NAME]);
+    let (batches, launches, windows_before) = (
+        sizes.get_sample_count(),
+        sizes.get_sample_sum(),
+        windows.get_sample_count(),
+    );
     let same = futures::future::join_all((0..5).map(|_| batcher.launch(request("m5.large"))));
     let other = batcher.launch(request("c5.large"));
     let (same, other) = futures::join!(same, other);
+    // Two batches (five launches and one) at least; other tests' launches may add theirs.
+    assert!(sizes.get_sample_count() - batches >= 2);
+    assert!(sizes.get_sample_sum() - launches >= 6.0);
+    assert!(windows.get_sample_count() - windows_before >= 2);
     let fleets = moto.fleets();
     assert_eq!(fleets.len(), 3, "one call per distinct request");
     let mut capacities: Vec<i64> = fleets[1..]

@@ -1789,6 +1789,14 @@ fn prometheus_scrapes_the_controller_and_the_shipped_dashboards_and_alerts_agree
             (cost - 3.0 * 0.192).abs() < 1e-6,
             "three on-demand m5.xlarge: {cost}"
         );
+        // The controller's own figure agrees (refreshed every 5 s, hence the wait).
+        wait_for("the NodePool's cost in Prometheus", || async {
+            prometheus
+                .value(r#"sum(karpenter_nodepools_cost_total{nodepool="default"})"#)
+                .await
+                .filter(|c| (c - 3.0 * 0.192).abs() < 1e-6)
+        })
+        .await;
 
         // Consolidation shows up too: with one pod left, two nodes go.
         Api::<Deployment>::namespaced(client.clone(), &ns)

@@ -925,3 +925,130 @@ async fn a_static_nodepools_empty_nodes_are_not_consolidated() {
         "the static pool's empty nodes stay"
     );
 }
+
+#[tokio::test]
+async fn a_handled_interruption_reports_how_long_it_waited_on_the_queue() {
+    use karpenter_rs::cloudprovider::interruption::{
+        InterruptionAction, InterruptionEvent, InterruptionKind, InterruptionMessage,
+    };
+    use karpenter_rs::controllers::interruption;
+    let env = Env::new().await;
+    let (claim, _) = env.running(&builders::nodeclaim("default-spot")).await;
+    let instance = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|p| p.rsplit('/').next())
+        .expect("an instance")
+        .to_string();
+    let waited = karpenter_rs::metrics::METRICS
+        .interruption_message_queue_duration_seconds
+        .clone();
+    let (count, sum) = (waited.get_sample_count(), waited.get_sample_sum());
+    let message = InterruptionMessage {
+        receipt: "r-1".into(),
+        event: Some(InterruptionEvent {
+            kind: InterruptionKind::SpotInterrupted,
+            instance_ids: vec![instance],
+            action: InterruptionAction::DeleteNodeClaim,
+            time: Some(env.clock.now() - Duration::seconds(45)),
+        }),
+    };
+    interruption::handle(
+        &env.ctx.client,
+        &env.ctx.recorder,
+        &*env.ctx.provider,
+        &[Arc::new(claim)],
+        &message,
+        env.clock.now(),
+    )
+    .await
+    .expect("handled");
+    assert!(deleting(&env.claim("default-spot").await));
+    assert_eq!(waited.get_sample_count() - count, 1);
+    assert!((waited.get_sample_sum() - sum - 45.0).abs() < 1e-9);
+}
+
+#[tokio::test]
+async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() {
+    use karpenter_rs::metrics::pod_scheduling::Times;
+    let env = Env::new().await;
+    env.create_namespaced(&unschedulable_pod("fits", "1")).await;
+    env.create_namespaced(&unschedulable_pod("too-big", "1000"))
+        .await;
+    // A pod with DRA claims is ignored (upstream's IGNORE_DRA_REQUESTS): never seen, never decided.
+    let mut dra = unschedulable_pod("dra", "1");
+    if let Some(spec) = dra.spec.as_mut() {
+        spec.resource_claims = Some(vec![
+            serde_json::from_value(json!({"name": "gpu", "resourceClaimName": "gpu"}))
+                .expect("claim"),
+        ]);
+    }
+    env.create_namespaced(&dra).await;
+    let decisions = karpenter_rs::metrics::METRICS
+        .pods_scheduling_decision_duration_seconds
+        .clone();
+    let before = decisions.get_sample_count();
+    let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
+    let first = env.clock.now();
+    assert_eq!(provisioner.provision_once().await.expect("round"), 1);
+    let key = |name: &str| format!("{}/{name}", builders::NAMESPACE);
+    let times = &env.ctx.pod_scheduling;
+    assert_eq!(
+        times.get(&key("fits")),
+        Times {
+            acked: Some(first),
+            decided: Some(first),
+            schedulable: Some(first),
+        }
+    );
+    assert_eq!(
+        times.get(&key("too-big")),
+        Times {
+            acked: Some(first),
+            decided: Some(first),
+            schedulable: None,
+        }
+    );
+    assert_eq!(times.get(&key("dra")), Times::default());
+    // Other tests' rounds may add theirs; these two pods add two.
+    assert!(decisions.get_sample_count() - before >= 2);
+
+    // A later round keeps the first times.
+    env.advance(Duration::seconds(10));
+    provisioner.provision_once().await.expect("round");
+    assert_eq!(times.get(&key("fits")).acked, Some(first));
+    assert_eq!(times.get(&key("too-big")).decided, Some(first));
+}
+
+#[tokio::test]
+async fn a_provisioning_round_counts_pending_pods_by_effective_zone() {
+    let env = Env::new().await;
+    let pinned = |name: &str, zone: &str| {
+        let mut pod = unschedulable_pod(name, "1");
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_selector = Some(
+                [(labels::ZONE.to_string(), zone.to_string())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        pod
+    };
+    env.create_namespaced(&pinned("in-b", "us-east-1b")).await;
+    env.create_namespaced(&pinned("in-b-too", "us-east-1b"))
+        .await;
+    env.create_namespaced(&pinned("on-mars", "mars-1a")).await;
+    let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
+    provisioner.provision_once().await.expect("round");
+    let count = |zone: &str| {
+        karpenter_rs::metrics::METRICS
+            .scheduler_pending_pods_by_effective_zone_count
+            .get_metric_with_label_values(&["provisioner", zone])
+            .map(|g| g.get())
+            .ok()
+    };
+    // (Other tests' pods are not pinned to a zone: they count as `flexible`.)
+    assert_eq!(count("us-east-1b"), Some(2.0));
+    assert_eq!(count("none"), Some(1.0), "no offered zone is on Mars");
+}

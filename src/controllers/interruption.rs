@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, ResourceExt};
@@ -48,6 +49,7 @@ pub async fn run(ctx: Arc<Context>) {
                     &*ctx.provider,
                     &claims,
                     &message,
+                    ctx.clock.now(),
                 )
                 .await
                 {
@@ -76,16 +78,24 @@ pub fn affected<'a>(event: &InterruptionEvent, claims: &'a [Arc<NodeClaim>]) -> 
 }
 
 /// Acts on one notice against `claims` (the NodeClaims known now) and acknowledges it when
-/// everything succeeded. An error leaves the notice for redelivery.
+/// everything succeeded. An error leaves the notice for redelivery. A handled notice's time on
+/// the queue (from the event's time to `now`) goes into
+/// `karpenter_interruption_message_queue_duration_seconds`, as upstream measures it.
 pub async fn handle(
     client: &Client,
     recorder: &EventRecorder,
     cloud: &dyn CloudProvider,
     claims: &[Arc<NodeClaim>],
     message: &InterruptionMessage,
+    now: DateTime<Utc>,
 ) -> Result<(), String> {
     if let Some(event) = &message.event {
         act(client, recorder, cloud, claims, event).await?;
+        if let Some(sent) = event.time {
+            METRICS
+                .interruption_message_queue_duration_seconds
+                .observe(seconds_between(sent, now));
+        }
     }
     cloud
         .acknowledge_interruption(message)
@@ -93,6 +103,11 @@ pub async fn handle(
         .map_err(|e| format!("could not delete the handled message: {e}"))?;
     METRICS.interruption_deleted_messages_total.inc();
     Ok(())
+}
+
+/// Seconds from `from` to `to`, never negative (the event's clock may run ahead of ours).
+fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).num_milliseconds().max(0) as f64 / 1000.0
 }
 
 async fn act(

@@ -4,13 +4,15 @@
 //! come from the pure functions in [`crate::metrics::cluster_state`] and
 //! [`crate::metrics::status`]; this shell reads the reflected stores and writes the registry.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metrics::cluster_state::{self, PodTransitions};
 use crate::metrics::status::{StatusKind, StatusObject, StatusTracker, StatusUpdate};
-use crate::metrics::{METRICS, Published, StatusMetrics};
+use crate::metrics::{METRICS, Published, StatusMetrics, pod_scheduling};
 use crate::runtime::panics::guarded_pass;
+use crate::scheduling::instance_type::InstanceType;
 
 use super::Context;
 
@@ -25,9 +27,11 @@ const INSTANCE_TYPE_EVERY: u32 = 12;
 struct Publishers {
     nodes: [Published; 8],
     pods: [Published; 3],
+    provisioning: [Published; 3],
     status: Vec<(StatusKind, [Published; 3])>,
     deprecated: [Published; 3],
     instance_types: [Published; 4],
+    costs: Published,
 }
 
 /// Runs until the task is dropped. With `observe_cluster_state` false
@@ -42,6 +46,8 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
     let mut status = StatusTracker::default();
     let mut tick: u32 = 0;
     let mut last_classes = Vec::new();
+    let mut types = HashMap::new();
+    let mut unpriced_claims = HashSet::new();
     loop {
         let pass = async {
             let now = ctx.clock.now();
@@ -82,7 +88,25 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 ]) {
                     p.replace(family, series);
                 }
-                let durations = pods.observe(&all_pods);
+                let times = &ctx.pod_scheduling;
+                let g = cluster_state::provisioning_gauges(&all_pods, |k| times.get(k), now);
+                for (p, (family, series)) in published.provisioning.iter_mut().zip([
+                    (
+                        &METRICS.pods_provisioning_unbound_time_seconds,
+                        &g.unbound_time_seconds,
+                    ),
+                    (
+                        &METRICS.pods_provisioning_unstarted_time_seconds,
+                        &g.unstarted_time_seconds,
+                    ),
+                    (
+                        &METRICS.pods_provisioning_scheduling_undecided_time_seconds,
+                        &g.scheduling_undecided_time_seconds,
+                    ),
+                ]) {
+                    p.replace(family, series);
+                }
+                let durations = pods.observe(&all_pods, |k| times.get(k).schedulable);
                 for d in durations.bound {
                     METRICS.pods_bound_duration_seconds.observe(d);
                 }
@@ -91,6 +115,20 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                         tracing::warn!(error = %e, "could not record a pod startup duration");
                     }
                 }
+                for d in durations.provisioning_bound {
+                    METRICS.pods_provisioning_bound_duration_seconds.observe(d);
+                }
+                for d in durations.provisioning_started {
+                    METRICS
+                        .pods_provisioning_startup_duration_seconds
+                        .observe(d);
+                }
+                times.forget(&durations.done, &keys(&all_pods), now);
+            } else {
+                // Nothing reads the provisioner's times; keep only the pods that still exist.
+                let all_pods = ctx.state.pods.state();
+                ctx.pod_scheduling
+                    .forget(&Default::default(), &keys(&all_pods), now);
             }
             let mut objects: Vec<StatusObject> = Vec::new();
             objects.extend(
@@ -137,14 +175,47 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 .map(|c| (c.metadata.name.clone(), c.metadata.resource_version.clone()))
                 .collect();
             if tick.is_multiple_of(INSTANCE_TYPE_EVERY) || classes != last_classes {
-                publish_instance_types(&ctx, &mut published).await;
+                types = publish_instance_types(&ctx, &mut published).await;
                 last_classes = classes;
             }
+            let pools: Vec<String> = ctx
+                .state
+                .nodepools
+                .state()
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            let costs =
+                cluster_state::nodepool_costs(&pools, &ctx.state.nodeclaims.state(), &types);
+            published
+                .costs
+                .replace(&METRICS.nodepools_cost_total, &costs.cost);
+            // One error per NodeClaim whose offering has no price, not one per pass.
+            let unpriced: HashSet<String> = costs
+                .unpriced
+                .iter()
+                .map(|(_, claim)| claim.clone())
+                .collect();
+            for (pool, claim) in &costs.unpriced {
+                if !unpriced_claims.contains(claim) {
+                    tracing::debug!(nodepool = %pool, nodeclaim = %claim, "no price for the nodeclaim's offering; left out of the nodepool's cost");
+                    METRICS
+                        .nodepools_cost_tracker_errors_total
+                        .with_label_values(&[pool])
+                        .inc();
+                }
+            }
+            unpriced_claims = unpriced;
             tick = tick.wrapping_add(1);
         };
         guarded_pass("metrics", &ctx, pass).await;
         tokio::time::sleep(INTERVAL).await;
     }
+}
+
+/// The `namespace/name` of each pod.
+fn keys(pods: &[Arc<k8s_openapi::api::core::v1::Pod>]) -> HashSet<String> {
+    pods.iter().map(|p| pod_scheduling::pod_key(p)).collect()
 }
 
 fn family_of(kind: StatusKind) -> &'static StatusMetrics {
@@ -238,17 +309,24 @@ fn publish_status(published: &mut Publishers, update: StatusUpdate) {
     }
 }
 
-async fn publish_instance_types(ctx: &Context, published: &mut Publishers) {
-    let mut types = Vec::new();
+/// Publishes the instance-type families and returns the instance types by EC2NodeClass name (for
+/// the NodePool costs until the next refresh).
+async fn publish_instance_types(
+    ctx: &Context,
+    published: &mut Publishers,
+) -> HashMap<String, Arc<Vec<InstanceType>>> {
+    let mut types = HashMap::new();
     for class in ctx.state.nodeclasses.state() {
         match ctx.provider.instance_types(&class).await {
-            Ok(t) => types.push(t),
+            Ok(t) => {
+                types.insert(class.metadata.name.clone().unwrap_or_default(), t);
+            }
             Err(e) => {
                 tracing::debug!(ec2nodeclass = %class.metadata.name.clone().unwrap_or_default(), error = %e, "instance types unavailable for metrics")
             }
         }
     }
-    let g = cluster_state::instance_type_gauges(types.iter().flat_map(|t| t.iter()));
+    let g = cluster_state::instance_type_gauges(types.values().flat_map(|t| t.iter()));
     for (p, (family, series)) in published.instance_types.iter_mut().zip([
         (
             &METRICS.cloudprovider_instance_type_offering_available,
@@ -266,11 +344,78 @@ async fn publish_instance_types(ctx: &Context, published: &mut Publishers) {
     ]) {
         p.replace(family, series);
     }
+    types
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn claim(name: &str, labels: serde_json::Value) -> Arc<crate::apis::NodeClaim> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                         "requirements": []}
+            }))
+            .expect("nodeclaim"),
+        )
+    }
+
+    #[test]
+    fn a_nodepool_costs_the_offering_prices_of_its_launched_nodeclaims() {
+        let catalog = crate::catalog::Catalog::bundled("us-east-1").expect("catalog");
+        let types = Arc::new(catalog.instance_types(
+            &crate::scheduling::instance_type::NodeClassSettings::for_family(
+                crate::apis::ec2nodeclass::AMIFamily::AL2023,
+            ),
+        ));
+        let price = |name: &str| {
+            types
+                .iter()
+                .find(|t| &*t.name == name)
+                .and_then(|t| {
+                    t.offerings.iter().find(|o| {
+                        &*o.zone == "us-east-1a"
+                            && o.capacity_type.label()
+                                == crate::apis::labels::CAPACITY_TYPE_ON_DEMAND
+                    })
+                })
+                .map(|o| o.price)
+                .expect("an on-demand m5 offering in us-east-1a")
+        };
+        let launched = |name: &str, instance_type: &str| {
+            claim(
+                name,
+                serde_json::json!({
+                    "karpenter.sh/nodepool": "default",
+                    "node.kubernetes.io/instance-type": instance_type,
+                    "karpenter.sh/capacity-type": "on-demand",
+                    "topology.kubernetes.io/zone": "us-east-1a",
+                }),
+            )
+        };
+        let claims = [
+            launched("a", "m5.large"),
+            launched("b", "m5.xlarge"),
+            launched("c", "no-such.type"),
+            // Not launched yet: no instance type label, no cost and no error.
+            claim("d", serde_json::json!({"karpenter.sh/nodepool": "default"})),
+        ];
+        let by_class = HashMap::from([("default".to_string(), types.clone())]);
+        let costs = cluster_state::nodepool_costs(
+            &["default".to_string(), "idle".to_string()],
+            &claims,
+            &by_class,
+        );
+        assert_eq!(costs.cost.len(), 2);
+        assert_eq!(costs.cost[0].labels, ["default"]);
+        assert!((costs.cost[0].value - price("m5.large") - price("m5.xlarge")).abs() < 1e-9);
+        assert_eq!(costs.cost[1].labels, ["idle"]);
+        assert_eq!(costs.cost[1].value, 0.0);
+        assert_eq!(costs.unpriced, [("default".to_string(), "c".to_string())]);
+    }
 
     #[test]
     fn the_deprecated_families_put_kind_after_the_base_labels() {

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::node_metric_labels;
+use super::pod_scheduling::{Times, pod_key, seconds_between};
 use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::pod::requests;
@@ -258,6 +259,16 @@ fn condition_since(pod: &Pod, type_: &str) -> Option<f64> {
     Some(((at.0.as_millisecond() - created.0.as_millisecond()) as f64 / 1000.0).max(0.0))
 }
 
+/// When the pod's condition `type_` last became True.
+fn condition_time(pod: &Pod, type_: &str) -> Option<DateTime<Utc>> {
+    let c = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_ && c.status == "True"))?;
+    DateTime::from_timestamp_millis(c.last_transition_time.as_ref()?.0.as_millisecond())
+}
+
 fn is_started(pod: &Pod) -> bool {
     condition_status(pod, "Ready") == Some("True")
 }
@@ -340,6 +351,53 @@ pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) ->
     out
 }
 
+/// The `karpenter_pods_provisioning_*` gauges (name, namespace), timed from the points the
+/// provisioner recorded ([`Times`]) rather than from the pods' creation, as upstream's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProvisioningGauges {
+    /// `_unbound_time_seconds`: unbound pods the provisioner found a place for, since then.
+    pub unbound_time_seconds: Vec<Series>,
+    /// `_unstarted_time_seconds`: not-yet-ready pods the provisioner found a place for.
+    pub unstarted_time_seconds: Vec<Series>,
+    /// `_scheduling_undecided_time_seconds`: unbound pods the provisioner has seen but not yet
+    /// decided about, since it first saw them.
+    pub scheduling_undecided_time_seconds: Vec<Series>,
+}
+
+/// The provisioning gauges of `pods`, given each pod's [`Times`] (by `namespace/name`).
+pub fn provisioning_gauges(
+    pods: &[Arc<Pod>],
+    times: impl Fn(&str) -> Times,
+    now: DateTime<Utc>,
+) -> ProvisioningGauges {
+    let mut out = ProvisioningGauges::default();
+    for pod in pods {
+        if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let t = times(&pod_key(pod));
+        let labels = || vec![name.clone(), namespace.clone()];
+        let bound = node_name(pod).is_some();
+        if let Some(since) = t.schedulable {
+            if !bound {
+                out.unbound_time_seconds
+                    .push(Series::new(labels(), seconds_between(since, now)));
+            }
+            if !is_started(pod) {
+                out.unstarted_time_seconds
+                    .push(Series::new(labels(), seconds_between(since, now)));
+            }
+        }
+        if let (Some(acked), None, false) = (t.acked, t.decided, bound) {
+            out.scheduling_undecided_time_seconds
+                .push(Series::new(labels(), seconds_between(acked, now)));
+        }
+    }
+    out
+}
+
 /// Pods seen before they bound or started, so that the bound and startup durations are
 /// observed once per pod, when the change is seen (a restarted controller does not report pods
 /// that were already running).
@@ -356,21 +414,44 @@ pub struct PodDurations {
     pub bound: Vec<f64>,
     /// Seconds from creation to Ready (`karpenter_pods_startup_duration_seconds`).
     pub started: Vec<f64>,
+    /// Seconds from the provisioner finding a place to binding
+    /// (`karpenter_pods_provisioning_bound_duration_seconds`).
+    pub provisioning_bound: Vec<f64>,
+    /// Seconds from the provisioner finding a place to Ready
+    /// (`karpenter_pods_provisioning_startup_duration_seconds`).
+    pub provisioning_started: Vec<f64>,
+    /// Pods (`namespace/name`) that started or finished: their provisioning times are done with.
+    pub done: HashSet<String>,
 }
 
 impl PodTransitions {
     /// Notes which pods are still unbound or unstarted and returns the durations of those that
     /// bound or started since the last call.
-    pub fn observe(&mut self, pods: &[Arc<Pod>]) -> PodDurations {
+    ///
+    /// `schedulable` says when the provisioner found each pod (by `namespace/name`) a place, for
+    /// the provisioning durations.
+    pub fn observe(
+        &mut self,
+        pods: &[Arc<Pod>],
+        schedulable: impl Fn(&str) -> Option<DateTime<Utc>>,
+    ) -> PodDurations {
         let mut out = PodDurations::default();
         let mut unbound = HashSet::new();
         let mut unstarted = HashSet::new();
         for pod in pods {
+            let key = pod_key(pod);
             if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+                out.done.insert(key);
                 continue;
             }
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
+            };
+            let since = |type_: &str| {
+                Some(seconds_between(
+                    schedulable(&key)?,
+                    condition_time(pod, type_)?,
+                ))
             };
             if node_name(pod).is_none() {
                 unbound.insert(uid.clone());
@@ -378,13 +459,18 @@ impl PodTransitions {
                 && let Some(d) = condition_since(pod, "PodScheduled")
             {
                 out.bound.push(d);
+                out.provisioning_bound.extend(since("PodScheduled"));
             }
             if !is_started(pod) {
                 unstarted.insert(uid);
-            } else if self.unstarted.contains(&uid)
-                && let Some(d) = condition_since(pod, "Ready")
-            {
-                out.started.push(d);
+            } else {
+                if self.unstarted.contains(&uid)
+                    && let Some(d) = condition_since(pod, "Ready")
+                {
+                    out.started.push(d);
+                    out.provisioning_started.extend(since("Ready"));
+                }
+                out.done.insert(key);
             }
         }
         self.unbound = unbound;
@@ -443,6 +529,67 @@ pub fn instance_type_gauges<'a>(
         }
     }
     out
+}
+
+/// What `karpenter_nodepools_cost_total` says: each NodePool's hourly cost from Karpenter's
+/// view, the offering prices of its NodeClaims' launched instances.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodePoolCosts {
+    /// Cost per NodePool (labels: nodepool); every NodePool named in `pools` has one, 0 when it
+    /// has no launched NodeClaim.
+    pub cost: Vec<Series>,
+    /// NodeClaims (nodepool, name) whose launched offering has no price among their node class'
+    /// instance types (`karpenter_nodepools_cost_tracker_errors_total`).
+    pub unpriced: Vec<(String, String)>,
+}
+
+/// The cost of each NodePool: for every NodeClaim launched from it (instance type, capacity
+/// type and zone labels set), the price of that offering among the instance types of its
+/// EC2NodeClass (`types`, by class name). NodeClaims not launched yet cost nothing.
+pub fn nodepool_costs(
+    pools: &[String],
+    claims: &[Arc<crate::apis::NodeClaim>],
+    types: &std::collections::HashMap<String, Arc<Vec<InstanceType>>>,
+) -> NodePoolCosts {
+    let mut cost: BTreeMap<String, f64> = pools.iter().map(|p| (p.clone(), 0.0)).collect();
+    let mut unpriced = Vec::new();
+    for claim in claims {
+        let labels = claim.metadata.labels.as_ref();
+        let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+        let Some(pool) = label(labels::NODEPOOL) else {
+            continue;
+        };
+        let (Some(instance_type), Some(capacity_type), Some(zone)) = (
+            label(labels::INSTANCE_TYPE),
+            label(labels::CAPACITY_TYPE),
+            label(labels::ZONE),
+        ) else {
+            continue;
+        };
+        let price = types
+            .get(&claim.spec.node_class_ref.name)
+            .and_then(|types| types.iter().find(|t| &*t.name == instance_type))
+            .and_then(|t| {
+                t.offerings
+                    .iter()
+                    .find(|o| &*o.zone == zone && o.capacity_type.label() == capacity_type)
+            })
+            .map(|o| o.price);
+        match price {
+            Some(price) => *cost.entry(pool.to_string()).or_default() += price,
+            None => unpriced.push((
+                pool.to_string(),
+                claim.metadata.name.clone().unwrap_or_default(),
+            )),
+        }
+    }
+    NodePoolCosts {
+        cost: cost
+            .into_iter()
+            .map(|(pool, c)| Series::new(vec![pool], c))
+            .collect(),
+        unpriced,
+    }
 }
 
 #[cfg(test)]
@@ -582,26 +729,72 @@ mod tests {
         let mut transitions = PodTransitions::default();
         // Already running when first seen: nothing observed.
         assert_eq!(
-            transitions.observe(&[pod("web", Some("n1"), true, false)]),
+            transitions.observe(&[pod("web", Some("n1"), true, false)], |_| None),
+            PodDurations {
+                done: HashSet::from(["ns/web".to_string()]),
+                ..PodDurations::default()
+            }
+        );
+        assert_eq!(
+            transitions.observe(&[pod("p", None, false, false)], |_| None),
             PodDurations::default()
         );
         assert_eq!(
-            transitions.observe(&[pod("p", None, false, false)]),
-            PodDurations::default()
-        );
-        assert_eq!(
-            transitions.observe(&[pod("p", Some("n1"), false, false)]),
+            transitions.observe(&[pod("p", Some("n1"), false, false)], |_| None),
             PodDurations {
                 bound: vec![10.0],
-                started: vec![]
+                ..PodDurations::default()
             }
         );
         assert_eq!(
-            transitions.observe(&[pod("p", Some("n1"), true, false)]),
+            transitions.observe(&[pod("p", Some("n1"), true, false)], |_| None),
             PodDurations {
-                bound: vec![],
-                started: vec![30.0]
+                started: vec![30.0],
+                done: HashSet::from(["ns/p".to_string()]),
+                ..PodDurations::default()
             }
         );
+    }
+
+    #[test]
+    fn provisioning_families_time_from_the_provisioners_points() {
+        let at = |s: &str| {
+            DateTime::parse_from_rfc3339(s)
+                .map(|t| t.with_timezone(&Utc))
+                .expect("time")
+        };
+        // `pending` was seen at 0:00:04 and decided at 0:00:06 (a place found); `waiting` was
+        // seen at 0:01:00 and not decided yet; `unknown` was never seen by the provisioner.
+        let times = |key: &str| match key {
+            "ns/pending" => Times {
+                acked: Some(at("2026-01-01T00:00:04Z")),
+                decided: Some(at("2026-01-01T00:00:06Z")),
+                schedulable: Some(at("2026-01-01T00:00:06Z")),
+            },
+            "ns/waiting" => Times {
+                acked: Some(at("2026-01-01T00:01:00Z")),
+                ..Times::default()
+            },
+            _ => Times::default(),
+        };
+        let pods = [
+            pod("pending", None, false, false),
+            pod("waiting", None, false, false),
+            pod("unknown", None, false, false),
+        ];
+        let g = provisioning_gauges(&pods, times, now());
+        let one = |name: &str, v: f64| vec![Series::new(vec![name.into(), "ns".into()], v)];
+        assert_eq!(g.unbound_time_seconds, one("pending", 94.0));
+        assert_eq!(g.unstarted_time_seconds, one("pending", 94.0));
+        assert_eq!(g.scheduling_undecided_time_seconds, one("waiting", 40.0));
+
+        let mut transitions = PodTransitions::default();
+        let schedulable = |key: &str| times(key).schedulable;
+        transitions.observe(&[pod("pending", None, false, false)], schedulable);
+        let bound = transitions.observe(&[pod("pending", Some("n1"), false, false)], schedulable);
+        assert_eq!(bound.provisioning_bound, vec![4.0], "bound at 0:00:10");
+        let started = transitions.observe(&[pod("pending", Some("n1"), true, false)], schedulable);
+        assert_eq!(started.provisioning_started, vec![24.0], "ready at 0:00:30");
+        assert!(started.done.contains("ns/pending"));
     }
 }

@@ -365,11 +365,6 @@ fn documented() -> Vec<(String, &'static str, Vec<String>)> {
             s(&[]),
         ),
         (
-            "karpenter_interruption_instance_status_unhealthy_total",
-            "counter",
-            s(&["category"]),
-        ),
-        (
             "karpenter_ec2nodeclasses_userdata_bytes",
             "gauge",
             s(&["nodeclass"]),
@@ -441,7 +436,6 @@ fn documented() -> Vec<(String, &'static str, Vec<String>)> {
         ],
     ));
     out.extend(status("operator_ec2nodeclass", &[], &[]));
-    out.extend(status("operator_capacitybuffer", &[], &[]));
     out.extend(status("operator", &["kind"], &[]));
     out
 }
@@ -505,7 +499,6 @@ fn touch_every_family() {
         &m.cloudprovider_instance_launch_failures_total,
         &m.cloudprovider_instance_termination_failures_total,
         &m.interruption_received_messages_total,
-        &m.interruption_instance_status_unhealthy_total,
         &m.rest_client_requests_total,
     ];
     let histogram_vecs = [
@@ -528,7 +521,6 @@ fn touch_every_family() {
         &m.nodepool_status,
         &m.node_status,
         &m.ec2nodeclass_status,
-        &m.capacitybuffer_status,
         &m.deprecated_status,
     ] {
         status_gauges.extend([

@@ -46,6 +46,9 @@ pub struct Context {
     pub panics: panics::PanicBackoff,
     /// Poll periods and waits of the disruption and garbage-collection loops.
     pub intervals: Intervals,
+    /// When the provisioner first saw, decided about and placed each pending pod, for the pod
+    /// provisioning metrics the metrics controller publishes.
+    pub pod_scheduling: Arc<crate::metrics::pod_scheduling::PodSchedulingTimes>,
 }
 
 /// How often the polling controllers run and how long a disruption command waits. Production
@@ -105,6 +108,7 @@ impl Context {
             evictions: Default::default(),
             panics: Default::default(),
             intervals: Intervals::default(),
+            pod_scheduling: Default::default(),
         }
     }
 }

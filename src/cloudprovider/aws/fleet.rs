@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::cloudprovider::CloudError;
+use crate::metrics::METRICS;
 use crate::scheduling::instance_type::CapacityType;
 
 use super::sdk_error;
@@ -268,6 +269,22 @@ struct Batch {
     last: Instant,
 }
 
+/// The batcher label of the CreateFleet batcher's metrics, upstream's name for it.
+pub const BATCHER_NAME: &str = "create_fleet";
+
+/// Records one closed batch: how long its window stayed open (from the first request until
+/// the call went out) and how many launches it merged, as upstream's batcher reports them.
+fn record_batch(window: Duration, size: usize) {
+    METRICS
+        .cloudprovider_batcher_batch_time_seconds
+        .with_label_values(&[BATCHER_NAME])
+        .observe(window.as_secs_f64());
+    METRICS
+        .cloudprovider_batcher_batch_size
+        .with_label_values(&[BATCHER_NAME])
+        .observe(size as f64);
+}
+
 /// Merges identical launch requests that arrive together into one CreateFleet call.
 #[derive(Clone)]
 pub struct FleetBatcher {
@@ -336,6 +353,7 @@ impl FleetBatcher {
                     }
                 };
                 let Some(batch) = batch else { return };
+                record_batch(batch.opened.elapsed(), batch.waiters.len());
                 let result = create_fleet(&ec2, &batch.request, batch.waiters.len()).await;
                 match result {
                     Ok(outcome) => {

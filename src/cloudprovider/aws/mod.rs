@@ -44,6 +44,7 @@ use crate::apis::nodeclaim::{Taint, TaintEffect};
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::catalog::Catalog;
 use crate::clock::Clock;
+use crate::metrics::METRICS;
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings, Offering};
 use crate::scheduling::requirements::Requirements;
 
@@ -881,6 +882,10 @@ impl CloudProvider for AwsProvider {
             let user_data = self
                 .render_user_data(nodeclass, &node_labels_, &taints, Some(max_pods))
                 .map_err(|e| CloudError::Invalid(format!("EC2NodeClass {class}: {e}")))?;
+            METRICS
+                .ec2nodeclasses_userdata_bytes
+                .with_label_values(&[class.as_str()])
+                .set(user_data.len() as f64);
             let spec = LaunchTemplateSpec {
                 image_id,
                 user_data: base64::engine::general_purpose::STANDARD.encode(user_data),
@@ -954,9 +959,22 @@ impl CloudProvider for AwsProvider {
             Some(i) if i.state == InstanceState::Terminated => {
                 return Err(CloudError::NotFound(provider_id.into()));
             }
-            Some(_) => {}
+            Some(i) => {
+                let result = self.terminate(id).await;
+                if result.is_err() {
+                    let zone_id = read(&self.catalogue)
+                        .zone_ids
+                        .get(&i.zone)
+                        .cloned()
+                        .unwrap_or_default();
+                    METRICS
+                        .cloudprovider_instance_termination_failures_total
+                        .with_label_values(&[&i.zone, &zone_id])
+                        .inc();
+                }
+                result
+            }
         }
-        self.terminate(id).await
     }
 
     async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {

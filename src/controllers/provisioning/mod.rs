@@ -5,7 +5,7 @@
 //! [`plan`] is pure (snapshot and instance types in, NodeClaim objects out) so tests and
 //! `simulate` exercise exactly what the controller creates; [`Provisioner`] is the async shell.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,11 +23,12 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimSpec, Operator, ResourceRequirements};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::controllers::nodepool::runtime_validate;
-use crate::metrics::METRICS;
+use crate::metrics::cluster_state::Series;
+use crate::metrics::{METRICS, Published};
 use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
-use crate::scheduling::requirements::Requirement;
+use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::scheduler;
 use crate::snapshot::EngineOptions;
 use crate::snapshot::scheduling_input;
@@ -59,6 +60,14 @@ pub struct Plan {
     pub nodeclaims: Vec<NodeClaim>,
     /// Pods (`namespace/name`) no NodePool can serve, with the reason.
     pub unschedulable: Vec<(String, String)>,
+    /// Pods (`namespace/name`) left out before scheduling because they cannot be read as a
+    /// scheduler input (an invalid requirement, an unknown volume, ...); upstream's ignored
+    /// pods. They are in `unschedulable` too, with the reason.
+    pub ignored: Vec<String>,
+    /// Pods the scheduler placed (on a new NodeClaim or on existing capacity).
+    pub placed: Vec<String>,
+    /// The pods the scheduler considered, by effective zone (see [`effective_zones`]).
+    pub pods_by_zone: BTreeMap<String, usize>,
 }
 
 /// Plans NodeClaims for the pending pods of a snapshot, given the instance types each node
@@ -71,7 +80,10 @@ pub fn plan(
     let prepared = scheduling_input::prepare(cluster, types, options);
     let input = &prepared.input;
     let outcome = scheduler::solve(input);
-    let mut out = Plan::default();
+    let mut out = Plan {
+        pods_by_zone: effective_zones(input),
+        ..Plan::default()
+    };
     for planned in &outcome.nodeclaims {
         let template = &input.nodepools[planned.nodepool];
         let Some(pool) = cluster
@@ -94,11 +106,60 @@ pub fn plan(
         ));
     }
     for u in prepared.invalid_pods {
+        out.ignored.push(u.pod.clone());
         out.unschedulable.push((u.pod, u.reason));
     }
+    let mut failed = vec![false; input.pods.len()];
     for (i, reason) in outcome.errors {
+        if let Some(f) = failed.get_mut(i) {
+            *f = true;
+        }
         out.unschedulable
             .push((input.pods[i].key(), reason.to_string()));
+    }
+    out.placed = input
+        .pods
+        .iter()
+        .zip(failed)
+        .filter(|(_, failed)| !failed)
+        .map(|(p, _)| p.key())
+        .collect();
+    out
+}
+
+/// Counts the pods of a scheduler input by effective zone
+/// (`karpenter_scheduler_pending_pods_by_effective_zone_count`): the zones the round's NodePools
+/// offer that a pod's requirements allow (its nodeSelector with any of its required node-affinity
+/// terms, which carry its volumes' zones) — the zone itself when exactly one is left, `flexible`
+/// when several are, `none` when none is, as upstream labels them.
+fn effective_zones(input: &scheduler::Input) -> BTreeMap<String, usize> {
+    let offered: BTreeSet<&str> = input
+        .nodepools
+        .iter()
+        .flat_map(|pool| pool.instance_types.iter())
+        .flat_map(|t| t.offerings.iter().map(|o| &*o.zone))
+        .collect();
+    let mut out = BTreeMap::new();
+    for pod in &input.pods {
+        let terms: Vec<Requirements> = if pod.required_terms.is_empty() {
+            vec![Requirements::for_pod(&pod.node_selector, &[])]
+        } else {
+            pod.required_terms
+                .iter()
+                .map(|term| Requirements::for_pod(&pod.node_selector, &[term.as_slice()]))
+                .collect()
+        };
+        let mut allowed = offered.iter().filter(|zone| {
+            terms
+                .iter()
+                .any(|r| r.get(labels::ZONE).is_none_or(|z| z.has(zone)))
+        });
+        let zone = match (allowed.next(), allowed.next()) {
+            (None, _) => "none",
+            (Some(one), None) => one,
+            (Some(_), Some(_)) => "flexible",
+        };
+        *out.entry(zone.to_string()).or_default() += 1;
     }
     out
 }
@@ -370,6 +431,79 @@ pub(crate) async fn wait_until_cached(ctx: &Context, created: &HashSet<String>) 
 /// this, a thousand pods no NodePool can serve cost a thousand event writes per round.
 const FAILED_SCHEDULING_DEDUPE: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 
+/// Records a round in the pod scheduling times: every pending pod but the ignored ones was seen
+/// at `seen` (when the round started); the scheduler placed some and not the others. The first
+/// decision about a pod is timed in `karpenter_pods_scheduling_decision_duration_seconds`.
+fn record_decisions(ctx: &Context, pending: &[String], plan: &Plan, seen: DateTime<Utc>) {
+    let ignored: HashSet<&str> = plan.ignored.iter().map(String::as_str).collect();
+    let placed: HashSet<&str> = plan.placed.iter().map(String::as_str).collect();
+    let considered = pending
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !ignored.contains(p));
+    ctx.pod_scheduling.ack(considered.clone(), seen);
+    let failed = considered.filter(|p| !placed.contains(p));
+    for seconds in ctx
+        .pod_scheduling
+        .decide(placed.iter().copied(), failed, ctx.clock.now())
+    {
+        METRICS
+            .pods_scheduling_decision_duration_seconds
+            .observe(seconds);
+    }
+}
+
+/// Identifies scheduling rounds in `karpenter_scheduler_queue_depth` and
+/// `_unfinished_work_seconds` (upstream's `scheduling_id`).
+static ROUNDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A provisioning round's scheduling simulation while it runs: its pods in
+/// `karpenter_scheduler_queue_depth` and the seconds it has taken so far in
+/// `karpenter_scheduler_unfinished_work_seconds` (refreshed every second from another task, since
+/// the simulation holds its thread), both removed when the round ends. The solver does not report
+/// progress, so the depth is the round's pods until it ends.
+struct Round {
+    id: String,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Round {
+    fn start(pods: usize) -> Self {
+        let id = ROUNDS
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_string();
+        let labels = ["provisioner", id.as_str()];
+        METRICS
+            .scheduler_queue_depth
+            .with_label_values(&labels)
+            .set(pods as f64);
+        let unfinished = METRICS
+            .scheduler_unfinished_work_seconds
+            .with_label_values(&labels);
+        unfinished.set(0.0);
+        let started = std::time::Instant::now();
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                unfinished.set(started.elapsed().as_secs_f64());
+            }
+        });
+        Self { id, ticker }
+    }
+}
+
+impl Drop for Round {
+    fn drop(&mut self) {
+        self.ticker.abort();
+        let labels = ["provisioner", self.id.as_str()];
+        // Present since `start`; nothing else removes them.
+        let _ = METRICS.scheduler_queue_depth.remove_label_values(&labels);
+        let _ = METRICS
+            .scheduler_unfinished_work_seconds
+            .remove_label_values(&labels);
+    }
+}
+
 /// NodeClaim creations in flight at once: enough to keep the client's QPS budget busy at a
 /// round-trip of tens of milliseconds, few enough not to queue hundreds of requests behind it.
 const CREATE_CONCURRENCY: usize = 32;
@@ -381,6 +515,8 @@ pub struct Provisioner {
     /// When a `FailedScheduling` event was last published, by pod UID; entries older than
     /// [`FAILED_SCHEDULING_DEDUPE`] are dropped.
     reported: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// The effective zones last published, so a zone no pending pod is pinned to any more goes.
+    zones: Mutex<Published>,
 }
 
 impl Provisioner {
@@ -390,6 +526,7 @@ impl Provisioner {
             ctx,
             window,
             reported: Mutex::default(),
+            zones: Mutex::default(),
         }
     }
 
@@ -420,11 +557,18 @@ impl Provisioner {
                 .scheduler_unschedulable_pods_count
                 .with_label_values(&["provisioner"])
                 .set(0.0);
+            METRICS.scheduler_ignored_pods_count.set(0.0);
+            self.publish_zones(&BTreeMap::new());
             return Ok(0);
         }
         let types = instance_types(ctx, &cluster).await;
+        let pending: Vec<String> = cluster.pending_pods().iter().map(|p| p.key()).collect();
+        let seen = ctx.clock.now();
         let started = std::time::Instant::now();
-        let plan = plan(&cluster, &types, &ctx.options);
+        let plan = {
+            let _round = Round::start(pending.len());
+            plan(&cluster, &types, &ctx.options)
+        };
         METRICS
             .scheduler_scheduling_duration_seconds
             .with_label_values(&["provisioner"])
@@ -433,6 +577,11 @@ impl Provisioner {
             .scheduler_unschedulable_pods_count
             .with_label_values(&["provisioner"])
             .set(plan.unschedulable.len() as f64);
+        METRICS
+            .scheduler_ignored_pods_count
+            .set(plan.ignored.len() as f64);
+        record_decisions(ctx, &pending, &plan, seen);
+        self.publish_zones(&plan.pods_by_zone);
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
         let (created, failed) = create_nodeclaims(ctx, "provisioner", &plan.nodeclaims).await;
@@ -450,6 +599,24 @@ impl Provisioner {
             )),
             None => Ok(created.len()),
         }
+    }
+
+    /// Sets `karpenter_scheduler_pending_pods_by_effective_zone_count` to a round's counts.
+    fn publish_zones(&self, by_zone: &BTreeMap<String, usize>) {
+        let series: Vec<Series> = by_zone
+            .iter()
+            .map(|(zone, n)| Series {
+                labels: vec!["provisioner".to_string(), zone.clone()],
+                value: *n as f64,
+            })
+            .collect();
+        self.zones
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(
+                &METRICS.scheduler_pending_pods_by_effective_zone_count,
+                &series,
+            );
     }
 
     /// The unschedulable pods of a round whose `FailedScheduling` event is due: not published
@@ -550,6 +717,30 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_round_shows_its_pods_and_time_while_it_runs_and_nothing_after() {
+        let round = Round::start(7);
+        let id = round.id.clone();
+        // No other round has this ID: its series are this round's.
+        let depth = METRICS
+            .scheduler_queue_depth
+            .with_label_values(&["provisioner", &id]);
+        assert_eq!(depth.get(), 7.0);
+        assert_eq!(
+            METRICS
+                .scheduler_unfinished_work_seconds
+                .with_label_values(&["provisioner", &id])
+                .get(),
+            0.0
+        );
+        drop(round);
+        let text = crate::metrics::encode();
+        assert!(
+            !text.contains(&format!("scheduling_id=\"{id}\"")),
+            "the round's series are gone: {text}"
+        );
+    }
 
     fn pool(name: &str, class: &str, taints: serde_json::Value) -> NodePool {
         serde_json::from_value(json!({
