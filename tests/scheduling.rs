@@ -240,11 +240,13 @@ metadata:
     node.kubernetes.io/instance-type: m5.xlarge
     karpenter.sh/capacity-type: on-demand
     karpenter.sh/nodepool: capped
+spec: {unschedulable: true}
 status:
   allocatable: {cpu: 3920m, memory: 15Gi, pods: "58"}
   conditions: [{type: Ready, status: "True"}]
 "#;
-    // 3.92 of the 4 CPUs are used: a 4-CPU pod cannot get a new node.
+    // The cordoned node takes no pods, but its 3.92 CPUs count against the limit of 4: the
+    // pod gets no new node either.
     let report = run(&[
         NODECLASS.into(),
         nodepool("capped", "  limits: {cpu: \"4\"}", ""),
