@@ -90,6 +90,8 @@ pub struct PoolCache {
     zones: Mutex<HashMap<String, Arc<Vec<Arc<str>>>>>,
     /// Largest allocatable of any instance type, per resource.
     max_allocatable: OnceLock<Resources>,
+    /// Whether any instance type has a capacity reservation offering.
+    has_reservations: OnceLock<bool>,
     compatible: Mutex<HashMap<String, Arc<TypeSet>>>,
     price_order: Mutex<HashMap<String, Arc<Vec<f64>>>>,
 }
@@ -339,6 +341,9 @@ struct Pool {
     by_price: Arc<Vec<u32>>,
     /// Largest allocatable of any instance type, per resource.
     max_allocatable: Resources,
+    /// Whether any instance type has a capacity reservation offering: when none has, planning
+    /// onto reservations is skipped without a pass over the offerings.
+    has_reservations: bool,
     /// Claims before this index have given back what they can of the pool's limits (see
     /// `Solver::reclaim_limits`).
     reclaimed_to: usize,
@@ -647,11 +652,17 @@ impl<'a> Solver<'a> {
                             .fold(Resources::default(), |max, it| max.max(&it.allocatable))
                     })
                     .clone();
+                let has_reservations = *t.cache.has_reservations.get_or_init(|| {
+                    t.instance_types
+                        .iter()
+                        .any(|it| it.offerings.iter().any(|o| o.reservation.is_some()))
+                });
                 Pool {
                     template: t.clone(),
                     type_requirements,
                     by_price,
                     max_allocatable,
+                    has_reservations,
                     reclaimed_to: 0,
                 }
             })
@@ -874,6 +885,9 @@ impl<'a> Solver<'a> {
         options: TypeSet,
         reserved: &mut HashMap<Arc<str>, i64>,
     ) -> TypeSet {
+        if !self.pools[claim.nodepool].has_reservations {
+            return options;
+        }
         let reserved_label = CapacityType::Reserved.label();
         // Pinning one type would break an instance-type minValues the claim was planned for.
         let min_types = claim
