@@ -46,7 +46,7 @@ use karpenter_rs::scheduling::requirements::{
 use karpenter_rs::scheduling::resources::{Resources, gib, mib};
 use karpenter_rs::scheduling::scheduler::{
     ExistingNode, Input, NodePoolTemplate, Options, Outcome, Placement, PlannedNodeClaim,
-    launch_offering, solve,
+    launch_offering, solve, type_matches,
 };
 use karpenter_rs::scheduling::taints::{Toleration, TolerationOperator};
 use proptest::prelude::*;
@@ -2255,6 +2255,7 @@ fn reservation_takes_at_most_its_available_count_per_round() {
     let mut by_type = BTreeMap::<&str, usize>::new();
     for c in &out.nodeclaims {
         let it = &pool.instance_types[c.instance_types[0] as usize];
+        assert!(type_matches(it, &c.requirements), "{}", c.requirements);
         let o = launch_offering(it, &c.requirements).expect("launchable");
         let reserved = o.capacity_type == CapacityType::Reserved;
         if reserved {
@@ -2278,4 +2279,41 @@ fn reservation_takes_at_most_its_available_count_per_round() {
         *by_type.entry(o.capacity_type.label()).or_default() += 1;
     }
     assert_eq!(by_type, BTreeMap::from([("on-demand", 2), ("reserved", 2)]));
+}
+
+/// A pod may ask for a reservation by ID: its NodeClaim launches into that reservation although
+/// another of the same price has room too.
+#[test]
+fn a_pod_selecting_a_reservation_by_id_lands_in_it() {
+    let mut types = vec![fixed_type("m.large", 2, 8, &["z1", "z2"])];
+    let reservation = |id: &str, zone: &str| ReservedCapacity {
+        id: id.into(),
+        instance_type: "m.large".into(),
+        zone: zone.into(),
+        reservation_type: "capacity-block".into(),
+        available: 1,
+    };
+    add_reserved_offerings(
+        &mut types,
+        &[reservation("cr-a", "z1"), reservation("cr-b", "z2")],
+    );
+    let mut pod = bare_pod("default", "trainer", "trainer", 1000, gib(1));
+    pod.required_terms = vec![vec![expr(
+        labels::CAPACITY_RESERVATION_ID,
+        Operator::In,
+        &["cr-b"],
+    )]];
+    let input = Input {
+        nodepools: vec![one_pool(types)],
+        existing: vec![],
+        pods: vec![pod],
+        options: Options::default(),
+    };
+    let out = solve(&input);
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    let c = &out.nodeclaims[0];
+    let it = &input.nodepools[0].instance_types[c.instance_types[0] as usize];
+    let o = launch_offering(it, &c.requirements).expect("launchable");
+    assert_eq!(o.reservation.as_ref().map(|r| &*r.id), Some("cr-b"));
+    assert_eq!(&*o.zone, "z2");
 }

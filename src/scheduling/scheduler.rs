@@ -427,7 +427,16 @@ fn type_requirements(it: &InstanceType) -> Requirements {
         .iter()
         .chain(labels::AWS_WELL_KNOWN_LABELS)
     {
-        if *key == labels::ZONE || *key == labels::CAPACITY_TYPE || *key == labels::NODEPOOL {
+        // Offerings decide these (a type may be sold in and outside reservations).
+        if [
+            labels::ZONE,
+            labels::CAPACITY_TYPE,
+            labels::NODEPOOL,
+            labels::CAPACITY_RESERVATION_ID,
+            labels::CAPACITY_RESERVATION_TYPE,
+        ]
+        .contains(key)
+        {
             continue;
         }
         let r = match it.labels.get(key) {
@@ -492,14 +501,21 @@ pub fn cheapest_offering<'a>(
     let ct = reqs.get(labels::CAPACITY_TYPE);
     let zone_id = reqs.get(labels::ZONE_ID);
     let reservation_id = reqs.get(labels::CAPACITY_RESERVATION_ID);
+    let reservation_type = reqs.get(labels::CAPACITY_RESERVATION_TYPE);
+    // Nodes outside reservations carry neither reservation label.
+    let absent_ok =
+        |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
     it.cheapest_offering(|o| {
         zone.is_none_or(|z| z.has(&o.zone))
             && ct.is_none_or(|c| c.has(o.capacity_type.label()))
             && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
             && reservation_id.is_none_or(|ids| match &o.reservation {
                 Some(r) => ids.has(&r.id),
-                // Nodes outside reservations carry no reservation ID label.
-                None => matches!(ids.operator(), Operator::NotIn | Operator::DoesNotExist),
+                None => absent_ok(ids),
+            })
+            && reservation_type.is_none_or(|types| match &o.reservation {
+                Some(r) => types.has(&r.reservation_type),
+                None => absent_ok(types),
             })
     })
 }
