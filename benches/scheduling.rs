@@ -90,6 +90,7 @@ fn instance_type(i: i64) -> InstanceType {
         capacity_type,
         price,
         available: true,
+        reservation: None,
     };
     let capacity = Resources {
         cpu: cpu * 1000,

@@ -375,6 +375,7 @@ impl Catalog {
                             capacity_type: CapacityType::OnDemand,
                             price: e.on_demand_price,
                             available: true,
+                            reservation: None,
                         });
                     }
                     if let Some(price) = spot {
@@ -384,6 +385,7 @@ impl Catalog {
                             capacity_type: CapacityType::Spot,
                             price: *price,
                             available: true,
+                            reservation: None,
                         });
                     }
                 }

@@ -215,13 +215,21 @@ fn the_nodes_limit_caps_nodeclaims() {
 
 #[test]
 fn a_limit_of_zero_stops_the_pool() {
-    for limits in ["  limits: {nodes: \"0\"}", "  limits: {cpu: \"0\"}", "  limits: {memory: 0Gi}"] {
+    for limits in [
+        "  limits: {nodes: \"0\"}",
+        "  limits: {cpu: \"0\"}",
+        "  limits: {memory: 0Gi}",
+    ] {
         let report = run(&[
             NODECLASS.into(),
             nodepool("stopped", limits, ""),
             deployment("app", 2, "1", ""),
         ]);
-        assert!(report.nodeclaims.is_empty(), "{limits}: {:#?}", report.nodeclaims);
+        assert!(
+            report.nodeclaims.is_empty(),
+            "{limits}: {:#?}",
+            report.nodeclaims
+        );
         assert_eq!(report.unschedulable.len(), 2, "{limits}");
     }
 }
@@ -1388,5 +1396,87 @@ fn a_static_nodepool_shows_its_replicas_and_pending_pods_may_land_on_them() {
             .any(|p| p.name == "fixed" && p.reason.contains("StaticCapacity feature gate is off")),
         "{:#?}",
         off.nodepools
+    );
+}
+
+/// A capacity reservation in the EC2NodeClass status (with its instances left in the
+/// `karpenter-rs.sh/capacity-reservations-available` annotation) is planned onto first, at most
+/// its count of NodeClaims; the rest spill over to on-demand.
+#[test]
+fn simulate_plans_onto_a_reservation_first_and_spills_over_to_on_demand() {
+    let nodeclass = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+  annotations: {karpenter-rs.sh/capacity-reservations-available: "cr-0123456789abcdef0=2"}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+status:
+  capacityReservations:
+    - {id: cr-0123456789abcdef0, instanceType: m5.xlarge, availabilityZone: us-east-1b,
+       instanceMatchCriteria: targeted, ownerID: "123456789012", reservationType: default}
+"#;
+    let report = run(&[
+        nodeclass.into(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved, on-demand]}",
+        ),
+        deployment(
+            "big",
+            4,
+            "3",
+            "      affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app: big}}, topologyKey: kubernetes.io/hostname}]}}",
+        ),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    assert_eq!(report.nodeclaims.len(), 4);
+    let reserved: Vec<_> = report
+        .nodeclaims
+        .iter()
+        .filter(|c| c.capacity_type == "reserved")
+        .collect();
+    assert_eq!(reserved.len(), 2, "{:#?}", report.nodeclaims);
+    for c in &reserved {
+        assert_eq!(
+            (c.instance_type.as_str(), c.zone.as_str()),
+            ("m5.xlarge", "us-east-1b")
+        );
+        assert!(c.price < 1e-6, "{}", c.price);
+        assert_eq!(c.instance_type_options.len(), 1);
+    }
+    for c in report
+        .nodeclaims
+        .iter()
+        .filter(|c| c.capacity_type != "reserved")
+    {
+        assert_eq!(c.capacity_type, "on-demand", "{c:#?}");
+        assert!(c.price > 0.01, "{}", c.price);
+    }
+}
+
+/// A malformed count is a load error naming the annotation.
+#[test]
+fn a_malformed_reservation_count_is_refused() {
+    let nodeclass = NODECLASS.replace(
+        "metadata: {name: default}",
+        "metadata: {name: default, annotations: {karpenter-rs.sh/capacity-reservations-available: \"cr-1=two\"}}",
+    );
+    let parsed = manifest::parse_str(&nodeclass, Path::new("test.yaml")).expect("YAML parses");
+    let err = manifest::load(&parsed, chrono::Utc::now())
+        .expect_err("malformed count")
+        .to_string();
+    assert!(
+        err.contains("karpenter-rs.sh/capacity-reservations-available") && err.contains("cr-1=two"),
+        "{err}"
     );
 }

@@ -34,7 +34,9 @@ use std::sync::Arc;
 
 use karpenter_rs::apis::labels;
 use karpenter_rs::apis::nodeclaim::{Operator, Taint, TaintEffect};
-use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType, Offering, Overhead};
+use karpenter_rs::scheduling::instance_type::{
+    CapacityType, InstanceType, Offering, Overhead, ReservedCapacity, add_reserved_offerings,
+};
 use karpenter_rs::scheduling::pod::{
     AffinityTerm, HostPort, Pod, Selector, SelectorOp, SpreadConstraint, WhenUnsatisfiable,
 };
@@ -43,7 +45,8 @@ use karpenter_rs::scheduling::requirements::{
 };
 use karpenter_rs::scheduling::resources::{Resources, gib, mib};
 use karpenter_rs::scheduling::scheduler::{
-    ExistingNode, Input, NodePoolTemplate, Options, Outcome, Placement, PlannedNodeClaim, solve,
+    ExistingNode, Input, NodePoolTemplate, Options, Outcome, Placement, PlannedNodeClaim,
+    launch_offering, solve, type_matches,
 };
 use karpenter_rs::scheduling::taints::{Toleration, TolerationOperator};
 use proptest::prelude::*;
@@ -502,6 +505,7 @@ fn instance_type(i: usize, t: &TypeSpec) -> InstanceType {
                 capacity_type: ct,
                 price: f64::from(t.price_milli) / 1000.0 * factor + zi as f64 * 0.0001,
                 available: true,
+                reservation: None,
             });
         }
     }
@@ -1892,6 +1896,7 @@ fn fixed_type(name: &str, vcpu: i64, mem_gib: i64, zones: &[&str]) -> InstanceTy
             capacity_type: CapacityType::OnDemand,
             price: it.capacity.cpu as f64 / 10_000.0,
             available: true,
+            reservation: None,
         })
         .collect();
     it
@@ -2213,4 +2218,102 @@ fn checker_detects_corrupted_outcomes() {
         "{:#?}",
         violations(&input, &out)
     );
+}
+
+/// A capacity reservation takes at most as many NodeClaims in one round as it has instances
+/// left: the first two pods that each need a node of their own launch into it (pinned to its
+/// type, zone and ID), the other two spill over to on-demand.
+#[test]
+fn reservation_takes_at_most_its_available_count_per_round() {
+    let mut types = vec![
+        fixed_type("m.large", 2, 8, &["z1", "z2"]),
+        fixed_type("c.large", 2, 4, &["z1"]),
+    ];
+    add_reserved_offerings(
+        &mut types,
+        &[ReservedCapacity {
+            id: "cr-1".into(),
+            instance_type: "m.large".into(),
+            zone: "z2".into(),
+            reservation_type: "default".into(),
+            available: 2,
+        }],
+    );
+    let pods = (0..4)
+        .map(|j| bare_pod("default", &format!("big-{j}"), "big", 1500, gib(1)))
+        .collect();
+    let input = Input {
+        nodepools: vec![one_pool(types)],
+        existing: vec![],
+        pods,
+        options: Options::default(),
+    };
+    let out = solve(&input);
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    assert_eq!(out.nodeclaims.len(), 4);
+    let pool = &input.nodepools[0];
+    let mut by_type = BTreeMap::<&str, usize>::new();
+    for c in &out.nodeclaims {
+        let it = &pool.instance_types[c.instance_types[0] as usize];
+        assert!(type_matches(it, &c.requirements), "{}", c.requirements);
+        let o = launch_offering(it, &c.requirements).expect("launchable");
+        let reserved = o.capacity_type == CapacityType::Reserved;
+        if reserved {
+            assert_eq!(c.instance_types.len(), 1);
+            assert_eq!(&*o.zone, "z2");
+            let id = c
+                .requirements
+                .get(labels::CAPACITY_RESERVATION_ID)
+                .expect("pinned");
+            assert!(id.has("cr-1") && id.len() == Some(1));
+        } else {
+            assert_eq!(o.capacity_type, CapacityType::OnDemand);
+            assert!(
+                !c.requirements
+                    .get(labels::CAPACITY_TYPE)
+                    .is_some_and(|r| r.has("reserved")),
+                "{}",
+                c.requirements
+            );
+        }
+        *by_type.entry(o.capacity_type.label()).or_default() += 1;
+    }
+    assert_eq!(by_type, BTreeMap::from([("on-demand", 2), ("reserved", 2)]));
+}
+
+/// A pod may ask for a reservation by ID: its NodeClaim launches into that reservation although
+/// another of the same price has room too.
+#[test]
+fn a_pod_selecting_a_reservation_by_id_lands_in_it() {
+    let mut types = vec![fixed_type("m.large", 2, 8, &["z1", "z2"])];
+    let reservation = |id: &str, zone: &str| ReservedCapacity {
+        id: id.into(),
+        instance_type: "m.large".into(),
+        zone: zone.into(),
+        reservation_type: "capacity-block".into(),
+        available: 1,
+    };
+    add_reserved_offerings(
+        &mut types,
+        &[reservation("cr-a", "z1"), reservation("cr-b", "z2")],
+    );
+    let mut pod = bare_pod("default", "trainer", "trainer", 1000, gib(1));
+    pod.required_terms = vec![vec![expr(
+        labels::CAPACITY_RESERVATION_ID,
+        Operator::In,
+        &["cr-b"],
+    )]];
+    let input = Input {
+        nodepools: vec![one_pool(types)],
+        existing: vec![],
+        pods: vec![pod],
+        options: Options::default(),
+    };
+    let out = solve(&input);
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    let c = &out.nodeclaims[0];
+    let it = &input.nodepools[0].instance_types[c.instance_types[0] as usize];
+    let o = launch_offering(it, &c.requirements).expect("launchable");
+    assert_eq!(o.reservation.as_ref().map(|r| &*r.id), Some("cr-b"));
+    assert_eq!(&*o.zone, "z2");
 }

@@ -58,6 +58,76 @@ pub struct Offering {
     pub price: f64,
     /// False while the offering is known to be out of capacity.
     pub available: bool,
+    /// The capacity reservation a reserved offering launches into (None for spot and
+    /// on-demand).
+    pub reservation: Option<Arc<Reservation>>,
+}
+
+/// A capacity reservation behind a reserved offering.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Reservation ID (`cr-...`).
+    pub id: Arc<str>,
+    /// `default` (ODCR) or `capacity-block`: the `capacity-reservation-type` label.
+    pub reservation_type: Arc<str>,
+    /// Instances the reservation can still launch: the scheduler plans at most this many
+    /// NodeClaims onto it in one round.
+    pub available: i64,
+}
+
+/// A capacity reservation a node class selected, as the provider or `simulate` resolved it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReservedCapacity {
+    /// Reservation ID.
+    pub id: String,
+    /// Instance type reserved.
+    pub instance_type: String,
+    /// Zone of the reservation.
+    pub zone: String,
+    /// `default` or `capacity-block`.
+    pub reservation_type: String,
+    /// Instances it can still launch.
+    pub available: i64,
+}
+
+/// Divides the on-demand price of a type to get its reserved offerings' price: reserved capacity
+/// is already paid for, so the cheapest-first choice takes it before spot and on-demand, while
+/// reservations of larger types still cost more than those of smaller ones.
+const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
+
+/// Adds one reserved offering per reservation to the instance type and zone it reserves (the one
+/// place reserved offerings are built, for the AWS provider and `simulate` alike). A reservation
+/// of a type or zone the node class cannot launch is skipped; one with nothing left is added
+/// unavailable so the type still shows where its reservations are.
+pub fn add_reserved_offerings(types: &mut [InstanceType], reservations: &[ReservedCapacity]) {
+    for r in reservations {
+        let Some(it) = types.iter_mut().find(|t| *t.name == *r.instance_type) else {
+            continue;
+        };
+        let Some(zone_offering) = it.offerings.iter().find(|o| *o.zone == *r.zone) else {
+            continue;
+        };
+        let (zone, zone_id) = (zone_offering.zone.clone(), zone_offering.zone_id.clone());
+        let on_demand = it
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == CapacityType::OnDemand)
+            .map(|o| o.price)
+            .min_by(f64::total_cmp)
+            .unwrap_or(0.0);
+        it.offerings.push(Offering {
+            zone,
+            zone_id,
+            capacity_type: CapacityType::Reserved,
+            price: on_demand / RESERVED_PRICE_DIVISOR,
+            available: r.available > 0,
+            reservation: Some(Arc::new(Reservation {
+                id: Arc::from(r.id.as_str()),
+                reservation_type: Arc::from(r.reservation_type.as_str()),
+                available: r.available.max(0),
+            })),
+        });
+    }
 }
 
 /// What a node reserves for itself, subtracted from capacity to get allocatable.
@@ -528,6 +598,73 @@ mod tests {
             ebs_bandwidth_mbps: 650,
             ..Default::default()
         }
+    }
+
+    fn offering(zone: &str, capacity_type: CapacityType, price: f64) -> Offering {
+        Offering {
+            zone: Arc::from(zone),
+            zone_id: Some(Arc::from(format!("use1-{zone}").as_str())),
+            capacity_type,
+            price,
+            available: true,
+            reservation: None,
+        }
+    }
+
+    fn reservation(id: &str, zone: &str, available: i64) -> ReservedCapacity {
+        ReservedCapacity {
+            id: id.into(),
+            instance_type: "m5.large".into(),
+            zone: zone.into(),
+            reservation_type: "capacity-block".into(),
+            available,
+        }
+    }
+
+    #[test]
+    fn reserved_offerings_undercut_spot_and_carry_their_reservation() {
+        let settings = NodeClassSettings::for_family(AMIFamily::AL2023);
+        let offerings = vec![
+            offering("a", CapacityType::OnDemand, 0.096),
+            offering("a", CapacityType::Spot, 0.03),
+            offering("b", CapacityType::OnDemand, 0.096),
+        ];
+        let mut types = vec![resolve(&m5_large(), &settings, "us-east-1", offerings)];
+        add_reserved_offerings(
+            &mut types,
+            &[
+                reservation("cr-1", "a", 2),
+                reservation("cr-2", "b", 0),
+                // The node class cannot launch in zone c, nor the type c5.large.
+                reservation("cr-3", "c", 5),
+                ReservedCapacity {
+                    instance_type: "c5.large".into(),
+                    ..reservation("cr-4", "a", 5)
+                },
+            ],
+        );
+        let m5 = &types[0];
+        assert_eq!(m5.offerings.len(), 5, "{:?}", m5.offerings);
+        let cheapest = m5.cheapest_offering(|_| true).expect("an offering");
+        assert_eq!(cheapest.capacity_type, CapacityType::Reserved);
+        assert_eq!(&*cheapest.zone, "a");
+        assert_eq!(cheapest.zone_id.as_deref(), Some("use1-a"));
+        assert!(
+            cheapest.price > 0.0 && cheapest.price < 1e-6,
+            "{}",
+            cheapest.price
+        );
+        let r = cheapest.reservation.as_ref().expect("reservation");
+        assert_eq!(
+            (&*r.id, &*r.reservation_type, r.available),
+            ("cr-1", "capacity-block", 2)
+        );
+        let full = m5
+            .offerings
+            .iter()
+            .find(|o| o.reservation.as_ref().is_some_and(|r| &*r.id == "cr-2"))
+            .expect("the full reservation is listed");
+        assert!(!full.available);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
 
-use super::instance_type::{CapacityType, InstanceType};
+use super::instance_type::{CapacityType, InstanceType, Reservation};
 use super::pod::{HostPort, Pod};
 use super::requirements::{AllowUndefined, Requirement, Requirements};
 use super::resources::Resources;
@@ -90,6 +90,8 @@ pub struct PoolCache {
     zones: Mutex<HashMap<String, Arc<Vec<Arc<str>>>>>,
     /// Largest allocatable of any instance type, per resource.
     max_allocatable: OnceLock<Resources>,
+    /// Whether any instance type has a capacity reservation offering.
+    has_reservations: OnceLock<bool>,
     compatible: Mutex<HashMap<String, Arc<TypeSet>>>,
     price_order: Mutex<HashMap<String, Arc<Vec<f64>>>>,
 }
@@ -339,6 +341,9 @@ struct Pool {
     by_price: Arc<Vec<u32>>,
     /// Largest allocatable of any instance type, per resource.
     max_allocatable: Resources,
+    /// Whether any instance type has a capacity reservation offering: when none has, planning
+    /// onto reservations is skipped without a pass over the offerings.
+    has_reservations: bool,
     /// Claims before this index have given back what they can of the pool's limits (see
     /// `Solver::reclaim_limits`).
     reclaimed_to: usize,
@@ -422,7 +427,16 @@ fn type_requirements(it: &InstanceType) -> Requirements {
         .iter()
         .chain(labels::AWS_WELL_KNOWN_LABELS)
     {
-        if *key == labels::ZONE || *key == labels::CAPACITY_TYPE || *key == labels::NODEPOOL {
+        // Offerings decide these (a type may be sold in and outside reservations).
+        if [
+            labels::ZONE,
+            labels::CAPACITY_TYPE,
+            labels::NODEPOOL,
+            labels::CAPACITY_RESERVATION_ID,
+            labels::CAPACITY_RESERVATION_TYPE,
+        ]
+        .contains(key)
+        {
             continue;
         }
         let r = match it.labels.get(key) {
@@ -486,10 +500,23 @@ pub fn cheapest_offering<'a>(
     let zone = reqs.get(labels::ZONE);
     let ct = reqs.get(labels::CAPACITY_TYPE);
     let zone_id = reqs.get(labels::ZONE_ID);
+    let reservation_id = reqs.get(labels::CAPACITY_RESERVATION_ID);
+    let reservation_type = reqs.get(labels::CAPACITY_RESERVATION_TYPE);
+    // Nodes outside reservations carry neither reservation label.
+    let absent_ok =
+        |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
     it.cheapest_offering(|o| {
         zone.is_none_or(|z| z.has(&o.zone))
             && ct.is_none_or(|c| c.has(o.capacity_type.label()))
             && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+            && reservation_id.is_none_or(|ids| match &o.reservation {
+                Some(r) => ids.has(&r.id),
+                None => absent_ok(ids),
+            })
+            && reservation_type.is_none_or(|types| match &o.reservation {
+                Some(r) => types.has(&r.reservation_type),
+                None => absent_ok(types),
+            })
     })
 }
 
@@ -641,11 +668,17 @@ impl<'a> Solver<'a> {
                             .fold(Resources::default(), |max, it| max.max(&it.allocatable))
                     })
                     .clone();
+                let has_reservations = *t.cache.has_reservations.get_or_init(|| {
+                    t.instance_types
+                        .iter()
+                        .any(|it| it.offerings.iter().any(|o| o.reservation.is_some()))
+                });
                 Pool {
                     template: t.clone(),
                     type_requirements,
                     by_price,
                     max_allocatable,
+                    has_reservations,
                     reclaimed_to: 0,
                 }
             })
@@ -805,9 +838,10 @@ impl<'a> Solver<'a> {
                 Err(reason) => errors.push((i, reason)),
             }
         }
+        let mut reserved = HashMap::new();
         let nodeclaims = std::mem::take(&mut self.claims)
             .into_iter()
-            .map(|c| self.finish(c))
+            .map(|c| self.finish(c, &mut reserved))
             .collect();
         errors.sort_by_key(|(i, _)| *i);
         Outcome {
@@ -817,14 +851,16 @@ impl<'a> Solver<'a> {
         }
     }
 
-    fn finish(&self, claim: Claim) -> PlannedNodeClaim {
-        let prices = self.prices(claim.nodepool, &claim.requirements);
-        let pool = &self.pools[claim.nodepool];
+    /// `reserved` counts the NodeClaims this round planned onto each capacity reservation.
+    fn finish(&self, mut claim: Claim, reserved: &mut HashMap<Arc<str>, i64>) -> PlannedNodeClaim {
         let launchable = if claim.sized_by_cost {
             self.launch_options(&claim)
         } else {
             claim.options.clone()
         };
+        let launchable = self.reserve(&mut claim, launchable, reserved);
+        let prices = self.prices(claim.nodepool, &claim.requirements);
+        let pool = &self.pools[claim.nodepool];
         let mut options: Vec<u32> = launchable.types(&pool.by_price).collect();
         // Options are kept in the pool's overall price order; re-sort only when the claim's zone
         // or capacity type makes that order wrong.
@@ -849,6 +885,101 @@ impl<'a> Solver<'a> {
             requests: claim.requests,
             min_values_relaxed: claim.min_values_relaxed,
         }
+    }
+
+    /// Plans a NodeClaim onto a capacity reservation: the cheapest reserved offering among its
+    /// `options` that its requirements allow and whose reservation has room left this round.
+    /// The claim is pinned to that type, zone and reservation (capacity type `reserved`, the
+    /// `capacity-reservation-id`), so no more NodeClaims land on a reservation than it has
+    /// instances. When every such reservation is full, a claim that may also launch as spot or
+    /// on-demand leaves reserved capacity out and launches that way; one that may only launch
+    /// reserved keeps its options and its launch fails for lack of capacity. Returns the
+    /// options the claim keeps.
+    fn reserve(
+        &self,
+        claim: &mut Claim,
+        options: TypeSet,
+        reserved: &mut HashMap<Arc<str>, i64>,
+    ) -> TypeSet {
+        if !self.pools[claim.nodepool].has_reservations {
+            return options;
+        }
+        let reserved_label = CapacityType::Reserved.label();
+        // Pinning one type would break an instance-type minValues the claim was planned for.
+        let min_types = claim
+            .requirements
+            .get(labels::INSTANCE_TYPE)
+            .and_then(Requirement::min_values);
+        if min_types.is_some_and(|m| m > 1)
+            || claim
+                .requirements
+                .get(labels::CAPACITY_TYPE)
+                .is_some_and(|c| !c.has(reserved_label))
+        {
+            return options;
+        }
+        let pool = &self.pools[claim.nodepool];
+        let types = &pool.template.instance_types;
+        let mut only_reserved = claim.requirements.clone();
+        only_reserved.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            [reserved_label],
+            None,
+        ));
+        let zone = only_reserved.get(labels::ZONE);
+        let zone_id = only_reserved.get(labels::ZONE_ID);
+        let reservation_id = only_reserved.get(labels::CAPACITY_RESERVATION_ID);
+        let mut any_reservation = false;
+        let mut best: Option<(u32, &super::instance_type::Offering, &Arc<Reservation>)> = None;
+        for t in options.types(&pool.by_price) {
+            for o in &types[t as usize].offerings {
+                let Some(r) = &o.reservation else { continue };
+                if !(o.available
+                    && zone.is_none_or(|z| z.has(&o.zone))
+                    && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+                    && reservation_id.is_none_or(|ids| ids.has(&r.id)))
+                {
+                    continue;
+                }
+                any_reservation = true;
+                let room = reserved.get(&r.id).is_none_or(|used| *used < r.available);
+                if room && best.is_none_or(|(_, b, _)| o.price < b.price) {
+                    best = Some((t, o, r));
+                }
+            }
+        }
+        let Some((t, o, r)) = best else {
+            let others_allowed = claim
+                .requirements
+                .get(labels::CAPACITY_TYPE)
+                .is_none_or(|c| {
+                    c.has(labels::CAPACITY_TYPE_SPOT) || c.has(labels::CAPACITY_TYPE_ON_DEMAND)
+                });
+            if any_reservation && others_allowed {
+                claim.requirements.add_requirement(Requirement::new(
+                    labels::CAPACITY_TYPE,
+                    Operator::NotIn,
+                    [reserved_label],
+                    None,
+                ));
+            }
+            return options;
+        };
+        *reserved.entry(r.id.clone()).or_default() += 1;
+        let it = &types[t as usize];
+        for (key, value) in [
+            (labels::CAPACITY_TYPE, reserved_label),
+            (labels::ZONE, &*o.zone),
+            (labels::INSTANCE_TYPE, &*it.name),
+            (labels::CAPACITY_RESERVATION_ID, &*r.id),
+            (labels::CAPACITY_RESERVATION_TYPE, &*r.reservation_type),
+        ] {
+            claim
+                .requirements
+                .add_requirement(Requirement::new(key, Operator::In, [value], None));
+        }
+        options.filter(&pool.by_price, |u| u == t)
     }
 
     fn pod_requirements(&mut self, pod_index: usize, relax: Relaxation) -> Arc<Requirements> {
@@ -1967,11 +2098,16 @@ impl<'a> Solver<'a> {
     /// `reqs` (infinite when it has no such offering), memoized across NodeClaims and solves.
     fn prices(&self, p: usize, reqs: &Requirements) -> Arc<Vec<f64>> {
         let pool = &self.pools[p];
-        let key = [labels::ZONE, labels::CAPACITY_TYPE, labels::ZONE_ID]
-            .iter()
-            .map(|k| reqs.get(k).map(ToString::to_string).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("|");
+        let key = [
+            labels::ZONE,
+            labels::CAPACITY_TYPE,
+            labels::ZONE_ID,
+            labels::CAPACITY_RESERVATION_ID,
+        ]
+        .iter()
+        .map(|k| reqs.get(k).map(ToString::to_string).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("|");
         if let Ok(cache) = pool.template.cache.price_order.lock()
             && let Some(hit) = cache.get(&key)
         {

@@ -9,6 +9,7 @@
 
 pub mod disruption_input;
 pub mod joins;
+pub mod reservations;
 pub mod scheduling_input;
 pub mod static_pools;
 pub mod taints;

@@ -15,7 +15,7 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
-use crate::scheduling::instance_type::{InstanceType, NodeClassSettings};
+use crate::scheduling::instance_type::{InstanceType, NodeClassSettings, add_reserved_offerings};
 use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use crate::scheduling::resources::{Resources, parse_quantity};
@@ -97,7 +97,12 @@ pub trait InstanceTypeSource {
 
 impl InstanceTypeSource for Catalog {
     fn for_nodeclass(&self, nodeclass: &EC2NodeClass) -> Arc<Vec<InstanceType>> {
-        Arc::new(self.instance_types(&NodeClassSettings::for_nodeclass(nodeclass)))
+        let mut types = self.instance_types(&NodeClassSettings::for_nodeclass(nodeclass));
+        add_reserved_offerings(
+            &mut types,
+            &super::reservations::reserved_capacity(nodeclass),
+        );
+        Arc::new(types)
     }
 }
 

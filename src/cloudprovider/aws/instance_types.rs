@@ -274,6 +274,7 @@ pub fn build(
                     capacity_type,
                     price,
                     available: true,
+                    reservation: None,
                 });
             };
             if entry.on_demand

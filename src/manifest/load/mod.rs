@@ -485,6 +485,17 @@ impl Loader {
                     }
                     Kind::EC2NodeClass => {
                         if let Some(class) = self.typed(&at, value, namespaced) {
+                            if let Err(e) = crate::snapshot::reservations::available_counts(&class)
+                            {
+                                self.problem(
+                                    &at,
+                                    format!(
+                                        "metadata.annotations[{}]",
+                                        crate::snapshot::reservations::AVAILABLE_ANNOTATION
+                                    ),
+                                    e,
+                                );
+                            }
                             self.cluster.nodeclasses.push(class);
                         }
                     }
