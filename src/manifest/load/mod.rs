@@ -38,6 +38,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::apis::NodeOverlay;
 use crate::apis::validation::{Kind, validate_value};
 use crate::manifest::{Document, Source};
 use crate::scheduling::resources::quantity_value;
@@ -124,6 +125,7 @@ pub fn load(docs: &[Document], now: DateTime<Utc>) -> Result<Snapshot, LoadError
 #[derive(Clone, Copy)]
 enum Route {
     Karpenter(Kind),
+    NodeOverlay,
     Node,
     Pod,
     Deployment,
@@ -185,6 +187,13 @@ const SERVED: &[Served] = &[
         "v1",
         false,
         Route::Karpenter(Kind::EC2NodeClass),
+    ),
+    served(
+        "NodeOverlay",
+        "karpenter.sh",
+        "v1alpha1",
+        false,
+        Route::NodeOverlay,
     ),
     served("Node", "", "v1", false, Route::Node),
     served("Pod", "", "v1", true, Route::Pod),
@@ -486,6 +495,19 @@ impl Loader {
                     Kind::EC2NodeClass => {
                         if let Some(class) = self.typed(&at, value, namespaced) {
                             self.cluster.nodeclasses.push(class);
+                        }
+                    }
+                }
+            }
+            Route::NodeOverlay => {
+                let Some(overlay) = self.typed::<NodeOverlay>(&at, value, namespaced) else {
+                    return;
+                };
+                match overlay.validate() {
+                    Ok(()) => self.cluster.node_overlays.push(overlay),
+                    Err(problems) => {
+                        for p in problems {
+                            self.problem(&at, p.path, p.message);
                         }
                     }
                 }
