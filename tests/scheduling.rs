@@ -215,13 +215,21 @@ fn the_nodes_limit_caps_nodeclaims() {
 
 #[test]
 fn a_limit_of_zero_stops_the_pool() {
-    for limits in ["  limits: {nodes: \"0\"}", "  limits: {cpu: \"0\"}", "  limits: {memory: 0Gi}"] {
+    for limits in [
+        "  limits: {nodes: \"0\"}",
+        "  limits: {cpu: \"0\"}",
+        "  limits: {memory: 0Gi}",
+    ] {
         let report = run(&[
             NODECLASS.into(),
             nodepool("stopped", limits, ""),
             deployment("app", 2, "1", ""),
         ]);
-        assert!(report.nodeclaims.is_empty(), "{limits}: {:#?}", report.nodeclaims);
+        assert!(
+            report.nodeclaims.is_empty(),
+            "{limits}: {:#?}",
+            report.nodeclaims
+        );
         assert_eq!(report.unschedulable.len(), 2, "{limits}");
     }
 }
