@@ -185,6 +185,19 @@ fn the_higher_weight_wins_and_an_equal_weight_conflict_is_left_out() {
     let (it, price) = chosen(&report);
     assert_eq!(it, "c5.large");
     assert!((price - (0.085 + 1.0)).abs() < 1e-9, "{price}");
+    assert_eq!(report.overlays.len(), 1, "{:#?}", report.overlays);
+    assert_eq!(report.overlays[0].name, "cheap");
+    assert!(
+        report.overlays[0].reason.contains("weight 10")
+            && report.overlays[0].reason.contains("m5.large"),
+        "{}",
+        report.overlays[0].reason
+    );
+    assert!(
+        report
+            .to_table()
+            .contains("NodeOverlay cheap not applied: conflict with another overlay")
+    );
 }
 
 #[test]

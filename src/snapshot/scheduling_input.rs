@@ -16,7 +16,7 @@ use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
 use crate::scheduling::instance_type::{InstanceType, NodeClassSettings};
-use crate::scheduling::overlay::{Overlays, PoolTypes};
+use crate::scheduling::overlay::{Overlays, PoolTypes, Verdict};
 use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use crate::scheduling::resources::{Resources, parse_quantity};
@@ -44,6 +44,15 @@ pub struct NodePoolReport {
     pub reason: String,
 }
 
+/// A NodeOverlay that is not in effect.
+#[derive(Clone, Debug, Serialize)]
+pub struct OverlayReport {
+    /// Its name.
+    pub name: String,
+    /// Why (a conflict with an overlay of the same weight, or an invalid field).
+    pub reason: String,
+}
+
 /// Prepared scheduler input plus what is needed to report on it.
 pub struct Prepared {
     /// The scheduler input.
@@ -55,6 +64,8 @@ pub struct Prepared {
     /// The static NodePools' templates (requirements, instance types, limits), which take no
     /// pending pods: for their own NodeClaims and drift replacements.
     pub static_templates: Vec<NodePoolTemplate>,
+    /// NodeOverlays left out (with the `NodeOverlay` gate on), by name.
+    pub overlays_not_applied: Vec<OverlayReport>,
 }
 
 /// Requirements a NodePool's template imposes, with upstream's implicit ones.
@@ -126,6 +137,8 @@ struct PoolTypesCache<'a> {
     cluster: &'a Snapshot,
     source: &'a dyn InstanceTypeSource,
     overlays: Option<Overlays>,
+    /// The overlays not in effect, with the reason.
+    not_applied: Vec<OverlayReport>,
     /// (node class, pool when overlaid) → the types and their derived caches.
     by_key: HashMap<(String, Option<String>), TypesAndCache>,
 }
@@ -140,6 +153,7 @@ impl<'a> PoolTypesCache<'a> {
             cluster,
             source,
             overlays: None,
+            not_applied: Vec::new(),
             by_key: HashMap::new(),
         };
         if options.node_overlay && !cluster.node_overlays.is_empty() {
@@ -160,6 +174,17 @@ impl<'a> PoolTypesCache<'a> {
                 })
                 .collect();
             let overlays = Overlays::decide(&cluster.node_overlays, &pools);
+            cache.not_applied = overlays
+                .verdicts()
+                .iter()
+                .filter_map(|(name, verdict)| match verdict {
+                    Verdict::Applied => None,
+                    Verdict::Invalid(reason) | Verdict::Conflict(reason) => Some(OverlayReport {
+                        name: name.clone(),
+                        reason: reason.clone(),
+                    }),
+                })
+                .collect();
             cache.overlays = (!overlays.is_empty()).then_some(overlays);
         }
         cache
@@ -578,6 +603,7 @@ pub fn prepare(
         invalid_pods,
         skipped_pools,
         static_templates,
+        overlays_not_applied: types_by_class.not_applied,
     }
 }
 
