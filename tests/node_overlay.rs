@@ -220,4 +220,15 @@ fn an_invalid_overlay_is_a_load_error_naming_the_field() {
         "{err}"
     );
     assert!(err.contains("spec.capacity.cpu"), "{err}");
+
+    let docs = [overlay(
+        "bad-quantity",
+        "  requirements: []\n  capacity: {example.com/foo: lots}",
+    )];
+    let parsed =
+        manifest::parse_str(&docs.join("\n---\n"), Path::new("test.yaml")).expect("YAML parses");
+    let err = manifest::load(&parsed, chrono::Utc::now())
+        .expect_err("a capacity that is no quantity is refused")
+        .to_string();
+    assert!(err.contains("spec.capacity.example.com/foo"), "{err}");
 }

@@ -503,8 +503,11 @@ impl Loader {
                 let Some(overlay) = self.typed::<NodeOverlay>(&at, value, namespaced) else {
                     return;
                 };
+                let quantities_valid =
+                    self.check_quantities(&at, "spec.capacity", overlay.spec.capacity.as_ref());
                 match overlay.validate() {
-                    Ok(()) => self.cluster.node_overlays.push(overlay),
+                    Ok(()) if quantities_valid => self.cluster.node_overlays.push(overlay),
+                    Ok(()) => {}
                     Err(problems) => {
                         for p in problems {
                             self.problem(&at, p.path, p.message);
