@@ -231,4 +231,14 @@ fn an_invalid_overlay_is_a_load_error_naming_the_field() {
         .expect_err("a capacity that is no quantity is refused")
         .to_string();
     assert!(err.contains("spec.capacity.example.com/foo"), "{err}");
+
+    let docs = ["apiVersion: karpenter.sh/v1\nkind: NodeOverlay\nmetadata: {name: v1}\nspec: {}\n"];
+    let parsed = manifest::parse_str(docs[0], Path::new("test.yaml")).expect("YAML parses");
+    let err = manifest::load(&parsed, chrono::Utc::now())
+        .expect_err("NodeOverlay is served as v1alpha1 only")
+        .to_string();
+    assert!(
+        err.contains("change apiVersion to karpenter.sh/v1alpha1"),
+        "{err}"
+    );
 }

@@ -264,6 +264,11 @@ fn classify(api_version: &str, kind: &str, file: &Path) -> Classified {
     };
     if group == entry.group && version == entry.version {
         Classified::Use(entry)
+    } else if kind == "NodeOverlay" {
+        Classified::Reject(format!(
+            "{api_version} {kind} is not served: Karpenter v1.14 serves NodeOverlay as \
+             karpenter.sh/v1alpha1; change apiVersion to karpenter.sh/v1alpha1"
+        ))
     } else if group.starts_with("karpenter.") {
         convert()
     } else {
