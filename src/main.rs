@@ -181,6 +181,8 @@ fn engine_options(
         .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     let static_capacity = feature_gate(feature_gates, "StaticCapacity")
         .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
+    let node_overlay = feature_gate(feature_gates, "NodeOverlay")
+        .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     Ok(EngineOptions {
         scheduler: Options {
             ignore_preferences: matches!(preference_policy, PreferencePolicy::Ignore),
@@ -189,6 +191,7 @@ fn engine_options(
         },
         disruption: karpenter_rs::disruption::Options { spot_to_spot },
         static_capacity,
+        node_overlay,
     })
 }
 
@@ -350,6 +353,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
                 },
                 static_capacity: settings.feature_gates.static_capacity,
+                node_overlay: settings.feature_gates.node_overlay,
             },
             eviction_client,
             observe_cluster_state: !settings.disable_cluster_state_observability,

@@ -27,7 +27,7 @@ use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{self, Placement};
 use crate::scheduling::static_capacity;
 use crate::snapshot::scheduling_input::{
-    NodePoolReport, Prepared, Unschedulable, prepare, template_requirements,
+    NodePoolReport, OverlayReport, Prepared, Unschedulable, prepare, template_requirements,
 };
 use crate::snapshot::static_pools;
 use crate::snapshot::{EngineOptions, Snapshot};
@@ -46,6 +46,9 @@ pub struct Report {
     pub unschedulable: Vec<Unschedulable>,
     /// NodePools that cannot provision at all, with the reason.
     pub nodepools: Vec<NodePoolReport>,
+    /// NodeOverlays not applied (with the `NodeOverlay` gate on), with the reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overlays: Vec<OverlayReport>,
     /// Hourly cost.
     pub cost: Cost,
     /// Disruption commands (with `--disruption` or `--settle`), in the order they were taken.
@@ -330,6 +333,7 @@ pub fn simulate(cluster: &Snapshot, catalog: &Catalog, options: &EngineOptions) 
         placements,
         unschedulable,
         nodepools: prepared.skipped_pools,
+        overlays: prepared.overlays_not_applied,
         cost,
         disruptions: None,
         blocked: None,
@@ -681,6 +685,9 @@ impl Report {
         );
         for p in &self.nodepools {
             let _ = writeln!(out, "NodePool {} not used: {}", p.name, p.reason);
+        }
+        for o in &self.overlays {
+            let _ = writeln!(out, "NodeOverlay {} not applied: {}", o.name, o.reason);
         }
         for u in &self.unschedulable {
             let _ = writeln!(out, "  unschedulable {}: {}", u.pod, u.reason);

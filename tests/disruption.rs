@@ -980,3 +980,43 @@ fn a_drifted_static_node_is_replaced_from_the_template_before_it_goes() {
         blocked_reason(&shrinking, "old")
     );
 }
+
+#[test]
+fn consolidation_weighs_node_overlay_prices() {
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool(
+            "default",
+            CONSOLIDATE,
+            "        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, c5.large]}",
+        ),
+        node("m5", "default", "m5.large", "on-demand", 24, ""),
+        pod("web", "m5", "500m", "", ""),
+    ];
+    // At list prices a c5.large (or spot) replaces the m5.large.
+    let r = run(&docs);
+    assert_eq!(commands(&r).len(), 1, "{:#?}", commands(&r));
+    assert_eq!(commands(&r)[0].method, Method::SingleNodeConsolidation);
+
+    // An overlay pricing m5.large at a tenth of a cent leaves nothing cheaper to move to.
+    docs.push(
+        r#"
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: m5-committed}
+spec:
+  requirements:
+    - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
+  price: "0.001"
+"#
+        .to_string(),
+    );
+    let gate_on = EngineOptions {
+        node_overlay: true,
+        ..Default::default()
+    };
+    let r = run_at(&docs, monday_10(), gate_on);
+    assert!(commands(&r).is_empty(), "{:#?}", commands(&r));
+    // The gate off, the overlay is ignored and the replacement stands.
+    assert_eq!(commands(&run(&docs)).len(), 1);
+}

@@ -9,11 +9,13 @@ pub mod ec2nodeclass;
 pub mod hash;
 pub mod labels;
 pub mod nodeclaim;
+pub mod nodeoverlay;
 pub mod nodepool;
 mod schema;
 pub mod validation;
 
 pub use ec2nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use validation::{Problem, ValidationErrors};

@@ -54,6 +54,13 @@ pub const KINDS: &[LiveKind] = &[
         false,
     ),
     live("karpenter.sh", "v1", "NodeClaim", "nodeclaims", false),
+    live(
+        "karpenter.sh",
+        "v1alpha1",
+        "NodeOverlay",
+        "nodeoverlays",
+        false,
+    ),
     live("", "v1", "Node", "nodes", false),
     live("", "v1", "Pod", "pods", true),
     live("apps", "v1", "DaemonSet", "daemonsets", true),

@@ -440,7 +440,7 @@ impl Settings {
             (
                 self.feature_gates.node_overlay,
                 "NodeOverlay",
-                "NodeOverlay objects are not read yet",
+                "`run` does not read NodeOverlay objects yet (`simulate` and `explain` apply them with --feature-gates NodeOverlay=true)",
             ),
             (
                 self.feature_gates.capacity_buffer,

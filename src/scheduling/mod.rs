@@ -6,6 +6,7 @@
 //! calls per batch) free of locks and syscalls, and makes every decision reproducible in tests.
 
 pub mod instance_type;
+pub mod overlay;
 pub mod pod;
 pub mod requirements;
 pub mod resources;

@@ -28,7 +28,7 @@ use kube::Resource;
 
 use crate::apis::conditions;
 use crate::apis::nodeclaim::Operator;
-use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
+use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// Namespace of namespaced objects that do not name one, as with `kubectl apply` without `-n`.
 pub(crate) const DEFAULT_NAMESPACE: &str = "default";
@@ -64,6 +64,9 @@ pub struct Snapshot {
     pub storage_classes: Vec<StorageClass>,
     /// CSINodes (per-node volume attach limits).
     pub csi_nodes: Vec<CSINode>,
+    /// NodeOverlays (`karpenter.sh/v1alpha1`), validated; applied only with the `NodeOverlay`
+    /// feature gate on.
+    pub node_overlays: Vec<NodeOverlay>,
     /// Objects that were read but do not affect what the controller does, so users can see
     /// nothing was silently dropped.
     pub ignored: Vec<Ignored>,
@@ -315,4 +318,7 @@ pub struct EngineOptions {
     /// The `StaticCapacity` feature gate: static NodePools (`spec.replicas`) keep their
     /// NodeClaims. Off (upstream's default), such pools are left alone.
     pub static_capacity: bool,
+    /// The `NodeOverlay` feature gate: NodeOverlays change the instance types' prices and
+    /// extended resources. Off (upstream's default), they are ignored.
+    pub node_overlay: bool,
 }

@@ -16,6 +16,7 @@ use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
 use crate::scheduling::instance_type::{InstanceType, NodeClassSettings, add_reserved_offerings};
+use crate::scheduling::overlay::{Overlays, PoolTypes, Verdict};
 use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use crate::scheduling::resources::{Resources, parse_quantity};
@@ -43,6 +44,15 @@ pub struct NodePoolReport {
     pub reason: String,
 }
 
+/// A NodeOverlay that is not in effect.
+#[derive(Clone, Debug, Serialize)]
+pub struct OverlayReport {
+    /// Its name.
+    pub name: String,
+    /// Why (a conflict with an overlay of the same weight, or an invalid field).
+    pub reason: String,
+}
+
 /// Prepared scheduler input plus what is needed to report on it.
 pub struct Prepared {
     /// The scheduler input.
@@ -54,6 +64,8 @@ pub struct Prepared {
     /// The static NodePools' templates (requirements, instance types, limits), which take no
     /// pending pods: for their own NodeClaims and drift replacements.
     pub static_templates: Vec<NodePoolTemplate>,
+    /// NodeOverlays left out (with the `NodeOverlay` gate on), by name.
+    pub overlays_not_applied: Vec<OverlayReport>,
 }
 
 /// Requirements a NodePool's template imposes, with upstream's implicit ones.
@@ -116,6 +128,118 @@ impl InstanceTypeSource for HashMap<String, Arc<Vec<InstanceType>>> {
             .and_then(|name| self.get(name))
             .cloned()
             .unwrap_or_default()
+    }
+}
+
+/// Instance types with the caches the solver derives from them.
+type TypesAndCache = (Arc<Vec<InstanceType>>, Arc<PoolCache>);
+
+/// The instance types each NodePool sees, fetched once per node class and shared (with the
+/// derived caches) by the pools on it; with the `NodeOverlay` gate on and overlays in effect,
+/// per pool, the overlays applied ([`Overlays`]) — the one place provider types become the
+/// scheduler's, so the provisioner, the disruption engine and `simulate` see the same ones.
+struct PoolTypesCache<'a> {
+    cluster: &'a Snapshot,
+    source: &'a dyn InstanceTypeSource,
+    overlays: Option<Overlays>,
+    /// The overlays not in effect, with the reason.
+    not_applied: Vec<OverlayReport>,
+    /// (node class, pool when overlaid) → the types and their derived caches.
+    by_key: HashMap<(String, Option<String>), TypesAndCache>,
+}
+
+impl<'a> PoolTypesCache<'a> {
+    fn new(
+        cluster: &'a Snapshot,
+        source: &'a dyn InstanceTypeSource,
+        options: &EngineOptions,
+    ) -> Self {
+        let mut cache = Self {
+            cluster,
+            source,
+            overlays: None,
+            not_applied: Vec::new(),
+            by_key: HashMap::new(),
+        };
+        if options.node_overlay && !cluster.node_overlays.is_empty() {
+            let fetched: Vec<(&NodePool, Arc<Vec<InstanceType>>)> = cluster
+                .nodepools
+                .iter()
+                .filter_map(|pool| {
+                    let class = cluster.nodeclass_of(pool)?;
+                    Some((pool, cache.get(class, None).0))
+                })
+                .collect();
+            let pools: Vec<PoolTypes<'_>> = fetched
+                .iter()
+                .map(|(pool, types)| PoolTypes {
+                    pool: pool.metadata.name.as_deref().unwrap_or_default(),
+                    labels: &pool.spec.template.metadata.labels,
+                    types,
+                })
+                .collect();
+            let overlays = Overlays::decide(&cluster.node_overlays, &pools);
+            cache.not_applied = overlays
+                .verdicts()
+                .iter()
+                .filter_map(|(name, verdict)| match verdict {
+                    Verdict::Applied => None,
+                    Verdict::Invalid(reason) | Verdict::Conflict(reason) => Some(OverlayReport {
+                        name: name.clone(),
+                        reason: reason.clone(),
+                    }),
+                })
+                .collect();
+            cache.overlays = (!overlays.is_empty()).then_some(overlays);
+        }
+        cache
+    }
+
+    /// The types `pool` (on `class`) sees; `None` for the class's types as the provider gives them.
+    fn get(&mut self, class: &EC2NodeClass, pool: Option<&NodePool>) -> TypesAndCache {
+        let class_name = class.metadata.name.clone().unwrap_or_default();
+        let base_key = (class_name.clone(), None);
+        if !self.by_key.contains_key(&base_key) {
+            let types = self.source.for_nodeclass(class);
+            self.by_key
+                .insert(base_key.clone(), (types, Arc::default()));
+        }
+        let base = self.by_key.get(&base_key).cloned().unwrap_or_default();
+        let (Some(overlays), Some(pool)) = (&self.overlays, pool) else {
+            return base;
+        };
+        let pool_name = pool.metadata.name.clone().unwrap_or_default();
+        self.by_key
+            .entry((class_name, Some(pool_name.clone())))
+            .or_insert_with(|| {
+                let types = overlays.apply(&PoolTypes {
+                    pool: &pool_name,
+                    labels: &pool.spec.template.metadata.labels,
+                    types: &base.0,
+                });
+                (Arc::new(types), Arc::default())
+            })
+            .clone()
+    }
+
+    /// The types a NodeClaim's NodePool sees on its node class (none when the class is unknown).
+    fn of_claim(&mut self, claim: &crate::apis::NodeClaim) -> Arc<Vec<InstanceType>> {
+        let cluster = self.cluster;
+        let Some(class) = cluster.nodeclass(&claim.spec.node_class_ref.name) else {
+            return Arc::default();
+        };
+        let pool = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::NODEPOOL))
+            .and_then(|name| {
+                cluster
+                    .nodepools
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(name))
+            });
+        self.get(class, pool).0
     }
 }
 
@@ -191,8 +315,7 @@ pub fn prepare(
     let bound = cluster.bound_pods();
     let mut invalid_pods = Vec::new();
     let mut skipped_pools = Vec::new();
-    let mut types_by_class: HashMap<String, (Arc<Vec<InstanceType>>, Arc<PoolCache>)> =
-        HashMap::new();
+    let mut types_by_class = PoolTypesCache::new(cluster, source, options);
 
     let daemon_pods: Vec<Pod> = cluster
         .daemonsets
@@ -245,16 +368,7 @@ pub fn prepare(
         let capacity = match claim.status.as_ref().and_then(|s| s.capacity.as_ref()) {
             Some(c) => node_resources(Some(c)),
             None => {
-                let types = cluster
-                    .nodeclass(&claim.spec.node_class_ref.name)
-                    .map(|class| {
-                        types_by_class
-                            .entry(class.metadata.name.clone().unwrap_or_default())
-                            .or_insert_with(|| (source.for_nodeclass(class), Arc::default()))
-                            .0
-                            .clone()
-                    })
-                    .unwrap_or_default();
+                let types = types_by_class.of_claim(claim);
                 claim_options(claim, &types)
                     .iter()
                     .fold(Resources::default(), |acc, it| acc.max(&it.capacity))
@@ -293,10 +407,7 @@ pub fn prepare(
             continue;
         };
         // Pools on the same node class share instance types, and so the derived caches.
-        let (instance_types, cache) = types_by_class
-            .entry(nodeclass.metadata.name.clone().unwrap_or_default())
-            .or_insert_with(|| (source.for_nodeclass(nodeclass), Arc::default()))
-            .clone();
+        let (instance_types, cache) = types_by_class.get(nodeclass, Some(pool));
         let requirements = template_requirements(pool);
         let taints: Vec<_> = pool.spec.template.spec.taints.clone();
         let mut daemon_overhead = Resources::default();
@@ -418,16 +529,7 @@ pub fn prepare(
         node_labels.extend(
             Requirements::from_node_selector_requirements(&claim.spec.requirements).labels(),
         );
-        let claim_types = cluster
-            .nodeclass(&claim.spec.node_class_ref.name)
-            .map(|class| {
-                types_by_class
-                    .entry(class.metadata.name.clone().unwrap_or_default())
-                    .or_insert_with(|| (source.for_nodeclass(class), Arc::default()))
-                    .0
-                    .clone()
-            })
-            .unwrap_or_default();
+        let claim_types = types_by_class.of_claim(claim);
         // Not launched yet: count on the least any of its instance types offers, which still
         // holds the pods it was planned for (every option fits them).
         let options = claim_options(claim, &claim_types);
@@ -506,6 +608,7 @@ pub fn prepare(
         invalid_pods,
         skipped_pools,
         static_templates,
+        overlays_not_applied: types_by_class.not_applied,
     }
 }
 

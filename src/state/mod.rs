@@ -316,6 +316,7 @@ impl ClusterState {
             persistent_volume_claims: sorted(&self.pvcs),
             storage_classes: sorted(&self.storage_classes),
             csi_nodes: sorted(&self.csi_nodes),
+            node_overlays: Vec::new(),
             ignored: Vec::new(),
         }
     }

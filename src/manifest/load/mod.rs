@@ -38,6 +38,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::apis::NodeOverlay;
 use crate::apis::validation::{Kind, validate_value};
 use crate::manifest::{Document, Source};
 use crate::scheduling::resources::quantity_value;
@@ -124,6 +125,7 @@ pub fn load(docs: &[Document], now: DateTime<Utc>) -> Result<Snapshot, LoadError
 #[derive(Clone, Copy)]
 enum Route {
     Karpenter(Kind),
+    NodeOverlay,
     Node,
     Pod,
     Deployment,
@@ -185,6 +187,13 @@ const SERVED: &[Served] = &[
         "v1",
         false,
         Route::Karpenter(Kind::EC2NodeClass),
+    ),
+    served(
+        "NodeOverlay",
+        "karpenter.sh",
+        "v1alpha1",
+        false,
+        Route::NodeOverlay,
     ),
     served("Node", "", "v1", false, Route::Node),
     served("Pod", "", "v1", true, Route::Pod),
@@ -255,6 +264,11 @@ fn classify(api_version: &str, kind: &str, file: &Path) -> Classified {
     };
     if group == entry.group && version == entry.version {
         Classified::Use(entry)
+    } else if kind == "NodeOverlay" {
+        Classified::Reject(format!(
+            "{api_version} {kind} is not served: Karpenter v1.14 serves NodeOverlay as \
+             karpenter.sh/v1alpha1; change apiVersion to karpenter.sh/v1alpha1"
+        ))
     } else if group.starts_with("karpenter.") {
         convert()
     } else {
@@ -497,6 +511,22 @@ impl Loader {
                                 );
                             }
                             self.cluster.nodeclasses.push(class);
+                        }
+                    }
+                }
+            }
+            Route::NodeOverlay => {
+                let Some(overlay) = self.typed::<NodeOverlay>(&at, value, namespaced) else {
+                    return;
+                };
+                let quantities_valid =
+                    self.check_quantities(&at, "spec.capacity", overlay.spec.capacity.as_ref());
+                match overlay.validate() {
+                    Ok(()) if quantities_valid => self.cluster.node_overlays.push(overlay),
+                    Ok(()) => {}
+                    Err(problems) => {
+                        for p in problems {
+                            self.problem(&at, p.path, p.message);
                         }
                     }
                 }
