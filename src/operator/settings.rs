@@ -454,6 +454,52 @@ impl Settings {
                 ));
             }
         }
+        // Settings that ask for behaviour karpenter-rs does not have: refused when set away from
+        // their default, never accepted and silently ignored.
+        for (asked, setting, what, fix) in [
+            (
+                self.enable_zonal_shift,
+                "ENABLE_ZONAL_SHIFT (--enable-zonal-shift) is true",
+                "zones under an ARC zonal shift are not detected",
+                "set it to false",
+            ),
+            (
+                self.eks_control_plane,
+                "EKS_CONTROL_PLANE (--eks-control-plane) is true",
+                "running inside the EKS control plane is not supported",
+                "set it to false",
+            ),
+            (
+                self.enable_profiling,
+                "ENABLE_PROFILING (--enable-profiling) is true",
+                "there are no profiling endpoints",
+                "set it to false",
+            ),
+            (
+                !self.disable_controller_warmup,
+                "DISABLE_CONTROLLER_WARMUP (--disable-controller-warmup) is false",
+                "caches are not warmed before the replica is elected",
+                "set it to true (the default)",
+            ),
+            (
+                !self.scheduler_config.trim().is_empty(),
+                "SCHEDULER_CONFIG (--scheduler-config) is set",
+                "scheduler configuration files are not read",
+                "leave it empty",
+            ),
+            (
+                self.aws_feature_gates.node_class_cel,
+                "AWS_FEATURE_GATES (--aws-feature-gates) turns NodeClassCEL on",
+                "the controller does not evaluate EC2NodeClass CEL rules itself (the API server does, from the CRDs)",
+                "set NodeClassCEL=false",
+            ),
+        ] {
+            if asked {
+                problems.push(format!(
+                    "{setting}, which karpenter-rs does not support: {what}; {fix} rather than run without what you asked for"
+                ));
+            }
+        }
         if !self.ignore_dra_requests {
             problems.push(
                 "IGNORE_DRA_REQUESTS (--ignore-dra-requests) is false: DRA-aware provisioning (upstream's DynamicResourceAllocation scheduling) is not supported; leave it at its default true, where pods with resourceClaims are reported and not provisioned for".to_string(),
@@ -1076,6 +1122,34 @@ mod tests {
         assert_eq!(s.cpu_requests, 0);
         assert_eq!(s.memory_limit, 16_106_127_360);
         assert_eq!(s.validate(), Ok(()));
+    }
+
+    #[test]
+    fn settings_asking_for_what_is_not_supported_are_refused_not_ignored() {
+        let err = settings(&[
+            "--cluster-name=c",
+            "--enable-zonal-shift",
+            "--eks-control-plane",
+            "--enable-profiling",
+            "--disable-controller-warmup=false",
+            "--scheduler-config=/etc/scheduler.yaml",
+            "--aws-feature-gates=NodeClassCEL=true",
+        ])
+        .validate()
+        .expect_err("six unsupported settings");
+        assert_eq!(err.problems.len(), 6, "{err}");
+        for named in [
+            "ENABLE_ZONAL_SHIFT (--enable-zonal-shift) is true",
+            "EKS_CONTROL_PLANE (--eks-control-plane) is true",
+            "ENABLE_PROFILING (--enable-profiling) is true",
+            "DISABLE_CONTROLLER_WARMUP (--disable-controller-warmup) is false",
+            "SCHEDULER_CONFIG (--scheduler-config) is set",
+            "NodeClassCEL on",
+        ] {
+            assert!(err.to_string().contains(named), "{named}: {err}");
+        }
+        // Their defaults, which the chart passes, are fine.
+        assert_eq!(settings(&["--cluster-name=c"]).validate(), Ok(()));
     }
 
     #[test]
