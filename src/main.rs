@@ -235,6 +235,12 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             .context("connecting to the Kubernetes API")?;
         // Evictions get a client without kube-rs' own 429 retries: a PodDisruptionBudget's
         // refusal must reach the drain's backoff and terminationGracePeriod deadline at once.
+        // Nodes trust the API server through the CA this client trusts, unless
+        // CLUSTER_CA_BUNDLE says otherwise (upstream's order).
+        let client_ca = kube_config
+            .root_cert
+            .as_deref()
+            .and_then(aws::cluster::pem_bundle);
         let mut no_retry = kube_config;
         no_retry.default_retry = false;
         let eviction_client = kube_client::client(no_retry, &limiter)
@@ -260,6 +266,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     &settings.cluster_name,
                     Some(&settings.cluster_endpoint),
                     Some(&settings.cluster_ca_bundle),
+                    client_ca.as_deref(),
                 )
                 .await
                 .map_err(|e| anyhow::anyhow!(e))?;

@@ -943,7 +943,7 @@ async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023()
     let config = sdk_config(&moto).await;
     let eks = aws_sdk_eks::Client::new(&config);
     // No such cluster and nothing set: the controller cannot start, and says why in one line.
-    let err = cluster::discover(&eks, "demo", Some(""), Some(""))
+    let err = cluster::discover(&eks, "demo", Some(""), Some(""), None)
         .await
         .expect_err("nothing to go on");
     assert!(!err.contains('\n'), "{err}");
@@ -952,11 +952,24 @@ async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023()
         "{err}"
     );
     // Both set: DescribeCluster's failure only costs the service CIDR, with a warning.
-    let partial = cluster::discover(&eks, "demo", Some("https://x.example"), Some("Q0E="))
+    let partial = cluster::discover(&eks, "demo", Some("https://x.example"), Some("Q0E="), None)
         .await
         .expect("settings suffice");
     assert_eq!(partial.info.service_cidr, None);
     assert!(partial.warning.is_some());
+    // CLUSTER_ENDPOINT and the CA the controller's own client trusts are enough too (no
+    // CLUSTER_CA_BUNDLE; the cluster is not found).
+    let client_ca = cluster::pem_bundle(&[vec![0x30, 0x03, 0x02, 0x01, 0x01]]).expect("a CA");
+    let from_client = cluster::discover(
+        &eks,
+        "demo",
+        Some("https://x.example"),
+        Some(""),
+        Some(&client_ca),
+    )
+    .await
+    .expect("the client's CA suffices");
+    assert_eq!(from_client.info.ca_bundle, client_ca);
 
     eks.create_cluster()
         .name("demo")
@@ -977,7 +990,7 @@ async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023()
         .await
         .expect("describe");
     let want = described.cluster().expect("cluster");
-    let found = cluster::discover(&eks, "demo", Some(""), None)
+    let found = cluster::discover(&eks, "demo", Some(""), None, None)
         .await
         .expect("discovered");
     assert_eq!(found.warning, None);
@@ -991,7 +1004,7 @@ async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023()
     );
     assert_eq!(found.info.service_cidr.as_deref(), Some("10.100.0.0/16"));
     // A setting wins over what EKS reports.
-    let proxied = cluster::discover(&eks, "demo", Some("https://proxy.example"), None)
+    let proxied = cluster::discover(&eks, "demo", Some("https://proxy.example"), None, None)
         .await
         .expect("discovered");
     assert_eq!(proxied.info.endpoint, "https://proxy.example");

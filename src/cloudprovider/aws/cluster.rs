@@ -1,8 +1,11 @@
 //! The cluster facts a node needs to join: the API server endpoint, its CA bundle and the
 //! service CIDR (AL2023's nodeadm derives the cluster DNS address from it).
 //!
-//! Settings win (`CLUSTER_ENDPOINT`, `CLUSTER_CA_BUNDLE`); whatever they leave out is read with
-//! eks:DescribeCluster at start, as upstream does. The service CIDR has no setting, so
+//! Settings win (`CLUSTER_ENDPOINT`, `CLUSTER_CA_BUNDLE`). Without `CLUSTER_CA_BUNDLE` the CA is
+//! the one the controller itself trusts for the API server (the in-cluster service-account CA or
+//! the kubeconfig's), as upstream takes it from its client configuration; the endpoint, and the
+//! CA when the client configuration has none, are read with eks:DescribeCluster at start. The
+//! service CIDR has no setting, so
 //! DescribeCluster is always asked; when it cannot be and the settings name the endpoint and CA,
 //! the controller starts without the CIDR and AL2023 node classes report why they cannot launch.
 //! [`settle`] is pure, so every combination is unit-tested; [`discover`] adds the one call.
@@ -79,10 +82,11 @@ pub fn settle(
     name: &str,
     endpoint: Option<&str>,
     ca_bundle: Option<&str>,
+    client_ca: Option<&str>,
     described: Result<Described, CloudError>,
 ) -> Result<Settled, String> {
     let endpoint_setting = non_empty(endpoint);
-    let ca_setting = non_empty(ca_bundle);
+    let ca_setting = non_empty(ca_bundle).or_else(|| non_empty(client_ca));
     let (described, failure) = match described {
         Ok(d) => (d, None),
         Err(e) => (Described::default(), Some(e.to_string())),
@@ -125,14 +129,43 @@ pub fn settle(
     })
 }
 
-/// Reads the settings' endpoint and CA bundle and asks DescribeCluster for the rest.
+/// Reads the settings' endpoint and CA bundle, falls back to the client configuration's CA
+/// (`client_ca`, see [`pem_bundle`]) and asks DescribeCluster for the rest.
 pub async fn discover(
     eks: &aws_sdk_eks::Client,
     name: &str,
     endpoint: Option<&str>,
     ca_bundle: Option<&str>,
+    client_ca: Option<&str>,
 ) -> Result<Settled, String> {
-    settle(name, endpoint, ca_bundle, describe(eks, name).await)
+    settle(
+        name,
+        endpoint,
+        ca_bundle,
+        client_ca,
+        describe(eks, name).await,
+    )
+}
+
+/// The CA certificates a Kubernetes client trusts (DER, as `kube::Config::root_cert` holds
+/// them) as user data expects a CA bundle: base64 of the PEM text. `None` without certificates.
+pub fn pem_bundle(certs: &[Vec<u8>]) -> Option<String> {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    if certs.is_empty() {
+        return None;
+    }
+    let mut pem = String::new();
+    for der in certs {
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        let body = STANDARD.encode(der);
+        for line in body.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    Some(STANDARD.encode(pem))
 }
 
 #[cfg(test)]
@@ -169,13 +202,19 @@ mod tests {
 
     #[test]
     fn settings_win_and_describe_cluster_fills_the_rest() {
-        let s =
-            settle("demo", Some("https://proxy.example"), None, Ok(reported())).expect("settled");
+        let s = settle(
+            "demo",
+            Some("https://proxy.example"),
+            None,
+            None,
+            Ok(reported()),
+        )
+        .expect("settled");
         assert_eq!(s.info.endpoint, "https://proxy.example");
         assert_eq!(s.info.ca_bundle, "Q0E=");
         assert_eq!(s.info.service_cidr.as_deref(), Some("10.100.0.0/16"));
         assert_eq!(s.warning, None);
-        let blank = settle("demo", Some(" "), Some(""), Ok(reported())).expect("settled");
+        let blank = settle("demo", Some(" "), Some(""), None, Ok(reported())).expect("settled");
         assert_eq!(
             blank.info.endpoint,
             "https://ABC.gr7.us-east-1.eks.amazonaws.com"
@@ -183,9 +222,39 @@ mod tests {
     }
 
     #[test]
+    fn without_the_setting_the_clients_own_ca_is_used_before_describe_clusters() {
+        use base64::Engine;
+        let client_ca = pem_bundle(&[vec![1, 2, 3]]).expect("one certificate");
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(&client_ca)
+            .expect("base64");
+        assert_eq!(
+            String::from_utf8(pem).expect("text"),
+            "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n"
+        );
+        assert_eq!(pem_bundle(&[]), None);
+        let s = settle("demo", None, None, Some(&client_ca), Ok(reported())).expect("settled");
+        assert_eq!(
+            s.info.ca_bundle, client_ca,
+            "the client's CA wins over EKS's"
+        );
+        assert_eq!(
+            s.info.endpoint, "https://ABC.gr7.us-east-1.eks.amazonaws.com",
+            "the endpoint still comes from DescribeCluster"
+        );
+        let s =
+            settle("demo", None, Some("Q0E="), Some(&client_ca), Ok(reported())).expect("settled");
+        assert_eq!(s.info.ca_bundle, "Q0E=", "the setting wins");
+        // CLUSTER_ENDPOINT and the client's CA are enough when DescribeCluster fails.
+        let denied = Err(CloudError::Invalid("ResourceNotFoundException: no".into()));
+        let s = settle("demo", Some("https://x"), None, Some(&client_ca), denied).expect("starts");
+        assert_eq!(s.info.ca_bundle, client_ca);
+    }
+
+    #[test]
     fn a_failed_describe_is_fatal_only_when_the_settings_do_not_cover_it() {
         let denied = || Err(CloudError::Invalid("AccessDeniedException: no".into()));
-        let err = settle("demo", None, Some("Q0E="), denied()).expect_err("no endpoint");
+        let err = settle("demo", None, Some("Q0E="), None, denied()).expect_err("no endpoint");
         assert!(!err.contains('\n'), "one line: {err}");
         assert!(
             err.contains("CLUSTER_ENDPOINT")
@@ -193,15 +262,16 @@ mod tests {
                 && err.contains("AccessDeniedException"),
             "{err}"
         );
-        let err = settle("demo", Some("https://x"), None, denied()).expect_err("no CA");
+        let err = settle("demo", Some("https://x"), None, None, denied()).expect_err("no CA");
         assert!(err.contains("CLUSTER_CA_BUNDLE"), "{err}");
-        let s = settle("demo", Some("https://x"), Some("Q0E="), denied()).expect("settings do");
+        let s =
+            settle("demo", Some("https://x"), Some("Q0E="), None, denied()).expect("settings do");
         assert_eq!(s.info.service_cidr, None);
         assert!(
             s.warning.as_deref().is_some_and(|w| w.contains("AL2023")),
             "{s:?}"
         );
-        let err = settle("demo", None, None, Ok(Described::default())).expect_err("nothing");
+        let err = settle("demo", None, None, None, Ok(Described::default())).expect_err("nothing");
         assert!(err.contains("reported no API server endpoint"), "{err}");
     }
 }
