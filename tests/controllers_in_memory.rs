@@ -16,7 +16,8 @@ use karpenter_rs::apis::conditions::{FALSE, TRUE, UNKNOWN};
 use karpenter_rs::apis::nodeclaim::condition::{
     DISRUPTION_REASON, DRAINED, INITIALIZED, LAUNCHED, REGISTERED,
 };
-use karpenter_rs::apis::{NodeClaim, labels};
+use karpenter_rs::apis::nodeoverlay::{REASON_CONFLICT, VALIDATION_SUCCEEDED};
+use karpenter_rs::apis::{NodeClaim, NodeOverlay, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{
@@ -26,12 +27,14 @@ use karpenter_rs::controllers::nodeclaim;
 use karpenter_rs::controllers::nodeclaim::garbage;
 use karpenter_rs::controllers::nodeclaim::termination;
 use karpenter_rs::controllers::nodeclaim::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
+use karpenter_rs::controllers::nodeoverlay;
 use karpenter_rs::controllers::pod_annotations::{INVALID_DO_NOT_DISRUPT, InvalidAnnotations};
 use karpenter_rs::controllers::provisioning::{BatchWindow, Provisioner};
 use karpenter_rs::controllers::static_pools;
 use karpenter_rs::disruption::Method;
 use karpenter_rs::runtime::panics::{guarded, guarded_pass};
 use karpenter_rs::runtime::untyped;
+use karpenter_rs::snapshot::EngineOptions;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch};
 use kube::runtime::controller::Action;
@@ -1051,4 +1054,99 @@ async fn a_provisioning_round_counts_pending_pods_by_effective_zone() {
     // (Other tests' pods are not pinned to a zone: they count as `flexible`.)
     assert_eq!(count("us-east-1b"), Some(2.0));
     assert_eq!(count("none"), Some(1.0), "no offered zone is on Mars");
+}
+
+/// A NodeOverlay (`karpenter.sh/v1alpha1`) setting the price of one instance type, with the
+/// given name and weight.
+fn price_overlay(name: &str, weight: i32, instance_type: &str, price: &str) -> NodeOverlay {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+        "metadata": {"name": name},
+        "spec": {
+            "weight": weight,
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [instance_type]},
+            ],
+            "price": price,
+        },
+    }))
+    .expect("NodeOverlay")
+}
+
+/// Three pending one-CPU pods provisioned for in one round: how many NodeClaims the provisioner
+/// writes.
+async fn claims_for_three_pods(env: &Env) -> usize {
+    for name in ["a", "b", "c"] {
+        env.create_namespaced(&unschedulable_pod(name, "1")).await;
+    }
+    let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
+    provisioner.provision_once().await.expect("round");
+    Api::<NodeClaim>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .len()
+}
+
+#[tokio::test]
+async fn with_the_node_overlay_gate_a_price_overlay_changes_what_the_provisioner_launches() {
+    let gate_on = EngineOptions {
+        node_overlay: true,
+        ..EngineOptions::default()
+    };
+    // At list prices an m5.xlarge (about twice an m5.large's price, twice its room) holds the
+    // three pods: one NodeClaim.
+    let plain = Env::with_options(gate_on.clone()).await;
+    assert_eq!(claims_for_three_pods(&plain).await, 1);
+    // At $5 an hour the m5.xlarge is no longer worth filling: one m5.large per pod.
+    let overlaid = Env::with_options(gate_on).await;
+    overlaid
+        .create(&price_overlay("dear-xlarge", 10, "m5.xlarge", "5"))
+        .await;
+    assert_eq!(claims_for_three_pods(&overlaid).await, 3);
+    // With the gate off the same overlay is not read.
+    let gate_off = Env::new().await;
+    gate_off
+        .create(&price_overlay("dear-xlarge", 10, "m5.xlarge", "5"))
+        .await;
+    assert_eq!(claims_for_three_pods(&gate_off).await, 1);
+}
+
+#[tokio::test]
+async fn conflicting_node_overlays_get_validation_succeeded_false_with_reason_conflict() {
+    let env = Env::with_options(EngineOptions {
+        node_overlay: true,
+        ..EngineOptions::default()
+    })
+    .await;
+    // Equal weights setting the same offering's price: the later name takes precedence, the
+    // other conflicts and is not applied.
+    env.create(&price_overlay("alpha", 10, "m5.large", "0.01"))
+        .await;
+    env.create(&price_overlay("beta", 10, "m5.large", "0.02"))
+        .await;
+    assert_eq!(nodeoverlay::once(&env.ctx).await.expect("pass"), 2);
+    let status = |o: &NodeOverlay, type_: &str| {
+        o.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .unwrap_or_else(|| panic!("{} has {type_}", o.name_any()))
+    };
+    let alpha: NodeOverlay = env.get("alpha").await.expect("alpha");
+    let (ok, reason, message) = status(&alpha, VALIDATION_SUCCEEDED);
+    assert_eq!((ok.as_str(), reason.as_str()), (FALSE, REASON_CONFLICT));
+    assert!(
+        message.contains("already sets the price of m5.large"),
+        "{message}"
+    );
+    assert_eq!(status(&alpha, READY).0, FALSE);
+    let beta: NodeOverlay = env.get("beta").await.expect("beta");
+    assert_eq!(status(&beta, VALIDATION_SUCCEEDED).0, TRUE);
+    assert_eq!(status(&beta, READY).0, TRUE);
+    // Nothing changed: nothing is written again.
+    let patches = env.api.writes("PATCH", "nodeoverlays");
+    assert_eq!(nodeoverlay::once(&env.ctx).await.expect("pass"), 0);
+    assert_eq!(env.api.writes("PATCH", "nodeoverlays"), patches);
 }

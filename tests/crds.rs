@@ -73,6 +73,16 @@ fn crds_have_upstream_names_scope_and_subresources() {
         let sub = version.subresources.as_ref().expect("subresources");
         assert!(sub.status.is_some(), "{kind} has a status subresource");
     }
+    let overlay = by_kind("NodeOverlay");
+    assert_eq!(overlay.spec.scope, "Cluster");
+    assert_eq!(overlay.spec.versions[0].name, "v1alpha1");
+    assert!(
+        overlay.spec.versions[0]
+            .subresources
+            .as_ref()
+            .is_some_and(|s| s.status.is_some()),
+        "NodeOverlay has a status subresource"
+    );
     let np = by_kind("NodePool");
     let scale = np.spec.versions[0]
         .subresources

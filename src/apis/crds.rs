@@ -7,7 +7,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use super::{EC2NodeClass, NodeClaim, NodePool};
+use super::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// The CRDs, keyed by the file name they are shipped under (upstream's names).
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
@@ -17,6 +17,10 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         (
             "karpenter.k8s.aws_ec2nodeclasses.yaml",
             finalize(EC2NodeClass::crd()),
+        ),
+        (
+            "karpenter.sh_nodeoverlays.yaml",
+            finalize(NodeOverlay::crd()),
         ),
     ]
 }

@@ -35,24 +35,37 @@ pub const REASON_CONFLICT: &str = "Conflict";
     shortname = "overlays",
     category = "karpenter",
     status = "NodeOverlayStatus",
-    doc = "NodeOverlay adjusts the instance types Karpenter simulates"
+    doc = "NodeOverlay adjusts the instance types Karpenter simulates",
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Weight", "type": "integer", "jsonPath": ".spec.weight", "priority": 1}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("required" = ["requirements"]))]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "!has(self.price) || !has(self.priceAdjustment)", "message": "cannot set both 'price' and 'priceAdjustment'"}]))]
 pub struct NodeOverlaySpec {
     /// Which instance types and offerings the overlay applies to: well-known labels (instance
     /// type, zone, capacity type, `karpenter.sh/nodepool`) and the NodePool template's labels.
     #[serde(default)]
+    #[schemars(length(max = 100), transform = schema::overlay_requirement_list_rules)]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    #[schemars(transform = schema::required_without_default)]
     pub requirements: Vec<OverlayRequirement>,
     /// A change to the matching offerings' price: `+0.5`, `-0.5`, `+10%` or `-15%`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(
+        r"^(([+-]{1}(\d*\.?\d+))|(\+{1}\d*\.?\d+%)|(^(-\d{1,2}(\.\d+)?%)$)|(-100%))$"
+    ))]
     pub price_adjustment: Option<String>,
     /// The matching offerings' price in USD per hour, replacing the provider's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^\d+(\.\d+)?$"))]
     pub price: Option<String>,
     /// Extended resources the matching instance types have (never cpu, memory,
     /// ephemeral-storage or pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<BTreeMap<String, schema::QuantitySchema>>")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.all(x, !(x in ['cpu', 'memory', 'ephemeral-storage', 'pods']))", "message": "invalid resource restricted"}]))]
     pub capacity: Option<ResourceList>,
     /// Precedence among overlays (1-10000; unset is 0): the higher weight wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,11 +77,15 @@ pub struct NodeOverlaySpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OverlayRequirement {
     /// The label key.
+    #[schemars(length(max = 316), pattern(schema::QUALIFIED_NAME_PATTERN))]
+    #[schemars(transform = schema::overlay_requirement_key_rules)]
     pub key: String,
     /// How the key relates to the values.
     pub operator: Operator,
     /// Values for In/NotIn, or a single integer for Gt/Lt/Gte/Lte.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "atomic"))]
+    #[schemars(transform = schema::requirement_values)]
     pub values: Vec<String>,
 }
 
@@ -77,6 +94,7 @@ pub struct OverlayRequirement {
 pub struct NodeOverlayStatus {
     /// `ValidationSucceeded` and `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = schema::condition_list)]
     pub conditions: Vec<Condition>,
 }
 

@@ -76,6 +76,55 @@ pub fn requirement_key_rules(schema: &mut Schema) {
     );
 }
 
+/// The AWS well-known labels a NodeOverlay's requirements may use inside `karpenter.k8s.aws`:
+/// upstream's NodeOverlay CRD lists the instance-type labels only (no tenancy, capacity
+/// reservation or placement group keys, which describe offerings of one launch, not types).
+const AWS_OVERLAY_KEYS: &str = r#"["karpenter.k8s.aws/ec2nodeclass", "karpenter.k8s.aws/instance-encryption-in-transit-supported", "karpenter.k8s.aws/instance-category", "karpenter.k8s.aws/instance-hypervisor", "karpenter.k8s.aws/instance-family", "karpenter.k8s.aws/instance-generation", "karpenter.k8s.aws/instance-local-nvme", "karpenter.k8s.aws/instance-size", "karpenter.k8s.aws/instance-cpu", "karpenter.k8s.aws/instance-cpu-manufacturer", "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz", "karpenter.k8s.aws/instance-memory", "karpenter.k8s.aws/instance-ebs-bandwidth", "karpenter.k8s.aws/instance-network-bandwidth", "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-manufacturer", "karpenter.k8s.aws/instance-gpu-count", "karpenter.k8s.aws/instance-gpu-memory", "karpenter.k8s.aws/instance-accelerator-name", "karpenter.k8s.aws/instance-accelerator-manufacturer", "karpenter.k8s.aws/instance-accelerator-count", "karpenter.k8s.aws/instance-capability-flex"]"#;
+
+/// Label-domain rules on a NodeOverlay requirement key (upstream's NodeOverlay CRD).
+pub fn overlay_requirement_key_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                r#"self in ["karpenter.sh/capacity-type", "karpenter.sh/nodepool"] || !self.find("^([^/]+)").endsWith("karpenter.sh")"#,
+                r#"label domain "karpenter.sh" is restricted"#,
+            ),
+            rule(
+                r#"self != "kubernetes.io/hostname""#,
+                r#"label "kubernetes.io/hostname" is restricted"#,
+            ),
+            rule(
+                &format!(
+                    r#"self in {AWS_OVERLAY_KEYS} || !self.find("^([^/]+)").endsWith("karpenter.k8s.aws")"#
+                ),
+                r#"label domain "karpenter.k8s.aws" is restricted"#,
+            ),
+        ],
+    );
+}
+
+/// Rules across a NodeOverlay's requirement list (no `minValues`; `NotIn` needs values too).
+pub fn overlay_requirement_list_rules(schema: &mut Schema) {
+    add_rules(
+        schema,
+        [
+            rule(
+                "self.all(x, x.operator == 'NotIn' ? x.values.size() != 0 : true)",
+                "requirements with operator 'NotIn' must have a value defined",
+            ),
+            rule(
+                "self.all(x, x.operator == 'In' ? x.values.size() != 0 : true)",
+                "requirements with operator 'In' must have a value defined",
+            ),
+            rule(
+                "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? (x.values.size() == 1 && int(x.values[0]) >= 0) : true)",
+                "requirements operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single positive integer value",
+            ),
+        ],
+    );
+}
+
 /// A NodePool may not require its own `karpenter.sh/nodepool` label (a NodeClaim may).
 pub fn nodepool_requirement_key_rules(schema: &mut Schema) {
     let key = schema

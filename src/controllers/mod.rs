@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod nodeclaim;
 pub mod nodeclass;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod pod_annotations;
 pub mod provisioning;
@@ -112,7 +113,10 @@ async fn lead(
     readiness: &crate::operator::http::Readiness,
 ) -> anyhow::Error {
     let started = tokio::time::Instant::now();
-    let (state, mut tasks) = ClusterState::start(&client).await;
+    let (mut state, mut tasks) = ClusterState::start(&client).await;
+    if config.options.node_overlay {
+        state.watch_node_overlays(&client, &mut tasks);
+    }
     state.wait_synced().await;
     tracing::info!(after = ?started.elapsed(), "caches synced");
     crate::metrics::METRICS.cluster_state_synced.set(1.0);
@@ -156,7 +160,7 @@ async fn lead(
 
 /// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
 /// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
-/// status controllers, static NodePools (with the `StaticCapacity` gate), the metrics controller, the stand-in kubelet (simulated cloud) and the
+/// status controllers, static NodePools (with the `StaticCapacity` gate), NodeOverlay status (with the `NodeOverlay` gate), the metrics controller, the stand-in kubelet (simulated cloud) and the
 /// interruption consumer (which ends at once for a cloud without interruption notices). Each task runs under its controller's name, which the
 /// cloud-provider metrics carry. Aborting `tasks` stops them all, as a process kill would; a
 /// fresh [`Context`] restarts them.
@@ -193,6 +197,12 @@ pub fn spawn_controllers(
         ));
     }
     tasks.spawn(in_controller("nodeclass", nodeclass::run(ctx.clone())));
+    if ctx.options.node_overlay {
+        tasks.spawn(in_controller(
+            "nodeoverlay.status",
+            nodeoverlay::run(ctx.clone()),
+        ));
+    }
     tasks.spawn(in_controller(
         "metrics",
         metrics::run(ctx.clone(), observe_cluster_state),

@@ -438,11 +438,6 @@ impl Settings {
                 "unhealthy nodes are not repaired yet",
             ),
             (
-                self.feature_gates.node_overlay,
-                "NodeOverlay",
-                "`run` does not read NodeOverlay objects yet (`simulate` and `explain` apply them with --feature-gates NodeOverlay=true)",
-            ),
-            (
                 self.feature_gates.capacity_buffer,
                 "CapacityBuffer",
                 "CapacityBuffer objects are not read yet",
@@ -994,6 +989,13 @@ mod tests {
             problems(&["--cloud-provider=simulated"]),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn run_accepts_the_node_overlay_gate() {
+        let args = ["--cluster-name=c", "--feature-gates=NodeOverlay=true"];
+        assert!(settings(&args).feature_gates.node_overlay);
+        assert_eq!(problems(&args), Vec::<String>::new());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::apis::ec2nodeclass::EC2NodeClass;
 use crate::apis::labels;
 use crate::apis::nodeclaim::Operator;
+use crate::apis::nodeoverlay;
 use crate::apis::nodepool::NodePool;
 use crate::catalog::Catalog;
 use crate::scheduling::instance_type::{InstanceType, NodeClassSettings, add_reserved_offerings};
@@ -51,6 +52,10 @@ pub struct OverlayReport {
     pub name: String,
     /// Why (a conflict with an overlay of the same weight, or an invalid field).
     pub reason: String,
+    /// The `ValidationSucceeded=False` reason it earns: upstream's `Conflict` or
+    /// `RuntimeValidation`.
+    #[serde(skip)]
+    pub condition_reason: &'static str,
 }
 
 /// Prepared scheduler input plus what is needed to report on it.
@@ -184,9 +189,15 @@ impl<'a> PoolTypesCache<'a> {
                 .iter()
                 .filter_map(|(name, verdict)| match verdict {
                     Verdict::Applied => None,
-                    Verdict::Invalid(reason) | Verdict::Conflict(reason) => Some(OverlayReport {
+                    Verdict::Invalid(reason) => Some(OverlayReport {
                         name: name.clone(),
                         reason: reason.clone(),
+                        condition_reason: nodeoverlay::REASON_RUNTIME_VALIDATION,
+                    }),
+                    Verdict::Conflict(reason) => Some(OverlayReport {
+                        name: name.clone(),
+                        reason: reason.clone(),
+                        condition_reason: nodeoverlay::REASON_CONFLICT,
                     }),
                 })
                 .collect();
@@ -304,6 +315,16 @@ fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::
         })
         .filter_map(|t| taint_from_k8s(t).ok())
         .collect()
+}
+
+/// The NodeOverlays not in effect and why, decided exactly as [`prepare`] decides them (the
+/// NodeOverlay status controller reports these), without preparing any pod.
+pub fn overlays_not_applied(
+    cluster: &Snapshot,
+    source: &dyn InstanceTypeSource,
+    options: &EngineOptions,
+) -> Vec<OverlayReport> {
+    PoolTypesCache::new(cluster, source, options).not_applied
 }
 
 /// Builds the scheduler input from a cluster and the instance types its node classes offer.

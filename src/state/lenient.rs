@@ -1,4 +1,4 @@
-//! Watching Karpenter's own kinds (NodePool, NodeClaim, EC2NodeClass) when some object of them
+//! Watching Karpenter's own kinds (NodePool, NodeClaim, EC2NodeClass, NodeOverlay) when some object of them
 //! cannot be read. The API server checks a CRD field only against its schema, so it stores
 //! values the controller cannot use — an `expireAfter: 9999999999h` matches the duration
 //! pattern but is beyond Go's range, and is rejected where it is read. Listed as a typed kind,

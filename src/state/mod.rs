@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
+use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::snapshot::{self, Snapshot};
 
 pub mod lenient;
@@ -58,6 +58,10 @@ pub struct ClusterState {
     pub storage_classes: Store<StorageClass>,
     /// CSINodes.
     pub csi_nodes: Store<CSINode>,
+    /// NodeOverlays, watched only with the `NodeOverlay` gate on ([`ClusterState::watch_node_overlays`]):
+    /// a cluster without the gate need not have the CRD, and a watch of a kind the API server
+    /// does not serve would keep the caches from ever syncing.
+    pub node_overlays: Option<Store<NodeOverlay>>,
     /// Woken when a pod becomes unschedulable or a NodePool changes, so the provisioner can
     /// start a batch.
     pub changed: Arc<Notify>,
@@ -242,9 +246,17 @@ impl ClusterState {
             pvcs: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
             storage_classes: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
             csi_nodes: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
+            node_overlays: None,
             changed,
         };
         (state, tasks)
+    }
+
+    /// Starts watching NodeOverlays (the `NodeOverlay` gate is on), leniently like Karpenter's
+    /// other kinds; a change wakes the provisioner, since it changes prices and capacity.
+    pub fn watch_node_overlays(&mut self, client: &Client, tasks: &mut JoinSet<()>) {
+        let changed: Trigger<NodeOverlay> = Some((self.changed.clone(), |_| true));
+        self.node_overlays = Some(reflect_lenient(client, tasks, changed));
     }
 
     /// Waits until every store holds a complete list: deciding on a partial view could launch
@@ -261,7 +273,7 @@ impl ClusterState {
         {
             (kind, store.wait_until_ready().map(move |_| kind).boxed())
         }
-        let stores = [
+        let mut stores = vec![
             ready("Node", &self.nodes),
             ready("Pod", &self.pods),
             ready("NodeClaim", &self.nodeclaims),
@@ -274,6 +286,9 @@ impl ClusterState {
             ready("StorageClass", &self.storage_classes),
             ready("CSINode", &self.csi_nodes),
         ];
+        if let Some(overlays) = &self.node_overlays {
+            stores.push(ready("NodeOverlay", overlays));
+        }
         let mut waiting: Vec<&str> = stores.iter().map(|(kind, _)| *kind).collect();
         let mut pending: FuturesUnordered<_> = stores.into_iter().map(|(_, f)| f).collect();
         let start = tokio::time::Instant::now();
@@ -316,7 +331,7 @@ impl ClusterState {
             persistent_volume_claims: sorted(&self.pvcs),
             storage_classes: sorted(&self.storage_classes),
             csi_nodes: sorted(&self.csi_nodes),
-            node_overlays: Vec::new(),
+            node_overlays: self.node_overlays.as_ref().map(sorted).unwrap_or_default(),
             ignored: Vec::new(),
         }
     }

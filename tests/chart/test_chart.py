@@ -47,13 +47,14 @@ SELECTOR = {"app.kubernetes.io/name": "karpenter", "app.kubernetes.io/instance":
 # events.k8s.io ones, which kube-runtime's recorder writes). test_install.py runs the controller
 # as this ServiceAccount against a real API server, so a missing rule fails there.
 CORE_RULES = [
-    {"apiGroups": ["karpenter.sh"], "resources": ["nodepools", "nodeclaims"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["karpenter.sh"], "resources": ["nodepools", "nodeclaims", "nodeoverlays"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods", "nodes", "persistentvolumes", "persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes", "volumeattachments"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims", "nodeclaims/status"], "verbs": ["create", "delete", "patch"]},
     {"apiGroups": ["karpenter.sh"], "resources": ["nodepools", "nodepools/status"], "verbs": ["patch"]},
+    {"apiGroups": ["karpenter.sh"], "resources": ["nodeoverlays/status"], "verbs": ["patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch", "delete"]},
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},

@@ -29,7 +29,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_rs::clock::{Clock, FakeClock};
 use karpenter_rs::state::ClusterState;
 use kube::Resource;
@@ -328,6 +328,8 @@ impl FakeApi {
         add("apis/karpenter.sh/v1", "nodepools", Box::new(w));
         let (nodeclasses, w) = synced_store::<EC2NodeClass>(());
         add("apis/karpenter.k8s.aws/v1", "ec2nodeclasses", Box::new(w));
+        let (node_overlays, w) = synced_store::<NodeOverlay>(());
+        add("apis/karpenter.sh/v1alpha1", "nodeoverlays", Box::new(w));
         let (daemonsets, w) = synced_store::<DaemonSet>(());
         add("apis/apps/v1", "daemonsets", Box::new(w));
         let (storage_classes, w) = synced_store::<StorageClass>(());
@@ -352,6 +354,7 @@ impl FakeApi {
             pvcs,
             storage_classes,
             csi_nodes,
+            node_overlays: Some(node_overlays),
             changed: Arc::new(Notify::new()),
         };
         let api = Self {

@@ -21,6 +21,7 @@ use karpenter_rs::cloudprovider::simulated::SimulatedProvider;
 use karpenter_rs::controllers::kubelet;
 use karpenter_rs::controllers::nodeclaim;
 use karpenter_rs::runtime::{Context, Intervals};
+use karpenter_rs::snapshot::EngineOptions;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
@@ -54,6 +55,15 @@ fn start() -> DateTime<Utc> {
 impl Env {
     /// A fresh cluster with the given intervals.
     pub async fn with_intervals(intervals: Intervals) -> Self {
+        Self::with(intervals, EngineOptions::default()).await
+    }
+
+    /// A fresh cluster with production intervals and the given engine options (feature gates).
+    pub async fn with_options(options: EngineOptions) -> Self {
+        Self::with(Intervals::default(), options).await
+    }
+
+    async fn with(intervals: Intervals, options: EngineOptions) -> Self {
         let clock = Arc::new(FakeClock::new(start()));
         let (api, state) = FakeApi::new(clock.clone());
         let client = Client::new(api.clone(), builders::NAMESPACE);
@@ -66,7 +76,7 @@ impl Env {
             cloud.clone(),
             Some(cloud.clone()),
             clock.clone(),
-            Default::default(),
+            options,
         );
         ctx.intervals = intervals;
         let env = Self {
