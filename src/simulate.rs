@@ -497,7 +497,7 @@ fn apply_provisioning(state: &mut State, report: &Report, now: DateTime<Utc>) {
 
 /// The provisioning report and the disruption state of the cluster once its planned NodeClaims
 /// have launched and its pods are placed.
-fn provisioned(
+pub fn provisioned(
     cluster: &Snapshot,
     catalog: &Catalog,
     options: &EngineOptions,

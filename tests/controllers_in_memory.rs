@@ -1150,3 +1150,105 @@ async fn conflicting_node_overlays_get_validation_succeeded_false_with_reason_co
     assert_eq!(nodeoverlay::once(&env.ctx).await.expect("pass"), 0);
     assert_eq!(env.api.writes("PATCH", "nodeoverlays"), patches);
 }
+
+/// The NodeClaims carrying a disruption command's marker: its replacements.
+async fn replacements(env: &Env) -> Vec<NodeClaim> {
+    Api::<NodeClaim>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("nodeclaims")
+        .items
+        .into_iter()
+        .filter(|c| c.annotations().contains_key(COMMAND_ANNOTATION))
+        .collect()
+}
+
+/// A running m5.xlarge node of the default pool with one small pod, which consolidation replaces
+/// by an m5.large. Returns the Node's name.
+async fn oversized_node(env: &Env) -> String {
+    let mut big = builders::nodeclaim("default-big");
+    if let Some(r) = big
+        .spec
+        .requirements
+        .iter_mut()
+        .find(|r| r.key == labels::INSTANCE_TYPE)
+    {
+        r.values = vec!["m5.xlarge".into()];
+    }
+    let (_, node) = env.running(&big).await;
+    env.create_namespaced(&builders::pod("web", &node.name_any()))
+        .await;
+    node.name_any()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replacing_consolidation_validates_then_taints_then_launches_then_deletes() {
+    let env = Env::new().await;
+    let node_name = oversized_node(&env).await;
+
+    let mut reported = BlockedEvents::default();
+    let started = tokio::time::Instant::now();
+    let stand_in_kubelet = async {
+        let replacement = loop {
+            if let Some(r) = replacements(&env).await.into_iter().next() {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        let waited = started.elapsed();
+        let candidate: Node = env.get(&node_name).await.expect("candidate");
+        let tainted = taint_keys(&candidate).contains(&labels::DISRUPTED_TAINT_KEY.to_string());
+        let name = replacement.name_any();
+        bring_up(&env, &name).await;
+        (name, tainted, waited)
+    };
+    let (acted, (replacement, tainted_first, waited)) =
+        tokio::join!(once(&env.ctx, &mut reported), stand_in_kubelet);
+    assert!(acted.expect("pass"));
+    assert!(
+        waited >= env.ctx.intervals.validation_delay,
+        "the validation delay passed before anything was launched ({waited:?})"
+    );
+    assert!(
+        tainted_first,
+        "the candidate was tainted before its replacement was created"
+    );
+    assert!(
+        deleting(&env.claim("default-big").await),
+        "the candidate goes"
+    );
+    let kept = env.claim(&replacement).await;
+    assert!(!deleting(&kept), "the replacement stays");
+    assert!(
+        !kept.annotations().contains_key(COMMAND_ANNOTATION),
+        "the command is over"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_launched() {
+    let env = Env::new().await;
+    let node_name = oversized_node(&env).await;
+
+    let mut reported = BlockedEvents::default();
+    let meanwhile = async {
+        // Decided already; during the validation delay a node with room for the pod joins.
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        let (_, spare) = env.running(&builders::nodeclaim("default-spare")).await;
+        env.create_namespaced(&builders::pod("db", &spare.name_any()))
+            .await;
+    };
+    let (acted, ()) = tokio::join!(once(&env.ctx, &mut reported), meanwhile);
+    assert!(!acted.expect("pass"), "the command was dropped");
+    assert!(replacements(&env).await.is_empty(), "nothing was launched");
+    assert!(!deleting(&env.claim("default-big").await));
+    let candidate: Node = env.get(&node_name).await.expect("candidate");
+    assert!(!taint_keys(&candidate).contains(&labels::DISRUPTED_TAINT_KEY.to_string()));
+    let notes = blocked_events(&env).await;
+    assert!(
+        notes
+            .iter()
+            .any(|(_, n, note)| n == &node_name && note.contains("without a replacement")),
+        "{notes:?}"
+    );
+}

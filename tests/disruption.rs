@@ -1020,3 +1020,53 @@ spec:
     // The gate off, the overlay is ignored and the replacement stands.
     assert_eq!(commands(&run(&docs)).len(), 1);
 }
+
+/// The engine's state for `docs` at Monday 10:00, as `simulate` and `run` build it.
+fn state_of(docs: &[String]) -> karpenter_rs::disruption::state::State {
+    let text = docs.join("\n---\n");
+    let parsed = manifest::parse_str(&text, Path::new("test.yaml")).expect("YAML parses");
+    let c = manifest::load(&parsed, monday_10()).unwrap_or_else(|e| panic!("{e}"));
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    simulate::provisioned(&c, &catalog, &EngineOptions::default(), monday_10()).1
+}
+
+#[test]
+fn a_replacement_is_validated_against_a_fresh_plan_before_it_is_launched() {
+    use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("big", "default", "m5.8xlarge", "on-demand", 24, ""),
+        pod("web", "big", "500m", "", ""),
+    ];
+    let state = state_of(&docs);
+    let decision = disruption::evaluate(&state, monday_10(), EngineOptions::default().disruption);
+    let cmd = decision.commands.first().expect("a replacement is decided");
+    assert_eq!(cmd.replacements.len(), 1, "{cmd:#?}");
+    let before = pods_to_move(&state, cmd);
+    assert_eq!(
+        validate(&state, cmd, &before, monday_10(), Stage::Decided),
+        Ok(()),
+        "nothing changed: the plan still asks for the same replacement"
+    );
+
+    let mut unfit = cmd.clone();
+    unfit.replacements[0]
+        .instance_type_options
+        .push("t3.nano".into());
+    let err = validate(&state, &unfit, &before, monday_10(), Stage::Decided)
+        .expect_err("a type that cannot hold the pods");
+    assert!(err.contains("t3.nano no longer fits"), "{err}");
+
+    // Meanwhile a node with room for the pod joined: launching the replacement would be waste.
+    docs.push(node("spare", "default", "m5.large", "on-demand", 24, ""));
+    let changed = state_of(&docs);
+    let err = validate(&changed, cmd, &before, monday_10(), Stage::Decided)
+        .expect_err("the plan changed");
+    assert!(err.contains("without a replacement"), "{err}");
+    assert_eq!(
+        validate(&changed, cmd, &before, monday_10(), Stage::Launched),
+        Ok(()),
+        "a resumed command's replacement exists already: only its candidates are re-checked"
+    );
+}

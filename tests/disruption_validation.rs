@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use karpenter_rs::disruption::state::State;
-use karpenter_rs::disruption::validation::{pods_to_move, validate};
+use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
 use karpenter_rs::disruption::{Command, Method};
 use karpenter_rs::snapshot::Snapshot;
 use karpenter_rs::snapshot::disruption_input::disruption_state;
@@ -96,7 +96,10 @@ fn an_empty_node_still_empty_passes_despite_its_own_taint() {
     let s = state(vec![]);
     assert!(s.nodes[0].disrupting, "the taint marks it disrupting");
     let cmd = command(Method::Emptiness);
-    assert_eq!(validate(&s, &cmd, &pods_to_move(&s, &cmd), now()), Ok(()));
+    assert_eq!(
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
+        Ok(())
+    );
 }
 
 #[test]
@@ -104,11 +107,15 @@ fn a_pod_that_arrived_aborts_emptiness_and_consolidation() {
     let empty = state(vec![]);
     let s = state(vec![pod("late", json!({}))]);
     let cmd = command(Method::Emptiness);
-    let err = validate(&s, &cmd, &pods_to_move(&empty, &cmd), now()).expect_err("stale");
+    let err =
+        validate(&s, &cmd, &pods_to_move(&empty, &cmd), now(), Stage::Decided).expect_err("stale");
     assert!(err.contains("no longer qualifies"), "{err}");
     let cmd = command(Method::SingleNodeConsolidation);
-    assert!(validate(&s, &cmd, &pods_to_move(&empty, &cmd), now()).is_err());
-    assert_eq!(validate(&s, &cmd, &pods_to_move(&s, &cmd), now()), Ok(()));
+    assert!(validate(&s, &cmd, &pods_to_move(&empty, &cmd), now(), Stage::Decided).is_err());
+    assert_eq!(
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
+        Ok(())
+    );
 }
 
 #[test]
@@ -118,7 +125,8 @@ fn do_not_disrupt_aborts_graceful_methods() {
         json!({"karpenter.sh/do-not-disrupt": "true"}),
     )]);
     let cmd = command(Method::SingleNodeConsolidation);
-    let err = validate(&s, &cmd, &pods_to_move(&s, &cmd), now()).expect_err("protected");
+    let err =
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided).expect_err("protected");
     assert!(err.contains("do-not-disrupt"), "{err}");
 }
 
@@ -126,10 +134,14 @@ fn do_not_disrupt_aborts_graceful_methods() {
 fn a_budget_used_up_meanwhile_aborts() {
     let cmd = command(Method::Emptiness);
     let s = state_with(vec![], &[("n2", true), ("n3", false)], "1");
-    let err = validate(&s, &cmd, &pods_to_move(&s, &cmd), now()).expect_err("budget");
+    let err =
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided).expect_err("budget");
     assert!(err.contains("budget for Empty"), "{err}");
     let s = state_with(vec![], &[("n2", false), ("n3", false)], "1");
-    assert_eq!(validate(&s, &cmd, &pods_to_move(&s, &cmd), now()), Ok(()));
+    assert_eq!(
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
+        Ok(())
+    );
 }
 
 #[test]
@@ -137,10 +149,14 @@ fn pods_that_no_longer_fit_abort_consolidation() {
     let cmd = command(Method::SingleNodeConsolidation);
     // The only other node is being disrupted too: nowhere for the pod to go.
     let s = state_with(vec![pod("p", json!({}))], &[("n2", true)], "10");
-    let err = validate(&s, &cmd, &pods_to_move(&s, &cmd), now()).expect_err("no room");
-    assert!(err.contains("no longer fits"), "{err}");
+    let err =
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided).expect_err("no room");
+    assert!(err.contains("no longer fit"), "{err}");
     let s = state_with(vec![pod("p", json!({}))], &[("n2", false)], "10");
-    assert_eq!(validate(&s, &cmd, &pods_to_move(&s, &cmd), now()), Ok(()));
+    assert_eq!(
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
+        Ok(())
+    );
 }
 
 #[test]
@@ -148,7 +164,7 @@ fn a_vanished_node_aborts() {
     let s = state(vec![]);
     let mut cmd = command(Method::Emptiness);
     cmd.candidates = vec!["elsewhere".into()];
-    assert!(validate(&s, &cmd, &BTreeMap::new(), now()).is_err());
+    assert!(validate(&s, &cmd, &BTreeMap::new(), now(), Stage::Decided).is_err());
 }
 
 #[test]
@@ -169,11 +185,24 @@ fn a_static_nodes_drift_goes_ahead_where_its_pods_fit_nowhere_else() {
         ..command(Method::Drift)
     };
     let dynamic = drifted(None);
-    let err = validate(&dynamic, &cmd, &pods_to_move(&dynamic, &cmd), now()).expect_err("no room");
+    let err = validate(
+        &dynamic,
+        &cmd,
+        &pods_to_move(&dynamic, &cmd),
+        now(),
+        Stage::Decided,
+    )
+    .expect_err("no room");
     assert!(err.contains("no longer fit"), "{err}");
     let fixed = drifted(Some(2));
     assert_eq!(
-        validate(&fixed, &cmd, &pods_to_move(&fixed, &cmd), now()),
+        validate(
+            &fixed,
+            &cmd,
+            &pods_to_move(&fixed, &cmd),
+            now(),
+            Stage::Decided
+        ),
         Ok(())
     );
 }

@@ -241,6 +241,37 @@ enum Reschedule {
     No(String),
 }
 
+/// Simulates `pods` rescheduling on the nodes of `state` but `excluded`: the one simulation both
+/// the decision and its re-validation make, so a command is re-checked by the rule that chose it.
+fn reschedule(
+    state: &State,
+    excluded: &[usize],
+    pods: Vec<crate::scheduling::pod::Pod>,
+) -> Reschedule {
+    if pods.is_empty() {
+        return Reschedule::Delete;
+    }
+    let input = state.scheduler_input(excluded, pods);
+    let outcome = scheduler::solve(&input);
+    if let Some((i, reason)) = outcome.errors.first() {
+        return Reschedule::No(format!(
+            "pod {} could not be rescheduled: {reason}",
+            input.pods[*i].key()
+        ));
+    }
+    match outcome.nodeclaims.len() {
+        0 => Reschedule::Delete,
+        1 => match outcome.nodeclaims.into_iter().next() {
+            Some(claim) => {
+                let options = claim.instance_types.clone();
+                Reschedule::Replace(Box::new((claim, options)))
+            }
+            None => Reschedule::No("the simulation lost its NodeClaim".into()),
+        },
+        n => Reschedule::No(format!("its pods would need {n} new nodes")),
+    }
+}
+
 struct Engine<'a> {
     state: &'a State,
     now: DateTime<Utc>,
@@ -315,28 +346,7 @@ impl<'a> Engine<'a> {
             .iter()
             .flat_map(|c| c.pods.iter().map(|&p| self.state.pods[p].pod.clone()))
             .collect();
-        if pods.is_empty() {
-            return Reschedule::Delete;
-        }
-        let input = self.state.scheduler_input(&excluded, pods);
-        let outcome = scheduler::solve(&input);
-        if let Some((i, reason)) = outcome.errors.first() {
-            return Reschedule::No(format!(
-                "pod {} could not be rescheduled: {reason}",
-                input.pods[*i].key()
-            ));
-        }
-        match outcome.nodeclaims.len() {
-            0 => Reschedule::Delete,
-            1 => match outcome.nodeclaims.into_iter().next() {
-                Some(claim) => {
-                    let options = claim.instance_types.clone();
-                    Reschedule::Replace(Box::new((claim, options)))
-                }
-                None => Reschedule::No("the simulation lost its NodeClaim".into()),
-            },
-            n => Reschedule::No(format!("its pods would need {n} new nodes")),
-        }
+        reschedule(self.state, &excluded, pods)
     }
 
     fn replacement(

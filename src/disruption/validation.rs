@@ -1,33 +1,45 @@
-//! Re-validation of a command after the validation delay (upstream's 15 s): between the decision
-//! and the deletion, pods may have arrived, a `do-not-disrupt` annotation or a PDB may now
-//! protect a candidate, the drift may have been reverted, other disruptions may have used the
-//! budget, or capacity the pods were to move to may be gone. The command goes ahead only if
-//! every candidate would still be chosen for the same reason, the budgets still allow it, and
-//! a fresh scheduling simulation still places the candidates' pods on the nodes that remain
-//! (the command's replacements included) without launching anything.
+//! Re-validation of a command after the validation delay (upstream's 15 s), before anything is
+//! tainted or launched: between the decision and now, pods may have arrived, a `do-not-disrupt`
+//! annotation or a PDB may now protect a candidate, the drift may have been reverted, other
+//! disruptions may have used the budget, or capacity the pods were to move to may be gone. The
+//! command goes ahead only if every candidate would still be chosen for the same reason, the
+//! budgets still allow it, and a fresh scheduling simulation without the candidates still asks
+//! for what the command launches (nothing, or one node among the same instance types), as
+//! upstream's validation does. Validating before the launch, not after, means a command that
+//! no longer holds costs nothing: no replacement is paid for and then thrown away.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
 use crate::apis::labels;
-use crate::scheduling::scheduler;
 
 use super::budgets;
 use super::candidates::candidates;
 use super::drift::DriftVerdict;
 use super::state::State;
-use super::{Command, Method};
+use super::{Command, Method, Reschedule, reschedule};
 
-/// Checks `cmd` against a fresh `state`. The candidates carry the disruption taint the command
-/// itself put on them, which is ignored here. `pods_before` holds, per candidate, how many pods
-/// had to move when the command was decided: a consolidation whose candidate gained pods is
-/// stale. Returns why the command must be abandoned.
+/// Where the command stands when it is validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Decided, nothing done yet: the plan is checked too.
+    Decided,
+    /// Its replacements were launched by an earlier run (the controller is resuming it): they
+    /// exist, so the plan that asked for them is not re-simulated; the candidates still are.
+    Launched,
+}
+
+/// Checks `cmd` against a fresh `state`. Candidates carrying the disruption taint (a resumed
+/// command put it on them) are judged as if they did not. `pods_before` holds, per candidate,
+/// how many pods had to move when the command was decided: a consolidation whose candidate
+/// gained pods is stale. Returns why the command must be abandoned.
 pub fn validate(
     state: &State,
     cmd: &Command,
     pods_before: &BTreeMap<String, usize>,
     now: DateTime<Utc>,
+    stage: Stage,
 ) -> Result<(), String> {
     let mut fresh = state.clone();
     for node in fresh
@@ -82,8 +94,8 @@ pub fn validate(
     if let Some(reason) = cmd.method.budget_reason() {
         within_budgets(&fresh, cmd, reason, now)?;
     }
-    if cmd.method != Method::Expiration && !static_drift(&fresh, cmd) {
-        pods_still_fit(&fresh, cmd)?;
+    if stage == Stage::Decided && cmd.method != Method::Expiration && !static_drift(&fresh, cmd) {
+        same_plan(&fresh, cmd)?;
     }
     Ok(())
 }
@@ -143,9 +155,12 @@ fn within_budgets(
     Ok(())
 }
 
-/// The candidates' pods still fit on the nodes that stay, without new capacity: by now the
-/// command's replacements are up and count as existing nodes.
-fn pods_still_fit(fresh: &State, cmd: &Command) -> Result<(), String> {
+/// A fresh simulation without the candidates still asks for what `cmd` launches: nothing for a
+/// deletion; for a replacement, one node whose instance types include all the command's (the
+/// simulation does not filter by price, so it may offer more). A consolidation whose pods now
+/// fit without its replacement is re-decided rather than paid for; a drift replacement goes
+/// ahead whenever its pods still fit on at most what it launches.
+fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
     let excluded: Vec<usize> = fresh
         .nodes
         .iter()
@@ -159,24 +174,40 @@ fn pods_still_fit(fresh: &State, cmd: &Command) -> Result<(), String> {
         .filter(|p| p.node.is_some_and(|n| excluded.contains(&n)) && p.reschedulable())
         .map(|p| p.pod.clone())
         .collect();
-    if pods.is_empty() {
-        return Ok(());
+    let planned = cmd.replacements.first();
+    match (reschedule(fresh, &excluded, pods), planned) {
+        (Reschedule::No(why), _) => Err(format!("the candidates' pods no longer fit: {why}")),
+        (Reschedule::Delete, None) => Ok(()),
+        (Reschedule::Delete, Some(_)) if cmd.method == Method::Drift => Ok(()),
+        (Reschedule::Delete, Some(_)) => Err(
+            "the candidates' pods now fit on the remaining nodes without a replacement; the command is decided afresh".into(),
+        ),
+        (Reschedule::Replace(_), None) => Err(
+            "the candidates' pods no longer fit on the remaining nodes (they would need a new node)".into(),
+        ),
+        (Reschedule::Replace(boxed), Some(r)) => {
+            let (claim, options) = &*boxed;
+            let template = &fresh.templates[claim.nodepool];
+            let fitting: Vec<&str> = options
+                .iter()
+                .map(|&t| template.instance_types[t as usize].name.as_ref())
+                .collect();
+            let missing = r
+                .instance_type_options
+                .iter()
+                .find(|t| !fitting.contains(&t.as_str()));
+            match missing {
+                _ if *template.name != *r.node_pool => Err(format!(
+                    "the candidates' pods would now go to NodePool {}, not {}",
+                    template.name, r.node_pool
+                )),
+                Some(t) => Err(format!(
+                    "the replacement's instance type {t} no longer fits the candidates' pods"
+                )),
+                None => Ok(()),
+            }
+        }
     }
-    let input = fresh.scheduler_input(&excluded, pods);
-    let outcome = scheduler::solve(&input);
-    if let Some((i, why)) = outcome.errors.first() {
-        return Err(format!(
-            "pod {} no longer fits anywhere: {why}",
-            input.pods[*i].key()
-        ));
-    }
-    if !outcome.nodeclaims.is_empty() {
-        return Err(format!(
-            "the candidates' pods no longer fit on the remaining nodes (they would need {} new node(s))",
-            outcome.nodeclaims.len()
-        ));
-    }
-    Ok(())
 }
 
 /// How many pods each of the command's candidates must move, recorded when the command is

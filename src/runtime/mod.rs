@@ -58,8 +58,8 @@ pub struct Context {
 pub struct Intervals {
     /// Between disruption passes that found nothing to do (upstream: 10 s).
     pub disruption_poll: std::time::Duration,
-    /// Between tainting a command's candidates and re-validating it (upstream's
-    /// `commandValidationDelay`, 15 s): pods, annotations and PDBs catch up meanwhile.
+    /// Between deciding a command and re-validating it, before anything is tainted or launched
+    /// (upstream's `commandValidationDelay`, 15 s): pods, annotations and PDBs catch up meanwhile.
     pub validation_delay: std::time::Duration,
     /// How long a command's replacements may take to initialize before it is rolled back.
     pub replacement_timeout: std::time::Duration,

@@ -1,8 +1,10 @@
-//! Carrying out one command: launch the replacements and wait until they are Initialized, taint
-//! and mark the candidates, wait the validation delay and re-validate, then delete the
-//! candidates' NodeClaims (or expire them at once); a failed or stale command is rolled back.
+//! Carrying out one command, in upstream's order: wait the validation delay and re-validate,
+//! taint and mark the candidates, launch the replacements and wait until they are Initialized,
+//! then delete the candidates' NodeClaims (expiration deletes them at once). A command that no
+//! longer holds is dropped before anything is paid for; one whose replacements fail is rolled
+//! back.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -16,7 +18,8 @@ use crate::apis::nodeclaim::condition::{DISRUPTION_REASON, INITIALIZED};
 use crate::apis::{NodeClaim, labels};
 use crate::controllers::nodeclaim::termination;
 use crate::disruption::state::State;
-use crate::disruption::{Command, Method, validation};
+use crate::disruption::validation::{self, Stage};
+use crate::disruption::{Command, Method};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
@@ -96,8 +99,9 @@ pub(super) fn requests_of(state: &State, pods: &[String]) -> Resources {
     total
 }
 
-/// Carries out one voluntary command: launch the replacements, then [`complete`]. Returns
-/// whether the candidates were deleted.
+/// Carries out one voluntary command: re-validate it after the validation delay, taint the
+/// candidates, launch the replacements, then [`complete`]. Returns whether the candidates were
+/// deleted.
 pub(super) async fn execute(
     ctx: &Context,
     cluster: &Snapshot,
@@ -113,6 +117,21 @@ pub(super) async fn execute(
         return Ok(false);
     }
     let pods_before = validation::pods_to_move(state, cmd);
+    tokio::time::sleep(ctx.intervals.validation_delay).await;
+    let (fresh_cluster, fresh, nominated) = current_state(ctx).await;
+    let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
+        Some(c) => Err(format!("node {c} is nominated for pending pods")),
+        None => validation::validate(&fresh, cmd, &pods_before, ctx.clock.now(), Stage::Decided),
+    };
+    if let Err(why) = validated {
+        METRICS
+            .voluntary_disruption_failed_validations_total
+            .with_label_values(&[cmd.method.consolidation_type()])
+            .inc();
+        // Nothing was tainted or launched yet: there is nothing to undo.
+        report_dropped(ctx, &fresh_cluster, cmd, &why).await;
+        return Ok(false);
+    }
     tracing::info!(
         controller = "disruption",
         method = ?cmd.method,
@@ -134,7 +153,7 @@ pub(super) async fn execute(
         .candidates
         .iter()
         .filter_map(|n| {
-            claim_of(cluster, n)?
+            claim_of(&fresh_cluster, n)?
                 .labels()
                 .get(labels::NODEPOOL)
                 .cloned()
@@ -151,6 +170,8 @@ pub(super) async fn execute(
             ])
             .inc();
     }
+    // Tainted before the replacements launch, so no pod lands on a candidate meanwhile.
+    taint_candidates(ctx, &fresh_cluster, cmd).await?;
     let marker = serde_json::to_string(&CommandMarker {
         method: cmd.method,
         reason: cmd.reason.clone(),
@@ -161,7 +182,7 @@ pub(super) async fn execute(
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let mut launched = Vec::new();
     for r in &cmd.replacements {
-        let Some(pool) = cluster
+        let Some(pool) = fresh_cluster
             .nodepools
             .iter()
             .find(|p| p.metadata.name.as_deref() == Some(&r.node_pool))
@@ -171,7 +192,7 @@ pub(super) async fn execute(
         };
         let mut claim = crate::controllers::provisioning::replacement_nodeclaim(
             pool,
-            cluster.nodeclass_of(pool),
+            fresh_cluster.nodeclass_of(pool),
             r,
             requests_of(state, &r.pods),
         );
@@ -186,7 +207,7 @@ pub(super) async fn execute(
             }
             Err(e) => {
                 // A replacement whose creation response was lost carries the marker: the next
-                // pass rolls it back.
+                // pass finishes or rolls back its command.
                 rollback(ctx, cmd, &launched).await;
                 return Err(e.into());
             }
@@ -196,7 +217,7 @@ pub(super) async fn execute(
         for node in &cmd.candidates {
             event_on(
                 ctx,
-                cluster,
+                &fresh_cluster,
                 node,
                 EventType::Normal,
                 "DisruptionLaunching",
@@ -209,27 +230,16 @@ pub(super) async fn execute(
             .await;
         }
     }
-    complete(ctx, cluster, cmd, &launched, &pods_before).await
+    complete(ctx, &fresh_cluster, cmd, &launched).await
 }
 
-/// The rest of a command once its replacements exist: wait for them to initialize, taint the
-/// candidates, wait the validation delay, re-validate, delete the candidates and clear the
-/// replacements' marker. Rolls back whatever does not hold. Returns whether the candidates were
-/// deleted.
-pub(super) async fn complete(
+/// Taints the candidates `karpenter.sh/disrupted:NoSchedule` and records the reason on their
+/// NodeClaims; undoes it all if one fails.
+pub(super) async fn taint_candidates(
     ctx: &Context,
     cluster: &Snapshot,
     cmd: &Command,
-    launched: &[String],
-    pods_before: &BTreeMap<String, usize>,
-) -> Result<bool, Error> {
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    if let Err(why) = wait_initialized(ctx, launched).await {
-        queue_failure(cmd);
-        abandon(ctx, cluster, cmd, launched, &why).await;
-        return Ok(false);
-    }
-    tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "replacements initialized; tainting candidates");
+) -> Result<(), Error> {
     let reason = recorded_reason(cmd.method);
     for node in &cmd.candidates {
         let current = ctx.state.nodes.get(&ObjectRef::<Node>::new(node));
@@ -243,25 +253,31 @@ pub(super) async fn complete(
             tainted = mark_reason(ctx, &claim.name_any(), &reason).await;
         }
         if let Err(e) = tainted {
-            rollback(ctx, cmd, launched).await;
+            rollback(ctx, cmd, &[]).await;
             return Err(e);
         }
     }
-    tokio::time::sleep(ctx.intervals.validation_delay).await;
-    let (fresh_cluster, fresh, nominated) = current_state(ctx).await;
-    let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
-        Some(c) => Err(format!("node {c} is nominated for pending pods")),
-        None => validation::validate(&fresh, cmd, pods_before, ctx.clock.now()),
-    };
-    if let Err(why) = validated {
-        METRICS
-            .voluntary_disruption_failed_validations_total
-            .with_label_values(&[cmd.method.consolidation_type()])
-            .inc();
+    Ok(())
+}
+
+/// The rest of a validated command whose candidates are tainted and whose replacements exist:
+/// wait for the replacements to initialize, delete the candidates and clear the replacements'
+/// marker. Rolls back if a replacement does not come up. Returns whether the candidates were
+/// deleted.
+pub(super) async fn complete(
+    ctx: &Context,
+    cluster: &Snapshot,
+    cmd: &Command,
+    launched: &[String],
+) -> Result<bool, Error> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    if let Err(why) = wait_initialized(ctx, launched).await {
+        queue_failure(cmd);
         abandon(ctx, cluster, cmd, launched, &why).await;
         return Ok(false);
     }
-    tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "command still valid; deleting candidates");
+    tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "replacements initialized; deleting candidates");
+    let (fresh_cluster, fresh, _) = current_state(ctx).await;
     for node in &cmd.candidates {
         let Some(claim) = claim_of(&fresh_cluster, node) else {
             continue;
@@ -293,6 +309,12 @@ pub(super) async fn abandon(
     launched: &[String],
     why: &str,
 ) {
+    report_dropped(ctx, cluster, cmd, why).await;
+    rollback(ctx, cmd, launched).await;
+}
+
+/// Logs why a command is dropped and tells its candidates (`DisruptionBlocked`).
+async fn report_dropped(ctx: &Context, cluster: &Snapshot, cmd: &Command, why: &str) {
     tracing::info!(controller = "disruption", command = ?cmd.candidates, reason = %why, "abandoning disruption command");
     for node in &cmd.candidates {
         event_on(
@@ -305,7 +327,6 @@ pub(super) async fn abandon(
         )
         .await;
     }
-    rollback(ctx, cmd, launched).await;
 }
 
 /// Undoes a command that will not complete: the candidates not being deleted lose the

@@ -1,19 +1,20 @@
 //! The disruption controller: the async shell around [`crate::disruption::evaluate_with`].
 //!
 //! Every poll period (at once after acting) it snapshots the cluster, asks the pure engine what
-//! to disrupt and carries out one command at a time, as upstream's queue does: launch the
-//! replacements and wait until they are Initialized, taint the candidates
-//! `karpenter.sh/disrupted:NoSchedule` (recording the reason in their `DisruptionReason`
-//! condition), wait the validation delay and check the command still holds — candidates,
-//! budgets and a fresh scheduling simulation — then delete the candidates' NodeClaims
-//! (termination drains them). A failed or stale command is rolled back: the taint and the
-//! condition come off and unused replacements are deleted.
+//! to disrupt and carries out one command at a time, in upstream's order: wait the validation
+//! delay and check the command still holds on a fresh snapshot — candidates, budgets and a
+//! scheduling simulation that must still ask for what the command launches — then taint the
+//! candidates `karpenter.sh/disrupted:NoSchedule` (recording the reason in their
+//! `DisruptionReason` condition), launch the replacements and wait until they are Initialized,
+//! then delete the candidates' NodeClaims (termination drains them). Validating first means a
+//! command that no longer holds costs nothing; one whose replacements do not come up is rolled
+//! back: the taint and the condition come off and unused replacements are deleted.
 //!
 //! Nothing is remembered between passes but what is on the objects. Replacements carry
 //! [`COMMAND_ANNOTATION`], naming the command (method, reason, candidates) they were launched
 //! for; commands run to completion inside one pass, so a replacement still carrying it at the
 //! start of a pass belongs to a command whose controller died: the pass finishes that command
-//! (re-validating it first) or rolls it back, then takes the disruption taint off every node no
+//! (re-checking its candidates first) or rolls it back, then takes the disruption taint off every node no
 //! command holds. Expiration commands are forceful: their NodeClaims are deleted at once.
 //!
 //! The pass (decide, report budgets, pick the command) is here; carrying a command out is in

@@ -1,7 +1,7 @@
 //! Commands a controller died in the middle of: a replacement NodeClaim still carrying
 //! [`COMMAND_ANNOTATION`] at the start of a pass belongs to one, which the pass finishes
-//! (re-validating it first) or rolls back; then the disruption taint comes off every node no
-//! command holds.
+//! (re-validating its candidates first) or rolls back; then the disruption taint comes off every
+//! node no command holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,8 +18,10 @@ use crate::disruption::{Command, Method};
 use crate::runtime::{Context, Error};
 use crate::snapshot::Snapshot;
 
-use super::command::{complete, rollback};
-use super::{claim_of, queue_failure};
+use super::command::{abandon, complete, rollback, taint_candidates};
+use super::{claim_of, current_state, queue_failure};
+use crate::disruption::validation::{Stage, validate};
+use crate::metrics::METRICS;
 
 /// Annotation on a replacement NodeClaim: the command it was launched for, as JSON
 /// ([`CommandMarker`]). Removed once the command completed.
@@ -120,13 +122,36 @@ pub async fn resume_commands(ctx: &Context, cluster: &Snapshot) -> Result<bool, 
                         .any(|c| &c.name_any() == r && c.metadata.deletion_timestamp.is_none())
                 })
                 .collect();
-            if let Err(e) = complete(ctx, cluster, &cmd, &live, &marker.pods_before).await {
+            if let Err(e) = finish(ctx, &cmd, &live, &marker.pods_before).await {
                 queue_failure(&cmd);
                 tracing::warn!(controller = "disruption", command = ?cmd.candidates, error = %e, "resumed disruption command failed");
             }
         }
     }
     Ok(true)
+}
+
+/// Finishes a resumed command whose replacements exist: its candidates must still qualify and
+/// fit the budgets (the launch it asked for is not re-planned: it happened), then they are
+/// tainted (again, if the earlier run had) and [`complete`] waits for the replacements and
+/// deletes them.
+async fn finish(
+    ctx: &Context,
+    cmd: &Command,
+    live: &[String],
+    pods_before: &BTreeMap<String, usize>,
+) -> Result<bool, Error> {
+    let (cluster, state, _) = current_state(ctx).await;
+    if let Err(why) = validate(&state, cmd, pods_before, ctx.clock.now(), Stage::Launched) {
+        METRICS
+            .voluntary_disruption_failed_validations_total
+            .with_label_values(&[cmd.method.consolidation_type()])
+            .inc();
+        abandon(ctx, &cluster, cmd, live, &why).await;
+        return Ok(false);
+    }
+    taint_candidates(ctx, &cluster, cmd).await?;
+    complete(ctx, &cluster, cmd, live).await
 }
 
 /// Removes the command marker from replacements whose command is over.
