@@ -10,8 +10,8 @@ use super::requirements::Requirements;
 use super::resources::parse_quantity;
 use super::scheduler::{MAX_INSTANCE_TYPES, cheapest_offering, type_matches};
 
-/// The most NodeClaims a static pool may hold: its `limits.nodes`, `None` without one. A value
-/// that is not a quantity is an error naming the pool and the field.
+/// The most NodeClaims a pool may hold, static or not: its `limits.nodes`, `None` without one.
+/// A value that is not a quantity is an error naming the pool and the field.
 pub fn nodes_limit(pool: &NodePool) -> Result<Option<i64>, String> {
     let Some(quantity) = pool.spec.limits.as_ref().and_then(|l| l.get("nodes")) else {
         return Ok(None);

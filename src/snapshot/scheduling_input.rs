@@ -22,6 +22,7 @@ use crate::scheduling::pod::{Pod, VolumeRef};
 use crate::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use crate::scheduling::resources::{Resources, parse_quantity};
 use crate::scheduling::scheduler::{self, ExistingNode, Input, NodePoolTemplate, PoolCache};
+use crate::scheduling::static_capacity;
 use crate::scheduling::taints::taint_from_k8s;
 use crate::snapshot::{ClusterPod, Snapshot};
 
@@ -456,13 +457,14 @@ pub fn prepare(
         // Entry by entry, so a limit of 0 stays a limit (it stops the pool) and an amount that
         // does not parse blocks the pool rather than lifting every limit
         // (`runtime_validate` reports it).
+        let nodes_limit = match static_capacity::nodes_limit(pool) {
+            Ok(limit) => limit.map(|l| l.saturating_sub(used_nodes)),
+            Err(_) => Some(0),
+        };
         let mut limits = Vec::new();
-        let mut nodes_limit = None;
         for (resource, quantity) in pool.spec.limits.iter().flatten() {
-            let amount = parse_quantity(resource, &quantity.0).unwrap_or(0);
-            if resource == "nodes" {
-                nodes_limit = Some(amount.saturating_sub(used_nodes));
-            } else {
+            if resource != "nodes" {
+                let amount = parse_quantity(resource, &quantity.0).unwrap_or(0);
                 limits.push((resource.clone(), amount.saturating_sub(used.get(resource))));
             }
         }
