@@ -1399,6 +1399,7 @@ async fn drift_is_judged_on_the_ami_subnet_and_security_groups_ec2_reports() {
                 image_id: instance.image_id.as_deref(),
                 subnet_id: instance.subnet_id.as_deref(),
                 security_groups: instance.security_groups.as_deref(),
+                capacity_reservation_id: instance.capacity_reservation_id.as_deref(),
             };
             drift::instance_drift(&class, &observed).map(|(reason, _)| reason.as_str())
         }
@@ -1656,6 +1657,16 @@ fn requirement_values(claim: &NodeClaim, key: &str) -> Vec<String> {
         .collect()
 }
 
+/// What the NodeClaim controller judges an instance's drift on.
+fn observed(i: &karpenter_rs::cloudprovider::Instance) -> drift::Observed<'_> {
+    drift::Observed {
+        image_id: i.image_id.as_deref(),
+        subnet_id: i.subnet_id.as_deref(),
+        security_groups: i.security_groups.as_deref(),
+        capacity_reservation_id: i.capacity_reservation_id.as_deref(),
+    }
+}
+
 /// The capacity reservation targeting of the launch template a CreateFleet request used.
 async fn fleet_targeting(
     env: &Env,
@@ -1768,6 +1779,21 @@ async fn pods_are_planned_onto_a_reservation_first_and_launched_into_it() {
     );
     let got = env.provider.get(&launched.provider_id).await.expect("get");
     assert_eq!(got.capacity_type, CapacityType::Reserved);
+    assert_eq!(
+        got.capacity_reservation_id.as_deref(),
+        Some(reservation.as_str())
+    );
+    // Drift as the NodeClaim controller judges it: in sync while the class selects the
+    // reservation, drifted once it does not.
+    assert_eq!(drift::instance_drift(&class, &observed(&got)), None);
+    let mut deselected = class.clone();
+    if let Some(s) = deselected.status.as_mut() {
+        s.capacity_reservations.clear();
+    }
+    assert_eq!(
+        drift::instance_drift(&deselected, &observed(&got)).map(|(r, _)| r),
+        Some(drift::DriftReason::CapacityReservationDrift)
+    );
     // The launch took the last slot.
     let types = env.provider.instance_types(&class).await.expect("types");
     assert_eq!(reserved_offering(&types), Some((false, 0)));
@@ -1793,6 +1819,9 @@ async fn pods_are_planned_onto_a_reservation_first_and_launched_into_it() {
     let other = others[0].metadata.name.as_deref().expect("name");
     let instance = instances_of(&env, other).await.pop().expect("instance");
     assert_eq!(instance.capacity_reservation_id(), None);
+    let got = env.provider.get(&on_demand.provider_id).await.expect("get");
+    assert_eq!(got.capacity_reservation_id, None);
+    assert_eq!(drift::instance_drift(&deselected, &observed(&got)), None);
 
     // Terminating the reserved node gives its slot back.
     env.provider

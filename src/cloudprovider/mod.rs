@@ -99,6 +99,8 @@ pub struct Instance {
     pub subnet_id: Option<String>,
     /// Security groups attached to it, when the cloud reports any.
     pub security_groups: Option<Vec<String>>,
+    /// The capacity reservation a `reserved` instance runs in (None for spot and on-demand).
+    pub capacity_reservation_id: Option<String>,
     /// Lifecycle state.
     pub state: InstanceState,
     /// When it was launched: garbage collection leaves young instances alone.

@@ -439,11 +439,6 @@ impl AwsProvider {
     }
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
-        Ok(self.describe(id).await?.map(|(i, _)| i))
-    }
-
-    /// Instance `id` with the capacity reservation it was launched into, if any.
-    async fn describe(&self, id: &str) -> Result<Option<(Instance, Option<String>)>, CloudError> {
         let now = self.clock.now();
         let out = self
             .ec2
@@ -452,20 +447,14 @@ impl AwsProvider {
             .send()
             .await
             .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
-        let gate = self.settings.reserved_capacity;
         Ok(out
             .reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .find_map(|i| Some((to_instance(i, now, gate)?, reservation_of(i, gate)))))
+            .find_map(|i| to_instance(i, now, self.settings.reserved_capacity)))
     }
 
-    /// The live instance launched for NodeClaim `name`, with the capacity reservation it was
-    /// launched into, if any.
-    async fn find_by_nodeclaim(
-        &self,
-        name: &str,
-    ) -> Result<Option<(Instance, Option<String>)>, CloudError> {
+    async fn find_by_nodeclaim(&self, name: &str) -> Result<Option<Instance>, CloudError> {
         let cluster_key = tags::cluster_tag_key(&self.settings.cluster_name);
         let out = self
             .ec2
@@ -484,7 +473,7 @@ impl AwsProvider {
             .reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .find_map(|i| Some((to_instance(i, now, gate)?, reservation_of(i, gate)))))
+            .find_map(|i| to_instance(i, now, gate)))
     }
 
     async fn ensure_launch_template(
@@ -622,13 +611,6 @@ impl AwsProvider {
         }
     }
 
-    /// Offers a released slot back to the reservation an instance being terminated runs in.
-    fn release_reservation(&self, reservation: Option<&str>) {
-        if let Some(id) = reservation {
-            self.reservations.mark_terminated(id);
-        }
-    }
-
     /// Tags instance `id` with NodeClaim `name`, trying [`TAG_ATTEMPTS`] times.
     async fn tag_nodeclaim(&self, id: &str, name: &str) -> Result<(), CloudError> {
         let mut attempt = 1;
@@ -763,9 +745,10 @@ fn to_instance(
         Some(InstanceStateName::Terminated) => InstanceState::Terminated,
         _ => InstanceState::Pending,
     };
+    let reservation = reservation_of(i, reserved_capacity);
     let capacity_type = if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
         CapacityType::Spot
-    } else if reservation_of(i, reserved_capacity).is_some() {
+    } else if reservation.is_some() {
         CapacityType::Reserved
     } else {
         CapacityType::OnDemand
@@ -779,6 +762,7 @@ fn to_instance(
         capacity_type,
         image_id: i.image_id().map(str::to_string),
         subnet_id: i.subnet_id().map(str::to_string),
+        capacity_reservation_id: reservation,
         security_groups: Some(
             i.security_groups()
                 .iter()
@@ -935,7 +919,7 @@ impl CloudProvider for AwsProvider {
         // An instance an earlier attempt launched but could not tag is tagged (and found below)
         // or terminated before anything new is launched.
         self.settle_untagged(&name).await?;
-        if let Some((existing, reservation)) = self.find_by_nodeclaim(&name).await? {
+        if let Some(existing) = self.find_by_nodeclaim(&name).await? {
             let it = types
                 .iter()
                 .find(|it| *it.name == existing.instance_type)
@@ -951,7 +935,8 @@ impl CloudProvider for AwsProvider {
                 .find(|o| {
                     *o.zone == existing.zone
                         && o.capacity_type == existing.capacity_type
-                        && o.reservation.as_ref().map(|r| &*r.id) == reservation.as_deref()
+                        && o.reservation.as_ref().map(|r| &*r.id)
+                            == existing.capacity_reservation_id.as_deref()
                 })
                 .ok_or_else(|| {
                     CloudError::Invalid(format!(
@@ -1085,9 +1070,11 @@ impl CloudProvider for AwsProvider {
         if let Err(why) = self.tag_nodeclaim(&started.id, &name).await {
             return Err(self.give_back(&name, &started.id, why).await);
         }
-        if let Some(zone) = &started.zone
-            && let Some(id) = reservation_of_pool(&specs, &started.instance_type, zone)
-        {
+        let reservation = started
+            .zone
+            .as_deref()
+            .and_then(|zone| reservation_of_pool(&specs, &started.instance_type, zone));
+        if let Some(id) = reservation {
             self.reservations.mark_launched(id);
         }
         let instance = match self.describe_instance(&started.id).await? {
@@ -1106,6 +1093,7 @@ impl CloudProvider for AwsProvider {
                 image_id: None,
                 subnet_id: None,
                 security_groups: None,
+                capacity_reservation_id: reservation.map(str::to_string),
                 state: InstanceState::Pending,
                 launch_time: self.clock.now(),
             },
@@ -1133,15 +1121,19 @@ impl CloudProvider for AwsProvider {
         let id = provider_id_instance(provider_id).ok_or_else(|| {
             CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
         })?;
-        match self.describe(id).await? {
+        match self.describe_instance(id).await? {
             None => return Err(CloudError::NotFound(provider_id.into())),
-            Some((i, _)) if i.state == InstanceState::Terminated => {
+            Some(i) if i.state == InstanceState::Terminated => {
                 return Err(CloudError::NotFound(provider_id.into()));
             }
-            Some((i, reservation)) => {
+            Some(i) => {
                 let result = self.terminate(id).await;
-                if result.is_ok() && !i.state.is_terminating() {
-                    self.release_reservation(reservation.as_deref());
+                // The slot is free again: counted when the termination is asked for (once).
+                if result.is_ok()
+                    && !i.state.is_terminating()
+                    && let Some(reservation) = &i.capacity_reservation_id
+                {
+                    self.reservations.mark_terminated(reservation);
                 }
                 if result.is_err() {
                     let zone_id = read(&self.catalogue)
