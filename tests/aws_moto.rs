@@ -1893,14 +1893,38 @@ async fn a_full_reservation_fails_the_reserved_launch_and_the_next_plan_falls_ba
     assert!(strict.nodeclaims.is_empty(), "{:?}", strict.nodeclaims);
     assert_eq!(strict.unschedulable.len(), 1);
 
-    // Once EC2 reports room again (the next resolution), the reservation is offered again.
+    // Once EC2 reports room again (the background refresh every minute), the reservation is
+    // offered again.
     change_reservation(
         &mut moto,
         serde_json::json!({"id": reservation, "available": 1}),
     );
-    let class = ready(&env, reservation_class()).await;
+    assert_eq!(
+        env.provider.refresh_reservations().await.expect("refresh"),
+        1
+    );
     let types = env.provider.instance_types(&class).await.expect("types");
     assert_eq!(reserved_offering(&types), Some((true, 1)));
+    // And at the next resolution of the class.
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "available": 2}),
+    );
+    let class = ready(&env, reservation_class()).await;
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((true, 2)));
+    // A reservation that is no longer active has nothing left, even before the class is
+    // resolved again.
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "state": "cancelled"}),
+    );
+    assert_eq!(
+        env.provider.refresh_reservations().await.expect("refresh"),
+        0
+    );
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((false, 0)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

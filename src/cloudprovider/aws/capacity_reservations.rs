@@ -4,10 +4,10 @@
 //! still launch, which EC2 reports with it and which the provider keeps in [`Availability`] to
 //! size the `reserved` offerings it hands the scheduler.
 //!
-//! The counts follow upstream's availability cache: set from EC2 at every resolution, one taken
-//! off for each launch into the reservation, one given back for each termination of an instance
-//! in it, and zero once a launch into it fails, so the next plan falls back to spot or on-demand
-//! until EC2 reports room again.
+//! The counts follow upstream's availability cache: set from EC2 at every resolution and every
+//! minute in between ([`refresh_counts`]), one taken off for each launch into the reservation,
+//! one given back for each termination of an instance in it, and zero once a launch into it
+//! fails, so the next plan falls back to spot or on-demand until EC2 reports room again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
@@ -134,6 +134,64 @@ fn status_of(
     ))
 }
 
+/// Re-reads from EC2 how many instances each reservation the provider knows can still launch,
+/// between two resolutions of the node classes (which happen every few minutes). Reservations
+/// EC2 no longer has, or that are no longer active, are forgotten (none left). Returns how many
+/// were refreshed.
+pub async fn refresh_counts(
+    ec2: &aws_sdk_ec2::Client,
+    availability: &Availability,
+) -> Result<usize, CloudError> {
+    let ids = availability.ids();
+    let mut found = BTreeMap::new();
+    for chunk in ids.chunks(100) {
+        match describe_counts(ec2, chunk).await? {
+            Some(counts) => found.extend(counts),
+            // One of them is gone, which fails the whole call: ask for each alone.
+            None => {
+                for id in chunk {
+                    if let Some(counts) = describe_counts(ec2, std::slice::from_ref(id)).await? {
+                        found.extend(counts);
+                    }
+                }
+            }
+        }
+    }
+    let refreshed = found.len();
+    availability.replace(&ids, &found);
+    Ok(refreshed)
+}
+
+/// The available counts of the active reservations among `ids`; `None` when EC2 does not know
+/// one of them.
+async fn describe_counts(
+    ec2: &aws_sdk_ec2::Client,
+    ids: &[String],
+) -> Result<Option<BTreeMap<String, i64>>, CloudError> {
+    let out = match ec2
+        .describe_capacity_reservations()
+        .set_capacity_reservation_ids(Some(ids.to_vec()))
+        .send()
+        .await
+    {
+        Ok(out) => out,
+        Err(e) if e.code() == Some(NOT_FOUND) => return Ok(None),
+        Err(e) => return Err(sdk_error("ec2:DescribeCapacityReservations", e)),
+    };
+    Ok(Some(
+        out.capacity_reservations()
+            .iter()
+            .filter(|r| r.state() == Some(&CapacityReservationState::Active))
+            .filter_map(|r| {
+                Some((
+                    r.capacity_reservation_id()?.to_string(),
+                    i64::from(r.available_instance_count().unwrap_or(0).max(0)),
+                ))
+            })
+            .collect(),
+    ))
+}
+
 /// The reservations of a node class' status that launches may target, with the instances
 /// `availability` says each can still launch. Left out: reservations no longer active, ended by
 /// `now`, and interruptible ones (launching into those needs CreateFleet's
@@ -178,6 +236,29 @@ impl Availability {
         let mut map = self.lock();
         for (id, n) in counts {
             map.insert(id.clone(), (*n).max(0));
+        }
+    }
+
+    /// The reservations known.
+    pub fn ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.lock().keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Takes EC2's counts for the reservations `asked` about: those EC2 reported (`counts`) are
+    /// set, the others forgotten.
+    pub fn replace(&self, asked: &[String], counts: &BTreeMap<String, i64>) {
+        let mut map = self.lock();
+        for id in asked {
+            match counts.get(id) {
+                Some(n) => {
+                    map.insert(id.clone(), (*n).max(0));
+                }
+                None => {
+                    map.remove(id);
+                }
+            }
         }
     }
 
@@ -270,6 +351,15 @@ mod tests {
         assert_eq!(a.count("cr-unknown"), 0, "unknown reservations have none");
         a.sync(&BTreeMap::from([("cr-1".to_string(), 3)]));
         assert_eq!(a.count("cr-1"), 3, "EC2's count replaces the estimate");
+        a.sync(&BTreeMap::from([("cr-2".to_string(), 1)]));
+        assert_eq!(a.ids(), ["cr-1", "cr-2"]);
+        a.replace(&a.ids(), &BTreeMap::from([("cr-2".to_string(), 5)]));
+        assert_eq!(
+            a.ids(),
+            ["cr-2"],
+            "a reservation EC2 no longer reports is forgotten"
+        );
+        assert_eq!(a.count("cr-2"), 5);
     }
 
     #[test]

@@ -340,10 +340,21 @@ impl AwsProvider {
         self.refresh().await.map(Some)
     }
 
+    /// Re-reads the counts of the capacity reservations the node classes selected (see
+    /// [`capacity_reservations::refresh_counts`]); nothing without the `ReservedCapacity` gate.
+    /// Returns how many were refreshed.
+    pub async fn refresh_reservations(&self) -> Result<usize, CloudError> {
+        if !self.settings.reserved_capacity {
+            return Ok(0);
+        }
+        capacity_reservations::refresh_counts(&self.ec2, &self.reservations).await
+    }
+
     /// Keeps instance types and prices fresh in the background, so that no launch or
     /// scheduling pass ever waits for a refresh: checks every [`REFRESH_CHECK`] whether one is
-    /// due and logs what it found. Never returns: it ends with the runtime (or when its task is
-    /// aborted).
+    /// due and logs what it found, and re-reads the capacity reservations' counts each time, as
+    /// upstream re-reads them every minute. Never returns: it ends with the runtime (or when its
+    /// task is aborted).
     pub async fn run_refresh(self: Arc<Self>) {
         loop {
             match self.refresh_if_due().await {
@@ -352,6 +363,9 @@ impl AwsProvider {
                 Err(e) => {
                     tracing::warn!(error = %e, "refreshing EC2 instance types failed; keeping the previous ones and retrying");
                 }
+            }
+            if let Err(e) = self.refresh_reservations().await {
+                tracing::warn!(error = %e, "refreshing capacity reservation counts failed; keeping the previous ones and retrying");
             }
             tokio::time::sleep(REFRESH_CHECK).await;
         }
