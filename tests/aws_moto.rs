@@ -1987,6 +1987,17 @@ async fn a_capacity_block_is_launched_with_the_capacity_block_market_type() {
         instance.capacity_reservation_id(),
         Some(reservation.as_str())
     );
+    // 30 minutes before its end the block is expiring: nothing more is launched into it.
+    let soon = Utc::now() + chrono::Duration::minutes(30);
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "endDate": soon.to_rfc3339()}),
+    );
+    let class = ready(&env, reservation_class()).await;
+    let resolved = &class.status.as_ref().expect("status").capacity_reservations[0];
+    assert_eq!(resolved.state.as_deref(), Some("expiring"));
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,20 @@ pub const TYPE_DEFAULT: &str = "default";
 /// type, reclaimed by EC2 when the block ends.
 pub const TYPE_CAPACITY_BLOCK: &str = "capacity-block";
 
+/// How long before its end a capacity block is `expiring`: EC2 starts reclaiming its instances
+/// 30 minutes before the end (and warns 10 minutes before that), so nothing more is launched into
+/// it and its nodes are drained from here on, as upstream does.
+pub const CAPACITY_BLOCK_EXPIRATION: chrono::Duration = chrono::Duration::minutes(40);
+
+/// Whether a reservation's instances must go at `now`: a capacity block within
+/// [`CAPACITY_BLOCK_EXPIRATION`] of its end (or one the status already marks `expiring`).
+pub fn is_expiring(r: &CapacityReservation, now: DateTime<Utc>) -> bool {
+    r.state.as_deref() == Some("expiring")
+        || (r.reservation_type.as_deref() == Some(TYPE_CAPACITY_BLOCK)
+            && r.end_time
+                .is_some_and(|end| now >= end - CAPACITY_BLOCK_EXPIRATION))
+}
+
 /// What the terms select: the reservations for the status, sorted by ID, and the instances
 /// each can still launch as EC2 reported them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -114,7 +128,7 @@ fn status_of(
     } else {
         TYPE_DEFAULT
     };
-    let status = CapacityReservation {
+    let mut status = CapacityReservation {
         availability_zone: zone.to_string(),
         end_time,
         id: id.to_string(),
@@ -128,6 +142,9 @@ fn status_of(
         interruptible: r.interruptible(),
         state: Some("active".into()),
     };
+    if is_expiring(&status, now) {
+        status.state = Some("expiring".into());
+    }
     Some((
         status,
         i64::from(r.available_instance_count().unwrap_or(0).max(0)),
@@ -193,8 +210,8 @@ async fn describe_counts(
 }
 
 /// The reservations of a node class' status that launches may target, with the instances
-/// `availability` says each can still launch. Left out: reservations no longer active, ended by
-/// `now`, and interruptible ones (launching into those needs CreateFleet's
+/// `availability` says each can still launch. Left out: reservations no longer active, ended or
+/// expiring ([`is_expiring`]) by `now`, and interruptible ones (launching into those needs CreateFleet's
 /// `ReservedCapacityOptions`, which the EC2 SDK this build uses does not carry).
 pub fn offered(
     reservations: &[CapacityReservation],
@@ -204,7 +221,7 @@ pub fn offered(
     reservations
         .iter()
         .filter(|r| r.state.as_deref().is_none_or(|s| s == "active"))
-        .filter(|r| r.end_time.is_none_or(|end| end > now))
+        .filter(|r| r.end_time.is_none_or(|end| end > now) && !is_expiring(r, now))
         .filter(|r| r.interruptible != Some(true))
         .map(|r| ReservedCapacity {
             id: r.id.clone(),
@@ -324,6 +341,22 @@ mod tests {
             Some(TYPE_CAPACITY_BLOCK)
         );
         assert_eq!(status.end_time.map(|t| t.timestamp()), Some(1_800_003_600));
+        assert_eq!(status.state.as_deref(), Some("active"), "an hour left");
+        let ending = ec2_reservation("cr-5")
+            .reservation_type(CapacityReservationType::CapacityBlock)
+            .end_date(SdkTime::from_secs(1_800_002_400))
+            .build();
+        let (status, _) = status_of(&ending, now).expect("block");
+        assert_eq!(status.state.as_deref(), Some("expiring"), "40 minutes left");
+        let odcr = ec2_reservation("cr-6")
+            .end_date(SdkTime::from_secs(1_800_000_060))
+            .build();
+        let (status, _) = status_of(&odcr, now).expect("odcr");
+        assert_eq!(
+            status.state.as_deref(),
+            Some("active"),
+            "only capacity blocks expire early"
+        );
         let ended = ec2_reservation("cr-3")
             .end_date(SdkTime::from_secs(1_800_000_000))
             .build();
@@ -382,9 +415,16 @@ mod tests {
         expiring.state = Some("expiring".into());
         let mut ended = entry("cr-4");
         ended.end_time = Some(now);
+        let mut ending_block = entry("cr-5");
+        ending_block.reservation_type = Some(TYPE_CAPACITY_BLOCK.into());
+        ending_block.end_time = Some(now + chrono::Duration::minutes(39));
         let a = Availability::default();
         a.sync(&BTreeMap::from([("cr-1".to_string(), 4)]));
-        let offered = offered(&[entry("cr-1"), interruptible, expiring, ended], &a, now);
+        let offered = offered(
+            &[entry("cr-1"), interruptible, expiring, ended, ending_block],
+            &a,
+            now,
+        );
         assert_eq!(offered.len(), 1, "{offered:?}");
         assert_eq!(offered[0].id, "cr-1");
         assert_eq!(offered[0].available, 4);
