@@ -288,6 +288,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
                     interruption_queue: non_empty(&settings.interruption_queue),
                     region: region.clone(),
+                    reserved_capacity: settings.feature_gates.reserved_capacity,
                 };
                 let cloud = Arc::new(
                     aws::AwsProvider::new(aws_settings, &sdk, clock.clone())

@@ -120,6 +120,7 @@ async fn provider(moto: &Moto, queue: Option<&str>, clock: Arc<FakeClock>) -> Ar
         vm_memory_overhead_percent: 0.075,
         interruption_queue: queue.map(str::to_string),
         region: "us-east-1".into(),
+        reserved_capacity: true,
     };
     let provider = AwsProvider::new(settings, &config, clock).expect("provider");
     provider.refresh().await.expect("instance types");

@@ -146,6 +146,7 @@ async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut Aws
         vm_memory_overhead_percent: 0.075,
         interruption_queue: queue.map(str::to_string),
         region: "us-east-1".into(),
+        reserved_capacity: true,
     };
     adjust(&mut settings);
     let provider = AwsProvider::new(settings.clone(), &config, clock.clone()).expect("provider");
@@ -1239,6 +1240,7 @@ async fn identical_launches_that_arrive_together_share_one_create_fleet() {
         .to_string();
     let request = |instance_type: &str| FleetRequest {
         capacity_type: CapacityType::OnDemand,
+        capacity_block: false,
         configs: vec![TemplateConfig {
             launch_template: template.clone(),
             overrides: vec![Override {
@@ -1397,6 +1399,7 @@ async fn drift_is_judged_on_the_ami_subnet_and_security_groups_ec2_reports() {
                 image_id: instance.image_id.as_deref(),
                 subnet_id: instance.subnet_id.as_deref(),
                 security_groups: instance.security_groups.as_deref(),
+                capacity_reservation_id: instance.capacity_reservation_id.as_deref(),
             };
             drift::instance_drift(&class, &observed).map(|(reason, _)| reason.as_str())
         }
@@ -1549,4 +1552,486 @@ async fn ami_terms_select_by_name_and_owner_and_by_ssm_parameter() {
         .await
         .expect_err("no such parameter");
     assert!(err.to_string().contains("/platform/none"), "{err}");
+}
+
+// --- capacity reservations (tests/moto/capacity_reservations.py) ---------------------------------
+
+/// A node class selecting the reservations tagged `karpenter.sh/discovery: demo`.
+fn reservation_class() -> EC2NodeClass {
+    nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  capacityReservationSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]\n",
+    )
+}
+
+/// A targeted m5.large reservation in us-east-1a for `count` instances, tagged for the class.
+async fn create_reservation(env: &Env, count: i32) -> String {
+    env.ec2
+        .create_capacity_reservation()
+        .instance_type("m5.large")
+        .instance_platform(aws_sdk_ec2::types::CapacityReservationInstancePlatform::LinuxUnix)
+        .availability_zone("us-east-1a")
+        .instance_count(count)
+        .instance_match_criteria(aws_sdk_ec2::types::InstanceMatchCriteria::Targeted)
+        .tag_specifications(tagged(
+            ResourceType::CapacityReservation,
+            &[("karpenter.sh/discovery", "demo")],
+        ))
+        .send()
+        .await
+        .expect("capacity reservation")
+        .capacity_reservation()
+        .and_then(|r| r.capacity_reservation_id())
+        .expect("reservation id")
+        .to_string()
+}
+
+/// Changes a reservation behind the controller's back (the launcher's control endpoint).
+fn change_reservation(moto: &mut Moto, change: serde_json::Value) {
+    moto.http(
+        "POST",
+        "/_karpenter/capacity-reservations",
+        &change.to_string(),
+    )
+    .expect("reservation changed");
+}
+
+/// What the provisioner would create for `pods` pending pods (1.5 vCPU each, so one per
+/// m5.large) on a NodePool of m5.large allowing `capacity`, with the instance types the provider
+/// offers now: the same planner `run` uses. NodeClaims are named `<prefix>-<n>`.
+async fn plan(
+    env: &Env,
+    class: &EC2NodeClass,
+    capacity: &[&str],
+    pods: usize,
+    prefix: &str,
+) -> karpenter_rs::controllers::provisioning::Plan {
+    let mut yaml = serde_yaml_ng::to_string(class).expect("class YAML");
+    yaml.push_str(&format!(
+        "---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: default}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\n      requirements:\n      - {{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}\n      - {{key: karpenter.sh/capacity-type, operator: In, values: [{}]}}\n",
+        capacity.join(", ")
+    ));
+    for i in 0..pods {
+        yaml.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: train-{i}, namespace: default}}\nspec:\n  containers: [{{name: c, image: trainer, resources: {{requests: {{cpu: 1500m}}}}}}]\n"
+        ));
+    }
+    let docs = karpenter_rs::manifest::parse_str(&yaml, std::path::Path::new("reserved.yaml"))
+        .expect("manifests");
+    let cluster = karpenter_rs::manifest::load(&docs, Utc::now()).expect("snapshot");
+    let types = std::collections::HashMap::from([(
+        "default".to_string(),
+        env.provider.instance_types(class).await.expect("types"),
+    )]);
+    let mut plan = karpenter_rs::controllers::provisioning::plan(
+        &cluster,
+        &types,
+        &karpenter_rs::snapshot::EngineOptions::default(),
+    );
+    for (n, c) in plan.nodeclaims.iter_mut().enumerate() {
+        c.metadata.name = Some(format!("{prefix}-{n}"));
+    }
+    plan
+}
+
+/// The reserved offering of m5.large in us-east-1a: (available, instances left).
+fn reserved_offering(
+    types: &[karpenter_rs::scheduling::instance_type::InstanceType],
+) -> Option<(bool, i64)> {
+    types
+        .iter()
+        .find(|t| &*t.name == "m5.large")?
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == CapacityType::Reserved)
+        .and_then(|o| Some((o.available, o.reservation.as_ref()?.available)))
+}
+
+fn requirement_values(claim: &NodeClaim, key: &str) -> Vec<String> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == key && r.operator == karpenter_rs::apis::nodeclaim::Operator::In)
+        .flat_map(|r| r.values.clone())
+        .collect()
+}
+
+/// What the NodeClaim controller judges an instance's drift on.
+fn observed(i: &karpenter_rs::cloudprovider::Instance) -> drift::Observed<'_> {
+    drift::Observed {
+        image_id: i.image_id.as_deref(),
+        subnet_id: i.subnet_id.as_deref(),
+        security_groups: i.security_groups.as_deref(),
+        capacity_reservation_id: i.capacity_reservation_id.as_deref(),
+    }
+}
+
+/// The capacity reservation targeting of the launch template a CreateFleet request used.
+async fn fleet_targeting(
+    env: &Env,
+    fleet: &serde_json::Value,
+) -> Option<aws_sdk_ec2::types::LaunchTemplateCapacityReservationSpecificationResponse> {
+    let name =
+        fleet["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name");
+    launch_template_of(env, name)
+        .await
+        .capacity_reservation_specification()
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_planned_onto_a_reservation_first_and_launched_into_it() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let reservation = create_reservation(&env, 1).await;
+    let class = ready(&env, reservation_class()).await;
+    let status = class.status.as_ref().expect("status");
+    assert_eq!(status.capacity_reservations.len(), 1);
+    let resolved = &status.capacity_reservations[0];
+    assert_eq!(resolved.id, reservation);
+    assert_eq!(resolved.instance_type, "m5.large");
+    assert_eq!(resolved.availability_zone, "us-east-1a");
+    assert_eq!(resolved.instance_match_criteria, "targeted");
+    assert_eq!(resolved.reservation_type.as_deref(), Some("default"));
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((true, 1)));
+
+    // Two pods, one reserved slot: one NodeClaim is pinned to the reservation, the other is kept
+    // out of reserved capacity and launches on-demand.
+    let planned = plan(&env, &class, &["reserved", "on-demand"], 2, "default-rsv").await;
+    assert!(
+        planned.unschedulable.is_empty(),
+        "{:?}",
+        planned.unschedulable
+    );
+    assert_eq!(planned.nodeclaims.len(), 2);
+    let (reserved_claims, others): (Vec<&NodeClaim>, Vec<&NodeClaim>) =
+        planned.nodeclaims.iter().partition(|c| {
+            requirement_values(c, "karpenter.k8s.aws/capacity-reservation-id") == [&*reservation]
+        });
+    assert_eq!(reserved_claims.len(), 1, "{:?}", planned.nodeclaims);
+    let reserved_claim = reserved_claims[0];
+    assert_eq!(
+        requirement_values(reserved_claim, "karpenter.sh/capacity-type"),
+        ["reserved"]
+    );
+
+    let launched = env
+        .provider
+        .create(reserved_claim, &class)
+        .await
+        .expect("reserved launch");
+    assert_eq!(launched.capacity_type, CapacityType::Reserved);
+    assert_eq!(launched.zone, "us-east-1a");
+    for (key, value) in [
+        ("karpenter.sh/capacity-type", "reserved"),
+        (
+            "karpenter.k8s.aws/capacity-reservation-id",
+            reservation.as_str(),
+        ),
+        ("karpenter.k8s.aws/capacity-reservation-type", "default"),
+        ("node.kubernetes.io/instance-type", "m5.large"),
+    ] {
+        assert_eq!(
+            launched.labels.get(key).map(String::as_str),
+            Some(value),
+            "{key}"
+        );
+    }
+    let name = reserved_claim.metadata.name.as_deref().expect("name");
+    let instance = instances_of(&env, name).await.pop().expect("instance");
+    assert_eq!(
+        instance.capacity_reservation_id(),
+        Some(reservation.as_str())
+    );
+    let fleets = moto.fleets();
+    assert_eq!(
+        fleets[0]["TargetCapacitySpecification"]["DefaultTargetCapacityType"],
+        "on-demand"
+    );
+    let targeting = fleet_targeting(&env, &fleets[0]).await.expect("targeting");
+    assert_eq!(
+        targeting.capacity_reservation_preference(),
+        Some(&aws_sdk_ec2::types::CapacityReservationPreference::CapacityReservationsOnly)
+    );
+    assert_eq!(
+        targeting
+            .capacity_reservation_target()
+            .and_then(|t| t.capacity_reservation_id()),
+        Some(reservation.as_str())
+    );
+    // A retry finds the instance and reports the same reserved launch.
+    let again = env
+        .provider
+        .create(reserved_claim, &class)
+        .await
+        .expect("retry");
+    assert_eq!(again.provider_id, launched.provider_id);
+    assert_eq!(again.capacity_type, CapacityType::Reserved);
+    assert_eq!(
+        again.labels["karpenter.k8s.aws/capacity-reservation-id"],
+        reservation
+    );
+    let got = env.provider.get(&launched.provider_id).await.expect("get");
+    assert_eq!(got.capacity_type, CapacityType::Reserved);
+    assert_eq!(
+        got.capacity_reservation_id.as_deref(),
+        Some(reservation.as_str())
+    );
+    // Drift as the NodeClaim controller judges it: in sync while the class selects the
+    // reservation, drifted once it does not.
+    assert_eq!(drift::instance_drift(&class, &observed(&got)), None);
+    let mut deselected = class.clone();
+    if let Some(s) = deselected.status.as_mut() {
+        s.capacity_reservations.clear();
+    }
+    assert_eq!(
+        drift::instance_drift(&deselected, &observed(&got)).map(|(r, _)| r),
+        Some(drift::DriftReason::CapacityReservationDrift)
+    );
+    // The launch took the last slot.
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((false, 0)));
+
+    // The other NodeClaim launches on-demand and stays out of reservations.
+    let on_demand = env
+        .provider
+        .create(others[0], &class)
+        .await
+        .expect("on-demand launch");
+    assert_eq!(on_demand.capacity_type, CapacityType::OnDemand);
+    assert!(
+        !on_demand
+            .labels
+            .contains_key("karpenter.k8s.aws/capacity-reservation-id")
+    );
+    let fleets = moto.fleets();
+    let targeting = fleet_targeting(&env, &fleets[1]).await.expect("targeting");
+    assert_eq!(
+        targeting.capacity_reservation_preference(),
+        Some(&aws_sdk_ec2::types::CapacityReservationPreference::None)
+    );
+    let other = others[0].metadata.name.as_deref().expect("name");
+    let instance = instances_of(&env, other).await.pop().expect("instance");
+    assert_eq!(instance.capacity_reservation_id(), None);
+    let got = env.provider.get(&on_demand.provider_id).await.expect("get");
+    assert_eq!(got.capacity_reservation_id, None);
+    assert_eq!(drift::instance_drift(&deselected, &observed(&got)), None);
+
+    // Terminating the reserved node gives its slot back.
+    env.provider
+        .delete(&launched.provider_id)
+        .await
+        .expect("delete");
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((true, 1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_reservation_fails_the_reserved_launch_and_the_next_plan_falls_back() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let reservation = create_reservation(&env, 1).await;
+    let class = ready(&env, reservation_class()).await;
+    let planned = plan(&env, &class, &["reserved", "on-demand"], 1, "default-full").await;
+    let claim = planned.nodeclaims.first().expect("a NodeClaim");
+    assert_eq!(
+        requirement_values(claim, "karpenter.k8s.aws/capacity-reservation-id"),
+        [&*reservation]
+    );
+
+    // Someone else's instance took the slot since EC2 last reported it.
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "available": 0}),
+    );
+    let err = env
+        .provider
+        .create(claim, &class)
+        .await
+        .expect_err("the reservation is full");
+    assert!(matches!(err, CloudError::InsufficientCapacity(_)), "{err}");
+    assert!(
+        err.to_string().contains("ReservationCapacityExceeded"),
+        "{err}"
+    );
+    let name = claim.metadata.name.as_deref().expect("name");
+    assert!(instances_of(&env, name).await.is_empty());
+    assert_eq!(
+        moto.fleets().len(),
+        1,
+        "the reserved launch was asked for once"
+    );
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((false, 0)));
+
+    // The NodeClaim is deleted and the pods planned again: now onto on-demand capacity.
+    let replanned = plan(&env, &class, &["reserved", "on-demand"], 1, "default-full2").await;
+    let fallback = replanned.nodeclaims.first().expect("a NodeClaim");
+    assert!(
+        requirement_values(fallback, "karpenter.k8s.aws/capacity-reservation-id").is_empty(),
+        "{fallback:?}"
+    );
+    let launched = env
+        .provider
+        .create(fallback, &class)
+        .await
+        .expect("on-demand launch");
+    assert_eq!(launched.capacity_type, CapacityType::OnDemand);
+    let name = fallback.metadata.name.as_deref().expect("name");
+    let instance = instances_of(&env, name).await.pop().expect("instance");
+    assert_eq!(instance.capacity_reservation_id(), None);
+    // A pool that may only use reserved capacity has nowhere to go.
+    let strict = plan(&env, &class, &["reserved"], 1, "default-strict").await;
+    assert!(strict.nodeclaims.is_empty(), "{:?}", strict.nodeclaims);
+    assert_eq!(strict.unschedulable.len(), 1);
+
+    // Once EC2 reports room again (the background refresh every minute), the reservation is
+    // offered again.
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "available": 1}),
+    );
+    assert_eq!(
+        env.provider.refresh_reservations().await.expect("refresh"),
+        1
+    );
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((true, 1)));
+    // And at the next resolution of the class.
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "available": 2}),
+    );
+    let class = ready(&env, reservation_class()).await;
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((true, 2)));
+    // A reservation that is no longer active has nothing left, even before the class is
+    // resolved again.
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "state": "cancelled"}),
+    );
+    assert_eq!(
+        env.provider.refresh_reservations().await.expect("refresh"),
+        0
+    );
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((false, 0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_block_is_launched_with_the_capacity_block_market_type() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let reservation = create_reservation(&env, 2).await;
+    let end = Utc::now() + chrono::Duration::hours(6);
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "reservationType": "capacity-block", "endDate": end.to_rfc3339()}),
+    );
+    let class = ready(&env, reservation_class()).await;
+    let resolved = &class.status.as_ref().expect("status").capacity_reservations[0];
+    assert_eq!(resolved.reservation_type.as_deref(), Some("capacity-block"));
+    assert_eq!(
+        resolved.end_time.map(|t| t.timestamp()),
+        Some(end.timestamp())
+    );
+    let planned = plan(&env, &class, &["reserved", "on-demand"], 1, "default-block").await;
+    let claim = planned.nodeclaims.first().expect("a NodeClaim");
+    let launched = env
+        .provider
+        .create(claim, &class)
+        .await
+        .expect("launch into the block");
+    assert_eq!(launched.capacity_type, CapacityType::Reserved);
+    assert_eq!(
+        launched.labels["karpenter.k8s.aws/capacity-reservation-type"],
+        "capacity-block"
+    );
+    let fleets = moto.fleets();
+    assert_eq!(
+        fleets[0]["TargetCapacitySpecification"]["DefaultTargetCapacityType"],
+        "capacity-block"
+    );
+    assert!(
+        fleets[0]["OnDemandOptions"]
+            .as_object()
+            .is_none_or(|o| o.is_empty()),
+        "{}",
+        fleets[0]
+    );
+    let name =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name");
+    let template = launch_template_of(&env, name).await;
+    assert_eq!(
+        template
+            .instance_market_options()
+            .and_then(|m| m.market_type()),
+        Some(&aws_sdk_ec2::types::MarketType::CapacityBlock)
+    );
+    let name = claim.metadata.name.as_deref().expect("name");
+    let instance = instances_of(&env, name).await.pop().expect("instance");
+    assert_eq!(
+        instance.capacity_reservation_id(),
+        Some(reservation.as_str())
+    );
+    // 30 minutes before its end the block is expiring: nothing more is launched into it.
+    let soon = Utc::now() + chrono::Duration::minutes(30);
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "endDate": soon.to_rfc3339()}),
+    );
+    let class = ready(&env, reservation_class()).await;
+    let resolved = &class.status.as_ref().expect("status").capacity_reservations[0];
+    assert_eq!(resolved.state.as_deref(), Some("expiring"));
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_reserved_capacity_gate_off_reservations_are_left_alone() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env_with(&moto, None, |s| s.reserved_capacity = false).await;
+    create_reservation(&env, 1).await;
+    let class = ready(&env, reservation_class()).await;
+    assert!(
+        class
+            .status
+            .as_ref()
+            .expect("status")
+            .capacity_reservations
+            .is_empty()
+    );
+    assert_eq!(moto.calls("DescribeCapacityReservations"), 0);
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), None);
+    let launched = env
+        .provider
+        .create(
+            &claim("default-gate01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    assert_eq!(launched.capacity_type, CapacityType::OnDemand);
+    let fleets = moto.fleets();
+    assert_eq!(
+        fleet_targeting(&env, &fleets[0]).await,
+        None,
+        "the launch template says nothing about reservations, as before"
+    );
 }

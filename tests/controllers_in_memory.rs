@@ -1252,3 +1252,55 @@ async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_laun
         "{notes:?}"
     );
 }
+
+#[tokio::test]
+async fn the_nodeclaims_of_a_capacity_block_are_deleted_forty_minutes_before_it_ends() {
+    use karpenter_rs::controllers::capacity_blocks;
+    let env = Env::new().await;
+    let end = env.clock.now() + Duration::hours(1);
+    let mut class = builders::nodeclass("gpu");
+    class.status = Some(
+        serde_json::from_value(json!({"capacityReservations": [
+            {"availabilityZone": "us-east-1a", "id": "cr-block", "instanceMatchCriteria": "targeted",
+             "instanceType": "m5.large", "ownerID": "012345678901", "reservationType": "capacity-block",
+             "endTime": end.to_rfc3339()}
+        ]}))
+        .expect("status"),
+    );
+    env.create(&class).await;
+    let in_block = |name: &str| {
+        let mut claim = builders::nodeclaim(name);
+        claim.spec.node_class_ref.name = "gpu".into();
+        claim.labels_mut().extend([
+            (labels::CAPACITY_TYPE.to_string(), "reserved".to_string()),
+            (
+                labels::CAPACITY_RESERVATION_ID.to_string(),
+                "cr-block".to_string(),
+            ),
+            (
+                labels::CAPACITY_RESERVATION_TYPE.to_string(),
+                "capacity-block".to_string(),
+            ),
+        ]);
+        claim
+    };
+    env.create(&in_block("gpu-a")).await;
+    env.create(&builders::nodeclaim("default-other")).await;
+
+    capacity_blocks::pass(&env.ctx).await.expect("pass");
+    let kept = env.claim("gpu-a").await;
+    assert!(!deleting(&kept), "an hour before the end the node stays");
+
+    env.advance(Duration::minutes(20));
+    capacity_blocks::pass(&env.ctx).await.expect("pass");
+    assert!(
+        env.get::<NodeClaim>("gpu-a")
+            .await
+            .is_none_or(|c| deleting(&c)),
+        "40 minutes before the end the NodeClaim is deleted (its node drained)"
+    );
+    assert!(
+        !deleting(&env.claim("default-other").await),
+        "NodeClaims outside the block are left alone"
+    );
+}

@@ -21,9 +21,10 @@ use chrono::{DateTime, Utc};
 use crate::apis::conditions;
 use crate::apis::ec2nodeclass::{EC2NodeClassStatus, NodeClassCondition};
 use crate::apis::labels;
+use crate::apis::nodeclaim::Operator;
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, Offering};
-use crate::scheduling::requirements::Requirements;
+use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler;
 use interruption::{InterruptionEvent, InterruptionMessage};
@@ -98,6 +99,8 @@ pub struct Instance {
     pub subnet_id: Option<String>,
     /// Security groups attached to it, when the cloud reports any.
     pub security_groups: Option<Vec<String>>,
+    /// The capacity reservation a `reserved` instance runs in (None for spot and on-demand).
+    pub capacity_reservation_id: Option<String>,
     /// Lifecycle state.
     pub state: InstanceState,
     /// When it was launched: garbage collection leaves young instances alone.
@@ -307,16 +310,30 @@ fn launch_order<'a>(
     out
 }
 
-/// Whether an offering is available in a zone and capacity type the requirements allow.
+/// Whether an offering is available in a zone, capacity type and (for reserved offerings)
+/// capacity reservation the requirements allow. Offerings outside reservations carry neither
+/// reservation label, so they pass a reservation requirement only when it excludes values.
 fn offering_filter(requirements: &Requirements) -> impl Fn(&Offering) -> bool + '_ {
     let zone = requirements.get(labels::ZONE);
     let zone_id = requirements.get(labels::ZONE_ID);
     let capacity = requirements.get(labels::CAPACITY_TYPE);
+    let reservation_id = requirements.get(labels::CAPACITY_RESERVATION_ID);
+    let reservation_type = requirements.get(labels::CAPACITY_RESERVATION_TYPE);
+    let absent_ok =
+        |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
     move |o: &Offering| {
         o.available
             && zone.is_none_or(|z| z.has(&o.zone))
             && capacity.is_none_or(|c| c.has(o.capacity_type.label()))
             && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+            && reservation_id.is_none_or(|ids| match &o.reservation {
+                Some(r) => ids.has(&r.id),
+                None => absent_ok(ids),
+            })
+            && reservation_type.is_none_or(|types| match &o.reservation {
+                Some(r) => types.has(&r.reservation_type),
+                None => absent_ok(types),
+            })
     }
 }
 
@@ -344,7 +361,8 @@ fn capacity_rank(ct: CapacityType) -> u8 {
 }
 
 /// The labels a node launched on `offering` of `it` for a NodeClaim with `requirements` carries:
-/// the requirements' single values, the instance type's labels, zone, zone ID and capacity type.
+/// the requirements' single values, the instance type's labels, zone, zone ID, capacity type
+/// and, in a capacity reservation, its ID and type.
 pub fn node_labels(
     it: &InstanceType,
     offering: &Offering,
@@ -362,6 +380,13 @@ pub fn node_labels(
         labels::CAPACITY_TYPE.into(),
         offering.capacity_type.label().into(),
     );
+    if let Some(r) = &offering.reservation {
+        out.insert(labels::CAPACITY_RESERVATION_ID.into(), r.id.to_string());
+        out.insert(
+            labels::CAPACITY_RESERVATION_TYPE.into(),
+            r.reservation_type.to_string(),
+        );
+    }
     out
 }
 
@@ -382,10 +407,10 @@ pub fn provider_id_instance(provider_id: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::nodeclaim::Operator;
     use crate::catalog::Catalog;
-    use crate::scheduling::instance_type::NodeClassSettings;
-    use crate::scheduling::requirements::Requirement;
+    use crate::scheduling::instance_type::{
+        NodeClassSettings, ReservedCapacity, add_reserved_offerings,
+    };
 
     fn types() -> Vec<InstanceType> {
         let catalog = Catalog::bundled("us-east-1").expect("bundled catalog");
@@ -448,6 +473,60 @@ mod tests {
         assert!(c.iter().all(|(_, o)| o.zone.as_ref() == "us-east-1b"));
         let too_big = Resources::cpu_memory(64_000, 0);
         assert!(launch_candidates(&types, &reqs, &too_big).is_empty());
+    }
+
+    #[test]
+    fn a_claim_pinned_to_a_reservation_launches_only_into_it() {
+        let mut types = types();
+        let reservation = |id: &str| ReservedCapacity {
+            id: id.into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            reservation_type: "default".into(),
+            available: 1,
+        };
+        add_reserved_offerings(&mut types, &[reservation("cr-1"), reservation("cr-2")]);
+        let requirement = |key: &str, values: &[&str]| {
+            Requirement::new(key, Operator::In, values.iter().copied(), None)
+        };
+        let mut reqs = Requirements::new();
+        reqs.add_requirement(requirement(labels::INSTANCE_TYPE, &["m5.large"]));
+        reqs.add_requirement(requirement(
+            labels::CAPACITY_TYPE,
+            &["reserved", "on-demand"],
+        ));
+        let c = launch_candidates(&types, &reqs, &Resources::default());
+        assert_eq!(
+            c[0].1.capacity_type,
+            CapacityType::Reserved,
+            "reserved first"
+        );
+        let mut pinned = reqs.clone();
+        pinned.add_requirement(requirement(labels::CAPACITY_RESERVATION_ID, &["cr-2"]));
+        let c = launch_candidates(&types, &pinned, &Resources::default());
+        let ids: Vec<&str> = c
+            .iter()
+            .map(|(_, o)| o.reservation.as_ref().map_or("-", |r| &*r.id))
+            .collect();
+        assert_eq!(ids, ["cr-2"], "no other reservation and no on-demand pool");
+        let (it, o) = c[0];
+        let node = node_labels(it, o, &pinned);
+        assert_eq!(node[labels::CAPACITY_RESERVATION_ID], "cr-2");
+        assert_eq!(node[labels::CAPACITY_RESERVATION_TYPE], "default");
+        assert_eq!(node[labels::CAPACITY_TYPE], "reserved");
+        let mut outside = reqs;
+        outside.add_requirement(Requirement::new(
+            labels::CAPACITY_RESERVATION_ID,
+            Operator::DoesNotExist,
+            std::iter::empty::<&str>(),
+            None,
+        ));
+        let c = launch_candidates(&types, &outside, &Resources::default());
+        assert!(
+            c.iter()
+                .all(|(_, o)| o.capacity_type == CapacityType::OnDemand)
+        );
+        assert!(!c.is_empty());
     }
 
     #[test]

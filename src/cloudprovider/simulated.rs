@@ -404,6 +404,7 @@ impl CloudProvider for SimulatedProvider {
                         .collect::<Vec<_>>(),
                 )
                 .filter(|g| !g.is_empty()),
+                capacity_reservation_id: offering.reservation.as_ref().map(|r| r.id.to_string()),
                 state: InstanceState::Running,
                 launch_time: self.clock.now(),
             };

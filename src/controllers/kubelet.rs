@@ -160,6 +160,10 @@ pub fn adopt_instances(cloud: &SimulatedProvider, claims: &[Arc<NodeClaim>]) {
             // Not recorded on the NodeClaim: unknown after a restart, so never a drift verdict.
             subnet_id: None,
             security_groups: None,
+            capacity_reservation_id: l
+                .get(labels::CAPACITY_TYPE)
+                .filter(|c| *c == labels::CAPACITY_TYPE_RESERVED)
+                .and_then(|_| l.get(labels::CAPACITY_RESERVATION_ID).cloned()),
             state: InstanceState::Running,
             launch_time: claim
                 .metadata

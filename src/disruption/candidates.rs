@@ -172,8 +172,9 @@ pub fn candidates(
                 annotations: claim
                     .map(|c| &c.annotations)
                     .unwrap_or(&std::collections::BTreeMap::new()),
-                // Subnet and security groups are the cloud provider's to report: the
-                // NodeClaim controller records what it finds as `provider_drift`.
+                // Subnet, security groups and capacity reservation are the cloud provider's
+                // to report: the NodeClaim controller records what it finds as
+                // `provider_drift`.
                 observed: drift::Observed {
                     image_id: claim.and_then(|c| c.image_id.as_deref()),
                     ..Default::default()

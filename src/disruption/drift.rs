@@ -30,6 +30,9 @@ pub enum DriftReason {
     SubnetDrift,
     /// The instance's security groups differ from the EC2NodeClass' selected ones.
     SecurityGroupDrift,
+    /// The capacity reservation a reserved instance runs in is no longer selected by the
+    /// EC2NodeClass (or no longer active).
+    CapacityReservationDrift,
 }
 
 impl DriftReason {
@@ -42,6 +45,7 @@ impl DriftReason {
             Self::AMIDrift => "AMIDrift",
             Self::SubnetDrift => "SubnetDrift",
             Self::SecurityGroupDrift => "SecurityGroupDrift",
+            Self::CapacityReservationDrift => "CapacityReservationDrift",
         }
     }
 }
@@ -54,6 +58,7 @@ impl DriftReason {
             "AMIDrift" => Some(Self::AMIDrift),
             "SubnetDrift" => Some(Self::SubnetDrift),
             "SecurityGroupDrift" => Some(Self::SecurityGroupDrift),
+            "CapacityReservationDrift" => Some(Self::CapacityReservationDrift),
             _ => None,
         }
     }
@@ -69,9 +74,10 @@ pub struct DriftInput<'a> {
     pub observed: Observed<'a>,
 }
 
-/// What an instance runs with: the inputs of AMI, subnet and security-group drift. The engine
-/// knows the image from the NodeClaim's status; the NodeClaim controller asks the cloud provider
-/// for all three. `None` means unknown, which never drifts.
+/// What an instance runs with: the inputs of AMI, subnet, security-group and capacity
+/// reservation drift. The engine knows the image from the NodeClaim's status; the NodeClaim
+/// controller asks the cloud provider for all four. `None` means unknown (or, for the
+/// reservation, not a reserved instance), which never drifts.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Observed<'a> {
     /// The image the instance booted.
@@ -80,6 +86,8 @@ pub struct Observed<'a> {
     pub subnet_id: Option<&'a str>,
     /// The instance's security groups.
     pub security_groups: Option<&'a [String]>,
+    /// The capacity reservation a reserved instance runs in.
+    pub capacity_reservation_id: Option<&'a str>,
 }
 
 /// What drift detection decided.
@@ -176,8 +184,10 @@ pub fn detect(
     }
 }
 
-/// Whether an instance drifted from what its EC2NodeClass selects now: its AMI, subnet or
-/// security groups are no longer the ones the class's status lists. Both the engine and the
+/// Whether an instance drifted from what its EC2NodeClass selects now: its AMI, subnet,
+/// security groups or (for a reserved instance) capacity reservation are no longer the ones the
+/// class's status lists. A reservation the class no longer selects drifts even when the status
+/// lists none, as upstream: its instance would otherwise keep a slot the class gave up. Both the engine and the
 /// NodeClaim controller (with what the cloud provider reports) decide it here.
 pub fn instance_drift(
     class: &EC2NodeClass,
@@ -199,6 +209,19 @@ pub fn instance_drift(
                     .map(|a| a.id.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
+            ),
+        ));
+    }
+    if let Some(reservation) = observed.capacity_reservation_id
+        && !status
+            .capacity_reservations
+            .iter()
+            .any(|r| r.id == reservation)
+    {
+        return Some((
+            DriftReason::CapacityReservationDrift,
+            format!(
+                "its capacity reservation {reservation} is no longer selected by EC2NodeClass {class_name}"
             ),
         ));
     }
@@ -305,6 +328,43 @@ mod tests {
     }
 
     #[test]
+    fn a_reserved_instance_drifts_once_its_reservation_is_no_longer_selected() {
+        let class = |reservations: serde_json::Value| -> EC2NodeClass {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+                "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                         "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+                "status": {"capacityReservations": reservations}
+            }))
+            .expect("class")
+        };
+        let selected = class(json!([{"availabilityZone": "us-east-1a", "id": "cr-foo",
+            "instanceMatchCriteria": "targeted", "instanceType": "m5.large", "ownerID": "012345678901"}]));
+        let reserved = |id| Observed {
+            capacity_reservation_id: Some(id),
+            ..Observed::default()
+        };
+        assert_eq!(instance_drift(&selected, &reserved("cr-foo")), None);
+        let (reason, why) = instance_drift(&selected, &reserved("cr-bar")).expect("drifted");
+        assert_eq!(reason, DriftReason::CapacityReservationDrift);
+        assert!(why.contains("cr-bar"), "{why}");
+        assert_eq!(
+            instance_drift(&class(json!([])), &reserved("cr-foo")).map(|(r, _)| r),
+            Some(DriftReason::CapacityReservationDrift),
+            "no reservation selected any more"
+        );
+        assert_eq!(
+            instance_drift(&class(json!([])), &Observed::default()),
+            None,
+            "spot and on-demand instances have no reservation to drift from"
+        );
+        assert_eq!(
+            DriftReason::from_provider("CapacityReservationDrift"),
+            Some(DriftReason::CapacityReservationDrift)
+        );
+    }
+
+    #[test]
     fn subnet_and_security_group_changes_drift() {
         let class: EC2NodeClass = serde_json::from_value(json!({
             "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
@@ -324,6 +384,7 @@ mod tests {
                 image_id: None,
                 subnet_id: subnet,
                 security_groups: groups,
+                capacity_reservation_id: None,
             },
         };
         assert_eq!(

@@ -13,6 +13,10 @@ enough for the Rust SDK. What it lacks, and what this file adds:
   are tried by Priority (lowest first, then request order), pools the test marked out of capacity
   are skipped with an InsufficientInstanceCapacity entry in Errors[] (as EC2 reports them), and
   every request is recorded so tests can inspect what was asked for.
+* Capacity reservations (capacity_reservations.py): Create/DescribeCapacityReservations, and
+  CreateFleet launches whose launch template targets a reservation land in it while it has room
+  and fail the pool with ReservationCapacityExceeded once it is full; the capacity-block target
+  capacity type launches like on-demand.
 * Pricing: moto has no Price List service; GetProducts is answered from the hand-written fixture
   tests/fixtures/aws/pricing-get-products.json (filtered by the tenancy filter, paged by
   NextToken).
@@ -29,6 +33,7 @@ Test-only control endpoints (never AWS APIs):
   POST /_karpenter/fail    {"action": "CreateTags", "count": 3, "code": "UnauthorizedOperation",
                             "status": 403}  the next `count` calls fail (count 0 clears)
   GET  /_karpenter/calls   {"CreateTags": 4, ...}  EC2 query-protocol calls seen so far
+  POST /_karpenter/capacity-reservations  see capacity_reservations.py
 """
 
 import io
@@ -45,9 +50,12 @@ os.environ["MOTO_AMIS_PATH"] = os.path.join(HERE, "amis.json")
 
 from moto import server  # noqa: E402  (must follow MOTO_AMIS_PATH)
 from moto.core.utils import utcnow  # noqa: E402
-from moto.ec2.models.fleets import Fleet  # noqa: E402
+from moto.ec2.models.fleets import Fleet, FleetsBackend  # noqa: E402
 from moto.ec2.responses.fleets import Fleets  # noqa: E402
 from moto.ssm.models import Parameter, ParameterDict  # noqa: E402
+
+sys.path.insert(0, HERE)
+import capacity_reservations  # noqa: E402  (registers the capacity reservation calls)
 
 PRICING_FIXTURE = os.path.join(HERE, "..", "fixtures", "aws", "pricing-get-products.json")
 PUBLIC_PREFIXES = ("/aws/service/eks/", "/aws/service/bottlerocket/", "/aws/service/ami-windows-latest/")
@@ -98,7 +106,8 @@ def _zone_of(backend, subnet_id):
 
 
 def _get_launch_spec_counts(self, weight_to_add):
-    capacity = self.target_capacity_specification.get("DefaultTargetCapacityType") or "on-demand"
+    requested = getattr(self, "karpenter_capacity_type", None)
+    capacity = requested or self.target_capacity_specification.get("DefaultTargetCapacityType") or "on-demand"
     ordered = sorted(
         enumerate(self.launch_specs),
         key=lambda p: (float((p[1].overrides or {}).get("Priority", p[0])), p[0]),
@@ -106,32 +115,78 @@ def _get_launch_spec_counts(self, weight_to_add):
     weight_map = defaultdict(int)
     errors = []
     added = 0
+    self.karpenter_reserved = getattr(self, "karpenter_reserved", {})
+
+    def fail(spec, code, message):
+        errors.append(
+            {
+                "LaunchTemplateAndOverrides": {
+                    "LaunchTemplateSpecification": spec.launch_template_spec,
+                    "Overrides": spec.overrides or {},
+                },
+                "Lifecycle": "spot" if capacity == "spot" else "on-demand",
+                "ErrorCode": code,
+                "ErrorMessage": message,
+            }
+        )
+
     for _, spec in ordered:
+        if added >= weight_to_add:
+            break
         zone = _zone_of(self.ec2_backend, spec.subnet_id)
         with LOCK:
             exhausted = (spec.instance_type, zone, capacity) in ICE_POOLS
         if exhausted:
-            errors.append(
-                {
-                    "LaunchTemplateAndOverrides": {
-                        "LaunchTemplateSpecification": spec.launch_template_spec,
-                        "Overrides": spec.overrides or {},
-                    },
-                    "Lifecycle": "spot" if capacity == "spot" else "on-demand",
-                    "ErrorCode": "InsufficientInstanceCapacity",
-                    "ErrorMessage": f"We currently do not have sufficient {spec.instance_type} capacity in the Availability Zone you requested ({zone}).",
-                }
-            )
+            fail(spec, "InsufficientInstanceCapacity", f"We currently do not have sufficient {spec.instance_type} capacity in the Availability Zone you requested ({zone}).")
             continue
-        count = int(weight_to_add // spec.weighted_capacity)
+        count = int((weight_to_add - added) // spec.weighted_capacity)
+        reservation, market = capacity_reservations.fleet_target(self.ec2_backend, spec.launch_template_spec)
+        if reservation is not None:
+            count, error = capacity_reservations.room(self.ec2_backend, reservation, market, capacity, spec.instance_type, zone, count)
+            if error:
+                fail(spec, *error)
+                continue
+            self.karpenter_reserved[spec] = reservation
         weight_map[spec] += count
         added += count * spec.weighted_capacity
-        break
     self.karpenter_errors = getattr(self, "karpenter_errors", []) + errors
     return weight_map, added
 
 
 Fleet.get_launch_spec_counts = _get_launch_spec_counts
+_original_backend_create_fleet = FleetsBackend.create_fleet
+
+
+def _backend_create_fleet(self, on_demand_options, spot_options, target_capacity_specification, *args, **kwargs):
+    # moto launches only `spot` and `on-demand` target capacity; a capacity block launches like
+    # on-demand, and the Fleet remembers what was asked for (set before moto's Fleet launches).
+    spec = dict(target_capacity_specification)
+    requested = spec.get("DefaultTargetCapacityType")
+    if requested == "capacity-block":
+        spec["DefaultTargetCapacityType"] = "on-demand"
+    _REQUESTED.value = requested
+    try:
+        fleet = _original_backend_create_fleet(self, on_demand_options, spot_options, spec, *args, **kwargs)
+    finally:
+        _REQUESTED.value = None
+    for item in fleet.on_demand_instances:
+        reservation = getattr(fleet, "karpenter_reserved", {}).get(item.get("launch_spec"))
+        if reservation is not None:
+            capacity_reservations.place(item["instance"], reservation)
+    return fleet
+
+
+_REQUESTED = threading.local()
+_original_fleet_init = Fleet.__init__
+
+
+def _fleet_init(self, *args, **kwargs):
+    self.karpenter_capacity_type = getattr(_REQUESTED, "value", None)
+    _original_fleet_init(self, *args, **kwargs)
+
+
+Fleet.__init__ = _fleet_init
+FleetsBackend.create_fleet = _backend_create_fleet
 _original_create_fleet = Fleets.create_fleet
 
 
@@ -208,6 +263,12 @@ def _control(environ, start_response):
     if path == "/_karpenter/calls":
         with LOCK:
             return _json(start_response, "200 OK", dict(CALLS))
+    if path == "/_karpenter/capacity-reservations" and environ.get("REQUEST_METHOD") == "POST":
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        changed = capacity_reservations.control(json.loads(environ["wsgi.input"].read(length) or b"{}"))
+        if changed is None:
+            return _json(start_response, "404 Not Found", {"error": "no such capacity reservation"})
+        return _json(start_response, "200 OK", changed)
     return _json(start_response, "404 Not Found", {"error": path})
 
 

@@ -2,7 +2,10 @@
 //! override so EC2 falls back across pools within the call.
 //!
 //! Spot asks EC2 for `price-capacity-optimized`, on-demand for `lowest-price`; override
-//! priorities follow Karpenter's own order ([`crate::cloudprovider::launch_candidates`]).
+//! priorities follow Karpenter's own order ([`crate::cloudprovider::launch_candidates`]). A
+//! reserved launch is an on-demand request whose launch templates target the reservations (see
+//! [`super::launch_templates::ReservationTargeting`]); into a capacity block it is a
+//! `capacity-block` request without on-demand options, as upstream sends it.
 //! Identical requests that arrive together (a burst of NodeClaims from one NodePool) are merged
 //! into one call with a larger target capacity, as upstream's batcher does: a short idle window
 //! (35 ms) that closes after one second at most.
@@ -64,6 +67,8 @@ pub struct TemplateConfig {
 pub struct FleetRequest {
     /// How the instances are bought.
     pub capacity_type: CapacityType,
+    /// A reserved launch into capacity blocks (the `capacity-block` target capacity type).
+    pub capacity_block: bool,
     /// Templates with their pools.
     pub configs: Vec<TemplateConfig>,
     /// Tags for the instances, their volumes and the fleet.
@@ -133,11 +138,10 @@ pub async fn create_fleet(
     count: usize,
 ) -> Result<FleetOutcome, CloudError> {
     let count = i32::try_from(count).unwrap_or(i32::MAX);
-    let (default_type, spot) = match req.capacity_type {
-        CapacityType::Spot => (DefaultTargetCapacityType::Spot, true),
-        CapacityType::OnDemand | CapacityType::Reserved => {
-            (DefaultTargetCapacityType::OnDemand, false)
-        }
+    let default_type = match req.capacity_type {
+        CapacityType::Spot => DefaultTargetCapacityType::Spot,
+        CapacityType::Reserved if req.capacity_block => DefaultTargetCapacityType::CapacityBlock,
+        CapacityType::OnDemand | CapacityType::Reserved => DefaultTargetCapacityType::OnDemand,
     };
     let configs: Vec<FleetLaunchTemplateConfigRequest> = req
         .configs
@@ -178,7 +182,7 @@ pub async fn create_fleet(
         .target_capacity_specification(
             TargetCapacitySpecificationRequest::builder()
                 .total_target_capacity(count)
-                .default_target_capacity_type(default_type)
+                .default_target_capacity_type(default_type.clone())
                 .build(),
         )
         .set_launch_template_configs(Some(configs))
@@ -186,18 +190,18 @@ pub async fn create_fleet(
         .tag_specifications(tag_spec(ResourceType::Volume))
         .tag_specifications(tag_spec(ResourceType::Fleet))
         .set_context(req.context.clone());
-    call = if spot {
-        call.spot_options(
+    call = match default_type {
+        DefaultTargetCapacityType::Spot => call.spot_options(
             SpotOptionsRequest::builder()
                 .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
                 .build(),
-        )
-    } else {
-        call.on_demand_options(
+        ),
+        DefaultTargetCapacityType::CapacityBlock => call,
+        _ => call.on_demand_options(
             OnDemandOptionsRequest::builder()
                 .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
                 .build(),
-        )
+        ),
     };
     let out = match call.send().await {
         Ok(out) => out,
@@ -385,6 +389,7 @@ mod tests {
     fn request(tags: &[(&str, &str)]) -> FleetRequest {
         FleetRequest {
             capacity_type: CapacityType::Spot,
+            capacity_block: false,
             configs: vec![TemplateConfig {
                 launch_template: "karpenter.k8s.aws/1".into(),
                 overrides: vec![Override {

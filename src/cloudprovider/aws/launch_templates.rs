@@ -9,12 +9,14 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6,
+    CapacityReservationPreference, CapacityReservationTarget,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
+    MarketType, RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use serde::Serialize;
 
@@ -50,6 +52,28 @@ pub struct LaunchTemplateSpec {
     pub associate_public_ip: Option<bool>,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
+    /// Which capacity reservations instances of the template may run in.
+    pub reservations: ReservationTargeting,
+}
+
+/// How a template's instances relate to capacity reservations (its
+/// `CapacityReservationSpecification`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum ReservationTargeting {
+    /// EC2's default (`open`): instances may run in any matching open reservation. With the
+    /// `ReservedCapacity` gate off nothing is said, as before reservations were supported.
+    Open,
+    /// Spot and on-demand launches with the gate on stay out of reservations (`none`), as
+    /// upstream's do: reserved capacity is used only where it was planned.
+    Avoid,
+    /// A reserved launch: only this reservation (`capacity-reservations-only` with it as the
+    /// target); a capacity block also needs the `capacity-block` market type.
+    Target {
+        /// Reservation ID.
+        id: String,
+        /// Whether it is a capacity block.
+        capacity_block: bool,
+    },
 }
 
 impl LaunchTemplateSpec {
@@ -167,6 +191,37 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
         ),
         None => data.set_security_group_ids(Some(spec.security_groups.clone())),
     };
+    data = match &spec.reservations {
+        ReservationTargeting::Open => data,
+        ReservationTargeting::Avoid => data.capacity_reservation_specification(
+            LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                .capacity_reservation_preference(CapacityReservationPreference::None)
+                .build(),
+        ),
+        ReservationTargeting::Target { id, capacity_block } => {
+            let data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_preference(
+                        CapacityReservationPreference::CapacityReservationsOnly,
+                    )
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(id)
+                            .build(),
+                    )
+                    .build(),
+            );
+            if *capacity_block {
+                data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(MarketType::CapacityBlock)
+                        .build(),
+                )
+            } else {
+                data
+            }
+        }
+    };
     Ok(data.build())
 }
 
@@ -213,6 +268,7 @@ pub async fn ensure(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn spec() -> LaunchTemplateSpec {
         LaunchTemplateSpec {
@@ -225,6 +281,7 @@ mod tests {
             detailed_monitoring: false,
             associate_public_ip: None,
             tags: BTreeMap::new(),
+            reservations: ReservationTargeting::Open,
         }
     }
 
@@ -266,7 +323,57 @@ mod tests {
             Some(true)
         );
         assert_eq!(data.network_interfaces()[0].groups(), ["sg-1"]);
+        assert!(data.capacity_reservation_specification().is_none());
         assert_eq!(volume_size_gib("100Gi").expect("size"), 100);
         assert!(volume_size_gib("lots").is_err());
+    }
+
+    #[test]
+    fn reservation_targeting_is_part_of_the_template_and_its_name() {
+        let mut avoid = spec();
+        avoid.reservations = ReservationTargeting::Avoid;
+        let data = request_data(&avoid).expect("data");
+        let crs = data.capacity_reservation_specification().expect("spec");
+        assert_eq!(
+            crs.capacity_reservation_preference(),
+            Some(&CapacityReservationPreference::None)
+        );
+        assert!(crs.capacity_reservation_target().is_none());
+        let mut block = spec();
+        block.reservations = ReservationTargeting::Target {
+            id: "cr-1".into(),
+            capacity_block: true,
+        };
+        let data = request_data(&block).expect("data");
+        let crs = data.capacity_reservation_specification().expect("spec");
+        assert_eq!(
+            crs.capacity_reservation_preference(),
+            Some(&CapacityReservationPreference::CapacityReservationsOnly)
+        );
+        assert_eq!(
+            crs.capacity_reservation_target()
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-1")
+        );
+        assert_eq!(
+            data.instance_market_options().and_then(|m| m.market_type()),
+            Some(&MarketType::CapacityBlock)
+        );
+        let mut odcr = block.clone();
+        odcr.reservations = ReservationTargeting::Target {
+            id: "cr-1".into(),
+            capacity_block: false,
+        };
+        assert!(
+            request_data(&odcr)
+                .expect("data")
+                .instance_market_options()
+                .is_none()
+        );
+        let names: BTreeSet<String> = [spec(), avoid, block, odcr]
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(names.len(), 4, "each targeting is its own template");
     }
 }

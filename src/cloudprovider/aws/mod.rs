@@ -45,7 +45,9 @@ use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::metrics::METRICS;
-use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings, Offering};
+use crate::scheduling::instance_type::{
+    CapacityType, InstanceType, NodeClassSettings, Offering, add_reserved_offerings,
+};
 use crate::scheduling::requirements::Requirements;
 
 use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
@@ -57,7 +59,7 @@ use super::{
 use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
 use interruption::InterruptionQueue;
-use launch_templates::LaunchTemplateSpec;
+use launch_templates::{LaunchTemplateSpec, ReservationTargeting};
 use pricing::Prices;
 use unavailable::{OfferingKey, UnavailableOfferings};
 
@@ -87,6 +89,9 @@ pub struct AwsSettings {
     pub interruption_queue: Option<String>,
     /// AWS region.
     pub region: String,
+    /// The `ReservedCapacity` feature gate: capacity reservations are resolved, offered as
+    /// `reserved` capacity and launched into, and other launches stay out of them.
+    pub reserved_capacity: bool,
 }
 
 /// An SDK config loader with the HTTP client and retry policy every client here uses: rustls on
@@ -208,6 +213,8 @@ pub struct AwsProvider {
     refresh_lock: tokio::sync::Mutex<()>,
     types_cache: Mutex<HashMap<String, TypesCacheEntry>>,
     launch_templates: Mutex<HashSet<String>>,
+    /// Instances each selected capacity reservation can still launch.
+    reservations: capacity_reservations::Availability,
     batcher: FleetBatcher,
     /// NodeClaim → instance launched for it that could be neither tagged nor terminated.
     untagged: Mutex<HashMap<String, String>>,
@@ -267,6 +274,7 @@ impl AwsProvider {
             refresh_lock: tokio::sync::Mutex::new(()),
             types_cache: Mutex::new(HashMap::new()),
             launch_templates: Mutex::new(HashSet::new()),
+            reservations: capacity_reservations::Availability::default(),
             untagged: Mutex::new(HashMap::new()),
             settings,
             clock,
@@ -332,10 +340,21 @@ impl AwsProvider {
         self.refresh().await.map(Some)
     }
 
+    /// Re-reads the counts of the capacity reservations the node classes selected (see
+    /// [`capacity_reservations::refresh_counts`]); nothing without the `ReservedCapacity` gate.
+    /// Returns how many were refreshed.
+    pub async fn refresh_reservations(&self) -> Result<usize, CloudError> {
+        if !self.settings.reserved_capacity {
+            return Ok(0);
+        }
+        capacity_reservations::refresh_counts(&self.ec2, &self.reservations).await
+    }
+
     /// Keeps instance types and prices fresh in the background, so that no launch or
     /// scheduling pass ever waits for a refresh: checks every [`REFRESH_CHECK`] whether one is
-    /// due and logs what it found. Never returns: it ends with the runtime (or when its task is
-    /// aborted).
+    /// due and logs what it found, and re-reads the capacity reservations' counts each time, as
+    /// upstream re-reads them every minute. Never returns: it ends with the runtime (or when its
+    /// task is aborted).
     pub async fn run_refresh(self: Arc<Self>) {
         loop {
             match self.refresh_if_due().await {
@@ -344,6 +363,9 @@ impl AwsProvider {
                 Err(e) => {
                     tracing::warn!(error = %e, "refreshing EC2 instance types failed; keeping the previous ones and retrying");
                 }
+            }
+            if let Err(e) = self.refresh_reservations().await {
+                tracing::warn!(error = %e, "refreshing capacity reservation counts failed; keeping the previous ones and retrying");
             }
             tokio::time::sleep(REFRESH_CHECK).await;
         }
@@ -407,7 +429,27 @@ impl AwsProvider {
                 }
             }
         };
-        Ok(instance_types::mark_unavailable(base, &self.unavailable))
+        let types = instance_types::mark_unavailable(base, &self.unavailable);
+        if !self.settings.reserved_capacity {
+            return Ok(types);
+        }
+        let reservations = capacity_reservations::offered(
+            nodeclass
+                .status
+                .as_ref()
+                .map(|s| s.capacity_reservations.as_slice())
+                .unwrap_or_default(),
+            &self.reservations,
+            self.clock.now(),
+        );
+        if reservations.is_empty() {
+            return Ok(types);
+        }
+        // Reserved offerings are built fresh for every call: their counts change with every
+        // launch and termination.
+        let mut with_reserved = (*types).clone();
+        add_reserved_offerings(&mut with_reserved, &reservations);
+        Ok(Arc::new(with_reserved))
     }
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
@@ -423,7 +465,7 @@ impl AwsProvider {
             .reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .find_map(|i| to_instance(i, now)))
+            .find_map(|i| to_instance(i, now, self.settings.reserved_capacity)))
     }
 
     async fn find_by_nodeclaim(&self, name: &str) -> Result<Option<Instance>, CloudError> {
@@ -440,11 +482,12 @@ impl AwsProvider {
             .send()
             .await
             .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
+        let (now, gate) = (self.clock.now(), self.settings.reserved_capacity);
         Ok(out
             .reservations()
             .iter()
             .flat_map(|r| r.instances())
-            .find_map(|i| to_instance(i, self.clock.now())))
+            .find_map(|i| to_instance(i, now, gate)))
     }
 
     async fn ensure_launch_template(
@@ -484,12 +527,17 @@ impl AwsProvider {
     }
 
     /// Sends the launch for NodeClaim `name` through the batcher and records what EC2 could
-    /// not fill. A launch template deleted behind the cache's back fails the call; the cache is
-    /// then forgotten, the templates made again and the launch retried once, as upstream does.
+    /// not fill: exhausted pools in the unavailable-offerings cache, or, for a reserved launch,
+    /// the reservations whose pools failed as having no room left (upstream's handling of
+    /// `ReservationCapacityExceeded` and capacity errors on reserved launches), so the next plan
+    /// falls back to spot or on-demand. A launch template deleted behind the cache's back fails
+    /// the call; the cache is then forgotten, the templates made again and the launch retried
+    /// once, as upstream does.
     async fn launch(
         &self,
         name: &str,
         capacity_type: CapacityType,
+        capacity_block: bool,
         specs: &[(LaunchTemplateSpec, Vec<Override>)],
         launch_tags: &BTreeMap<String, String>,
         nodeclass: &EC2NodeClass,
@@ -505,6 +553,7 @@ impl AwsProvider {
             }
             let request = FleetRequest {
                 capacity_type,
+                capacity_block,
                 configs,
                 tags: launch_tags.clone(),
                 context: nodeclass.spec.context.clone(),
@@ -512,6 +561,19 @@ impl AwsProvider {
             let (instance, errors) = self.batcher.launch(request).await?;
             let mut template_missing = false;
             for e in &errors {
+                if fleet::is_launch_template_not_found(&e.code) {
+                    template_missing = true;
+                    continue;
+                }
+                if capacity_type == CapacityType::Reserved {
+                    if let (Some(t), Some(z)) = (&e.instance_type, &e.zone)
+                        && let Some(id) = reservation_of_pool(specs, t, z)
+                    {
+                        tracing::info!(nodeclaim = name, capacity_reservation = id, instance_type = %t, zone = %z, code = %e.code, "capacity reservation has no room; marking it unavailable");
+                        self.reservations.mark_unavailable(id);
+                    }
+                    continue;
+                }
                 if e.code == unavailable::SPOT_SERVICE_LINKED_ROLE_MISSING {
                     self.unavailable.mark_capacity_type(CapacityType::Spot);
                 } else if unavailable::is_unfulfillable_capacity(&e.code)
@@ -523,7 +585,6 @@ impl AwsProvider {
                         capacity_type,
                     });
                 }
-                template_missing |= fleet::is_launch_template_not_found(&e.code);
             }
             if template_missing {
                 locked(&self.launch_templates).clear();
@@ -644,9 +705,49 @@ impl AwsProvider {
     }
 }
 
+/// The reservation of the launch template whose overrides hold pool (`instance_type`, `zone`).
+fn reservation_of_pool<'a>(
+    specs: &'a [(LaunchTemplateSpec, Vec<Override>)],
+    instance_type: &str,
+    zone: &str,
+) -> Option<&'a str> {
+    specs
+        .iter()
+        .find_map(|(spec, overrides)| match &spec.reservations {
+            ReservationTargeting::Target { id, .. }
+                if overrides
+                    .iter()
+                    .any(|o| o.instance_type == instance_type && o.zone == zone) =>
+            {
+                Some(id.as_str())
+            }
+            _ => None,
+        })
+}
+
+/// The capacity reservation an instance was launched into by a reserved launch (with the
+/// `ReservedCapacity` gate on): it runs in the reservation and may run nowhere else
+/// (`capacity-reservations-only`). An on-demand instance EC2 matched to an open reservation is
+/// still the on-demand launch it was planned as.
+fn reservation_of(i: &aws_sdk_ec2::types::Instance, reserved_capacity: bool) -> Option<String> {
+    let only_reservations = i
+        .capacity_reservation_specification()
+        .and_then(|s| s.capacity_reservation_preference())
+        == Some(&aws_sdk_ec2::types::CapacityReservationPreference::CapacityReservationsOnly);
+    (reserved_capacity && only_reservations)
+        .then(|| i.capacity_reservation_id().map(str::to_string))
+        .flatten()
+}
+
 /// Converts an EC2 instance; `None` without an ID, type or zone. An instance EC2 reports no
 /// launch time for is taken as launched `now`: garbage collection must not judge it old.
-fn to_instance(i: &aws_sdk_ec2::types::Instance, now: DateTime<Utc>) -> Option<Instance> {
+/// `reserved_capacity` is the `ReservedCapacity` gate: with it on, an instance launched into a
+/// reservation ([`reservation_of`]) is `reserved`.
+fn to_instance(
+    i: &aws_sdk_ec2::types::Instance,
+    now: DateTime<Utc>,
+    reserved_capacity: bool,
+) -> Option<Instance> {
     let id = i.instance_id()?;
     let zone = i.placement()?.availability_zone()?;
     let tag_map = tags::from_ec2(i.tags());
@@ -658,11 +759,11 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance, now: DateTime<Utc>) -> Option<I
         Some(InstanceStateName::Terminated) => InstanceState::Terminated,
         _ => InstanceState::Pending,
     };
-    // Nothing is launched into capacity reservations (no `reserved` offerings exist), so an
-    // on-demand instance EC2 matched to an open reservation is still the on-demand launch it
-    // was planned as.
+    let reservation = reservation_of(i, reserved_capacity);
     let capacity_type = if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
         CapacityType::Spot
+    } else if reservation.is_some() {
+        CapacityType::Reserved
     } else {
         CapacityType::OnDemand
     };
@@ -675,6 +776,7 @@ fn to_instance(i: &aws_sdk_ec2::types::Instance, now: DateTime<Utc>) -> Option<I
         capacity_type,
         image_id: i.image_id().map(str::to_string),
         subnet_id: i.subnet_id().map(str::to_string),
+        capacity_reservation_id: reservation,
         security_groups: Some(
             i.security_groups()
                 .iter()
@@ -751,6 +853,45 @@ fn family_of(nodeclass: &EC2NodeClass) -> AMIFamily {
     nodeclass.spec.ami_family().unwrap_or(AMIFamily::AL2023)
 }
 
+/// The reserved pools one launch asks for, from `candidates` in launch order (reserved first):
+/// as upstream filters them, one reservation type per request (the first candidate's), one
+/// capacity block (the first), and for On-Demand Capacity Reservations one reservation per
+/// instance type and zone, the one with the most room.
+fn reserved_candidates<'a>(
+    candidates: Vec<(&'a InstanceType, &'a Offering)>,
+) -> Vec<(&'a InstanceType, &'a Offering)> {
+    let reservation = |o: &'a Offering| o.reservation.as_deref();
+    let Some(first) = candidates.first().and_then(|(_, o)| reservation(o)) else {
+        return Vec::new();
+    };
+    let first = first.clone();
+    let mut out: Vec<(&InstanceType, &Offering)> = Vec::new();
+    for (it, o) in candidates {
+        let Some(r) = reservation(o) else { continue };
+        if r.reservation_type != first.reservation_type {
+            continue;
+        }
+        if &*first.reservation_type == capacity_reservations::TYPE_CAPACITY_BLOCK {
+            if r.id == first.id {
+                out.push((it, o));
+            }
+            continue;
+        }
+        match out
+            .iter_mut()
+            .find(|(t, kept)| t.name == it.name && kept.zone == o.zone)
+        {
+            Some(kept) => {
+                if reservation(kept.1).is_some_and(|k| r.available > k.available) {
+                    *kept = (it, o);
+                }
+            }
+            None => out.push((it, o)),
+        }
+    }
+    out
+}
+
 fn launched(
     instance: &Instance,
     it: &InstanceType,
@@ -805,7 +946,12 @@ impl CloudProvider for AwsProvider {
             let offering = it
                 .offerings
                 .iter()
-                .find(|o| *o.zone == existing.zone && o.capacity_type == existing.capacity_type)
+                .find(|o| {
+                    *o.zone == existing.zone
+                        && o.capacity_type == existing.capacity_type
+                        && o.reservation.as_ref().map(|r| &*r.id)
+                            == existing.capacity_reservation_id.as_deref()
+                })
                 .ok_or_else(|| {
                     CloudError::Invalid(format!(
                         "the offering of {} is no longer listed",
@@ -821,6 +967,19 @@ impl CloudProvider for AwsProvider {
                 types.len()
             )));
         };
+        let candidates = if capacity_type == CapacityType::Reserved {
+            reserved_candidates(candidates)
+        } else {
+            candidates
+                .into_iter()
+                .filter(|(_, o)| o.capacity_type == capacity_type)
+                .collect()
+        };
+        let capacity_block = candidates.iter().any(|(_, o)| {
+            o.reservation
+                .as_ref()
+                .is_some_and(|r| &*r.reservation_type == capacity_reservations::TYPE_CAPACITY_BLOCK)
+        });
         let nodepool = claim
             .metadata
             .labels
@@ -839,14 +998,11 @@ impl CloudProvider for AwsProvider {
                 "EC2NodeClass {class} has no instance profile yet"
             ))
         })?;
-        // One launch template per (AMI, max pods): the user data states the pod limit the
-        // scheduler planned with.
-        let mut groups: Vec<((String, i64), Vec<Override>)> = Vec::new();
-        for (rank, (it, o)) in candidates
-            .iter()
-            .filter(|(_, o)| o.capacity_type == capacity_type)
-            .enumerate()
-        {
+        // One launch template per (AMI, max pods, reservation): the user data states the pod
+        // limit the scheduler planned with, and a reserved launch targets each reservation from
+        // its own template.
+        let mut groups: Vec<((String, i64, ReservationTargeting), Vec<Override>)> = Vec::new();
+        for (rank, (it, o)) in candidates.iter().enumerate() {
             let type_labels: BTreeMap<String, String> = it
                 .labels
                 .iter()
@@ -858,7 +1014,16 @@ impl CloudProvider for AwsProvider {
             let Some(subnet) = status.subnets.iter().find(|s| *s.zone == *o.zone) else {
                 continue;
             };
-            let key = (ami.id.clone(), it.capacity.pods);
+            let targeting = match &o.reservation {
+                Some(r) => ReservationTargeting::Target {
+                    id: r.id.to_string(),
+                    capacity_block: &*r.reservation_type
+                        == capacity_reservations::TYPE_CAPACITY_BLOCK,
+                },
+                None if self.settings.reserved_capacity => ReservationTargeting::Avoid,
+                None => ReservationTargeting::Open,
+            };
+            let key = (ami.id.clone(), it.capacity.pods, targeting);
             let entry = Override {
                 instance_type: it.name.to_string(),
                 zone: o.zone.to_string(),
@@ -878,7 +1043,7 @@ impl CloudProvider for AwsProvider {
         let node_labels_ = kubelet_labels(claim, &reqs);
         let taints = boot_taints(claim);
         let mut specs = Vec::with_capacity(groups.len());
-        for ((image_id, max_pods), overrides) in groups {
+        for ((image_id, max_pods, reservations), overrides) in groups {
             let user_data = self
                 .render_user_data(nodeclass, &node_labels_, &taints, Some(max_pods))
                 .map_err(|e| CloudError::Invalid(format!("EC2NodeClass {class}: {e}")))?;
@@ -900,16 +1065,31 @@ impl CloudProvider for AwsProvider {
                 detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip: nodeclass.spec.associate_public_ip_address,
                 tags: launch_tags.clone(),
+                reservations,
             };
             specs.push((spec, overrides));
         }
         let started = self
-            .launch(&name, capacity_type, &specs, &launch_tags, nodeclass)
+            .launch(
+                &name,
+                capacity_type,
+                capacity_block,
+                &specs,
+                &launch_tags,
+                nodeclass,
+            )
             .await?;
         // Only now can the instance be told apart from the others of its batch: tag it with
         // its NodeClaim, or take it back, so that a retry never launches a second one.
         if let Err(why) = self.tag_nodeclaim(&started.id, &name).await {
             return Err(self.give_back(&name, &started.id, why).await);
+        }
+        let reservation = started
+            .zone
+            .as_deref()
+            .and_then(|zone| reservation_of_pool(&specs, &started.instance_type, zone));
+        if let Some(id) = reservation {
+            self.reservations.mark_launched(id);
         }
         let instance = match self.describe_instance(&started.id).await? {
             Some(i) => i,
@@ -927,6 +1107,7 @@ impl CloudProvider for AwsProvider {
                 image_id: None,
                 subnet_id: None,
                 security_groups: None,
+                capacity_reservation_id: reservation.map(str::to_string),
                 state: InstanceState::Pending,
                 launch_time: self.clock.now(),
             },
@@ -961,6 +1142,13 @@ impl CloudProvider for AwsProvider {
             }
             Some(i) => {
                 let result = self.terminate(id).await;
+                // The slot is free again: counted when the termination is asked for (once).
+                if result.is_ok()
+                    && !i.state.is_terminating()
+                    && let Some(reservation) = &i.capacity_reservation_id
+                {
+                    self.reservations.mark_terminated(reservation);
+                }
                 if result.is_err() {
                     let zone_id = read(&self.catalogue)
                         .zone_ids
@@ -1007,7 +1195,7 @@ impl CloudProvider for AwsProvider {
                 page.reservations()
                     .iter()
                     .flat_map(|r| r.instances())
-                    .filter_map(|i| to_instance(i, now)),
+                    .filter_map(|i| to_instance(i, now, self.settings.reserved_capacity)),
             );
         }
         Ok(out)
@@ -1065,18 +1253,28 @@ impl CloudProvider for AwsProvider {
         )
         .await
         .map_err(|e| ResolveError::new(C::InstanceProfileReady, "InstanceProfileNotFound", e))?;
-        let capacity_reservations = if spec.capacity_reservation_selector_terms.is_empty() {
+        // With the `ReservedCapacity` gate off reservations are neither looked up nor used, as
+        // upstream (no DescribeCapacityReservations permission needed).
+        let capacity_reservations = if spec.capacity_reservation_selector_terms.is_empty()
+            || !self.settings.reserved_capacity
+        {
             Vec::new()
         } else {
-            capacity_reservations::resolve(&self.ec2, &spec.capacity_reservation_selector_terms)
-                .await
-                .map_err(|e| {
-                    ResolveError::new(
-                        C::CapacityReservationsReady,
-                        "CapacityReservationsNotFound",
-                        e,
-                    )
-                })?
+            let resolved = capacity_reservations::resolve(
+                &self.ec2,
+                &spec.capacity_reservation_selector_terms,
+                self.clock.now(),
+            )
+            .await
+            .map_err(|e| {
+                ResolveError::new(
+                    C::CapacityReservationsReady,
+                    "CapacityReservationsNotFound",
+                    e,
+                )
+            })?;
+            self.reservations.sync(&resolved.available);
+            resolved.reservations
         };
         // User data is rendered for every launch; rendering it here (with the boot taint and no
         // NodeClaim labels) reports a spec.userData that cannot be merged on the node class,
@@ -1168,30 +1366,56 @@ mod tests {
     #[test]
     fn an_instance_without_a_launch_time_is_taken_as_new() {
         let now = DateTime::from_timestamp(1_750_000_000, 0).expect("time");
-        let i = to_instance(&ec2_instance().build(), now).expect("instance");
+        let i = to_instance(&ec2_instance().build(), now, true).expect("instance");
         assert_eq!(
             i.launch_time, now,
             "not the epoch, which garbage collection would judge old"
         );
         let launched = aws_sdk_ec2::primitives::DateTime::from_secs(1_700_000_000);
-        let i = to_instance(&ec2_instance().launch_time(launched).build(), now).expect("instance");
+        let i = to_instance(&ec2_instance().launch_time(launched).build(), now, true)
+            .expect("instance");
         assert_eq!(i.launch_time.timestamp(), 1_700_000_000);
         assert_eq!(i.provider_id, "aws:///us-east-1a/i-0123456789abcdef0");
     }
 
     #[test]
-    fn an_instance_in_an_open_reservation_is_the_on_demand_launch_it_was() {
+    fn only_an_instance_targeted_at_its_reservation_is_reserved() {
+        use aws_sdk_ec2::types::{
+            CapacityReservationPreference, CapacityReservationSpecificationResponse,
+        };
         let now = Utc::now();
-        let reserved = ec2_instance().capacity_reservation_id("cr-0123").build();
+        let open = ec2_instance().capacity_reservation_id("cr-0123").build();
         assert_eq!(
-            to_instance(&reserved, now).map(|i| i.capacity_type),
-            Some(CapacityType::OnDemand)
+            to_instance(&open, now, true).map(|i| i.capacity_type),
+            Some(CapacityType::OnDemand),
+            "an on-demand launch EC2 matched to an open reservation stays on-demand"
+        );
+        assert_eq!(reservation_of(&open, true), None);
+        let targeted = ec2_instance()
+            .capacity_reservation_id("cr-0123")
+            .capacity_reservation_specification(
+                CapacityReservationSpecificationResponse::builder()
+                    .capacity_reservation_preference(
+                        CapacityReservationPreference::CapacityReservationsOnly,
+                    )
+                    .build(),
+            )
+            .build();
+        assert_eq!(
+            to_instance(&targeted, now, true).map(|i| i.capacity_type),
+            Some(CapacityType::Reserved)
+        );
+        assert_eq!(reservation_of(&targeted, true).as_deref(), Some("cr-0123"));
+        assert_eq!(
+            to_instance(&targeted, now, false).map(|i| i.capacity_type),
+            Some(CapacityType::OnDemand),
+            "with the ReservedCapacity gate off nothing is reserved"
         );
         let spot = ec2_instance()
             .instance_lifecycle(InstanceLifecycleType::Spot)
             .build();
         assert_eq!(
-            to_instance(&spot, now).map(|i| i.capacity_type),
+            to_instance(&spot, now, true).map(|i| i.capacity_type),
             Some(CapacityType::Spot)
         );
     }
