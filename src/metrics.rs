@@ -30,9 +30,16 @@ tokio::task_local! {
 
 /// Runs `work` as controller `name`: metrics recorded inside it (such as the cloud-provider
 /// call metrics) carry `controller="<name>"`, as upstream's injected controller name does.
+/// The controller's reconcile families have their series from then on, at 0 until something
+/// happens, as controller-runtime creates them when a controller starts: `rate()` of its errors
+/// and an alert on its panics see a healthy controller, not a missing one.
 pub async fn in_controller<F: std::future::Future>(name: &'static str, work: F) -> F::Output {
+    METRICS.start_controller(name);
     CONTROLLER.scope(name, work).await
 }
+
+/// The `result` values `runtime::panics` records in `controller_runtime_reconcile_total`.
+pub const RECONCILE_RESULTS: [&str; 3] = ["success", "error", "requeue_after"];
 
 /// The controller the current task runs as, or `unknown` outside [`in_controller`].
 pub fn current_controller() -> &'static str {
@@ -1010,6 +1017,17 @@ impl Metrics {
                 .with_label_values(&[consolidation_type]);
         }
         metrics
+    }
+
+    /// Gives controller `name` its reconcile series (see [`in_controller`]); those it has keep
+    /// their values.
+    fn start_controller(&self, name: &str) {
+        for result in RECONCILE_RESULTS {
+            self.reconcile_total.with_label_values(&[name, result]);
+        }
+        self.reconcile_errors_total.with_label_values(&[name]);
+        self.reconcile_panics_total.with_label_values(&[name]);
+        self.active_workers.with_label_values(&[name]);
     }
 
     /// The text exposition of every family that has at least one series.

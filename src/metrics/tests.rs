@@ -310,6 +310,26 @@ fn documented() -> Vec<(String, &'static str, Vec<String>)> {
             s(&["controller"]),
         ),
         (
+            "controller_runtime_reconcile_total",
+            "counter",
+            s(&["controller", "result"]),
+        ),
+        (
+            "controller_runtime_reconcile_errors_total",
+            "counter",
+            s(&["controller"]),
+        ),
+        (
+            "controller_runtime_reconcile_time_seconds",
+            "histogram",
+            s(&["controller"]),
+        ),
+        (
+            "controller_runtime_active_workers",
+            "gauge",
+            s(&["controller"]),
+        ),
+        (
             "karpenter_cloudprovider_batcher_batch_time_seconds",
             "histogram",
             s(&["batcher"]),
@@ -475,6 +495,7 @@ fn touch_every_family() {
         &m.cloudprovider_instance_type_memory_bytes,
         &m.ec2nodeclasses_userdata_bytes,
         &m.leader_election_master_status,
+        &m.active_workers,
     ];
     let counter_vecs = [
         &m.nodeclaims_created_total,
@@ -496,6 +517,8 @@ fn touch_every_family() {
         &m.consolidation_moves_total,
         &m.cloudprovider_errors_total,
         &m.reconcile_panics_total,
+        &m.reconcile_total,
+        &m.reconcile_errors_total,
         &m.cloudprovider_instance_launch_failures_total,
         &m.cloudprovider_instance_termination_failures_total,
         &m.interruption_received_messages_total,
@@ -512,6 +535,7 @@ fn touch_every_family() {
         &m.cloudprovider_batcher_batch_time_seconds,
         &m.cloudprovider_batcher_batch_size,
         &m.rest_client_request_duration_seconds,
+        &m.reconcile_time_seconds,
     ];
     let mut status_gauges = Vec::new();
     let mut status_counters = Vec::new();
@@ -674,4 +698,30 @@ fn node_metric_labels_are_upstreams_suffixes() {
     assert_eq!(find("karpenter.k8s.aws/instance-cpu"), Some("instance_cpu"));
     assert_eq!(find("topology.k8s.aws/zone-id"), Some("zone_id"));
     assert_eq!(find("topology.kubernetes.io/zone"), Some("zone"));
+}
+
+#[tokio::test]
+async fn a_started_controller_reports_zero_reconciles_errors_and_panics() {
+    let seen_inside = in_controller("test.started", async { current_controller() }).await;
+    assert_eq!(seen_inside, "test.started");
+    let text = encode();
+    let mut expected: Vec<String> = RECONCILE_RESULTS
+        .iter()
+        .map(|r| {
+            format!(
+                "controller_runtime_reconcile_total{{controller=\"test.started\",result=\"{r}\"}} 0"
+            )
+        })
+        .collect();
+    expected.extend(
+        [
+            "controller_runtime_reconcile_errors_total",
+            "controller_runtime_reconcile_panics_total",
+            "controller_runtime_active_workers",
+        ]
+        .map(|f| format!("{f}{{controller=\"test.started\"}} 0")),
+    );
+    for line in &expected {
+        assert!(text.lines().any(|l| l == line), "missing {line}");
+    }
 }

@@ -135,14 +135,36 @@ where
 /// A tower layer that counts and times every Kubernetes API request under client-go's metric
 /// names (`rest_client_requests_total`, `rest_client_request_duration_seconds`), which is how
 /// operators see an API request storm or a throttling API server.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RequestMetricsLayer;
+///
+/// Requests pass this layer before kube's client sets the cluster URL on them (their URIs are
+/// still relative), so the `host` label, client-go's `host:port` of the API server, comes from
+/// the configuration the client is built from.
+#[derive(Clone, Debug)]
+pub struct RequestMetricsLayer {
+    host: Arc<str>,
+}
+
+impl RequestMetricsLayer {
+    /// Requests to the API server at `cluster_url` (its `host:port` labels them).
+    pub fn new(cluster_url: &hyper::Uri) -> Self {
+        Self {
+            host: cluster_url
+                .authority()
+                .map(|a| a.as_str())
+                .unwrap_or_default()
+                .into(),
+        }
+    }
+}
 
 impl<S> Layer<S> for RequestMetricsLayer {
     type Service = RequestMetrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RequestMetrics { inner }
+        RequestMetrics {
+            inner,
+            host: self.host.clone(),
+        }
     }
 }
 
@@ -150,6 +172,7 @@ impl<S> Layer<S> for RequestMetricsLayer {
 #[derive(Clone, Debug)]
 pub struct RequestMetrics<S> {
     inner: S,
+    host: Arc<str>,
 }
 
 impl<S, B, R> Service<hyper::Request<B>> for RequestMetrics<S>
@@ -169,11 +192,11 @@ where
 
     fn call(&mut self, request: hyper::Request<B>) -> Self::Future {
         let method = request.method().to_string();
+        // An absolute URI (a request built outside kube's client) names its own host.
         let host = request
             .uri()
             .authority()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
+            .map_or_else(|| self.host.clone(), |a| a.as_str().into());
         let start = Instant::now();
         let response = self.inner.call(request);
         Box::pin(async move {
@@ -184,10 +207,10 @@ where
             };
             let m = &crate::metrics::METRICS;
             m.rest_client_requests_total
-                .with_label_values(&[code.as_str(), host.as_str(), method.as_str()])
+                .with_label_values(&[code.as_str(), &host, method.as_str()])
                 .inc();
             m.rest_client_request_duration_seconds
-                .with_label_values(&[method.as_str(), host.as_str()])
+                .with_label_values(&[method.as_str(), &host])
                 .observe(start.elapsed().as_secs_f64());
             result
         })
@@ -196,9 +219,10 @@ where
 
 /// A client for `config` whose requests go through `limiter` and are counted.
 pub fn client(config: kube::Config, limiter: &RateLimitLayer) -> Result<kube::Client, kube::Error> {
+    let metrics = RequestMetricsLayer::new(&config.cluster_url);
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(limiter)
-        .with_layer(&RequestMetricsLayer)
+        .with_layer(&metrics)
         .build())
 }
 
@@ -276,5 +300,45 @@ mod tests {
                 offsets[i]
             );
         }
+    }
+
+    /// Answers every request with 200.
+    #[derive(Clone)]
+    struct Ok200;
+
+    impl Service<hyper::Request<()>> for Ok200 {
+        type Response = hyper::Response<()>;
+        type Error = Infallible;
+        type Future = Ready<Result<hyper::Response<()>, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: hyper::Request<()>) -> Self::Future {
+            ready(Ok(hyper::Response::new(())))
+        }
+    }
+
+    /// kube's client hands the layer relative URIs: the API server's `host:port` comes from the
+    /// cluster URL, as client-go's `host` label does.
+    #[tokio::test]
+    async fn requests_are_counted_by_the_api_servers_host() {
+        let cluster: hyper::Uri = "https://127.0.0.1:46999".parse().expect("uri");
+        let mut service = RequestMetricsLayer::new(&cluster).layer(Ok200);
+        let series = ["200", "127.0.0.1:46999", "DELETE"];
+        let before = crate::metrics::METRICS
+            .rest_client_requests_total
+            .with_label_values(&series)
+            .get();
+        let request = hyper::Request::delete("/api/v1/namespaces/a/pods/b")
+            .body(())
+            .expect("request");
+        service.call(request).await.expect("called");
+        let after = crate::metrics::METRICS
+            .rest_client_requests_total
+            .with_label_values(&series)
+            .get();
+        assert_eq!(after - before, 1.0);
     }
 }

@@ -521,21 +521,25 @@ async fn register(claim: &NodeClaim, node: &Node, ctx: &Context) -> Result<(), E
             })),
         )
         .await?;
-    METRICS
-        .nodes_created_total
-        .with_label_values(&[
-            claim
-                .labels()
-                .get(labels::NODEPOOL)
-                .map(String::as_str)
-                .unwrap_or_default(),
-            claim
-                .labels()
-                .get(labels::ZONE)
-                .map(String::as_str)
-                .unwrap_or_default(),
-        ])
-        .inc();
+    // Once per Node: a reconcile that writes an already registered Node again (its NodeClaim's
+    // status update had failed) does not count it again.
+    if first {
+        METRICS
+            .nodes_created_total
+            .with_label_values(&[
+                claim
+                    .labels()
+                    .get(labels::NODEPOOL)
+                    .map(String::as_str)
+                    .unwrap_or_default(),
+                claim
+                    .labels()
+                    .get(labels::ZONE)
+                    .map(String::as_str)
+                    .unwrap_or_default(),
+            ])
+            .inc();
+    }
     tracing::info!(controller = "nodeclaim.lifecycle", nodeclaim = %claim.name_any(), node = %node.name_any(), "registered nodeclaim");
     Ok(())
 }
