@@ -396,8 +396,11 @@ impl AwsProvider {
         zones.sort();
         zones.dedup();
         let key = format!(
-            "{:?}|{:?}|{}|{zones:?}",
-            settings.ami_family, settings.kubelet, settings.ephemeral_storage
+            "{:?}|{:?}|{}|{}|{zones:?}",
+            settings.ami_family,
+            settings.kubelet,
+            settings.ephemeral_storage,
+            settings.instance_store_raid0
         );
         let catalogue = read(&self.catalogue);
         let prices = read(&self.prices);
@@ -522,6 +525,7 @@ impl AwsProvider {
             kubelet: &kubelet,
             max_pods,
             user_data: nodeclass.spec.user_data.as_deref(),
+            instance_store_raid0: self.settings_for(nodeclass).instance_store_raid0,
         };
         userdata::render(family_of(nodeclass), &bootstrap)
     }
