@@ -2110,3 +2110,60 @@ async fn raid0_offers_the_instance_store_and_the_launch_template_stripes_it() {
     assert_eq!(command["mode"].as_str(), Some("always"));
     assert_eq!(command["essential"].as_bool(), Some(true));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_clusters_get_an_ipv6_primary_interface_and_cluster_dns() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env_with(&moto, None, |s| {
+        s.service_cidr = Some("fd30:1c53:5f8a::/108".into());
+    })
+    .await;
+    let class = ready(&env, al2023()).await;
+    env.provider
+        .create(
+            &claim("default-ipv601", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let primary: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.device_index(),
+                n.primary_ipv6(),
+                n.ipv6_address_count(),
+                n.groups().len(),
+            )
+        })
+        .collect();
+    assert_eq!(primary, [(Some(0), Some(true), Some(1), 1)]);
+    let text = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data().expect("template user data"))
+            .expect("base64"),
+    )
+    .expect("utf-8");
+    let parts = parse_mime(&text).expect("MIME").expect("parts");
+    let node_config: serde_json::Value =
+        serde_yaml_ng::from_str(&parts.last().expect("part").body).expect("NodeConfig");
+    assert_eq!(
+        node_config["spec"]["cluster"]["cidr"],
+        "fd30:1c53:5f8a::/108"
+    );
+    assert_eq!(
+        node_config["spec"]["kubelet"]["config"]["clusterDNS"],
+        serde_json::json!(["fd30:1c53:5f8a::a"])
+    );
+}

@@ -506,6 +506,16 @@ impl AwsProvider {
         Ok(name)
     }
 
+    /// The kube-dns address when the cluster is IPv6 (its service CIDR is): nodes then get it
+    /// as their cluster DNS unless the node class sets one, the AL2 bootstrap its IPv6 flag and
+    /// the primary interface an IPv6 address, as upstream does for IPv6 clusters.
+    fn ipv6_kube_dns(&self) -> Option<String> {
+        self.settings
+            .service_cidr
+            .as_deref()
+            .and_then(cluster::ipv6_kube_dns)
+    }
+
     /// The user data of a node of `nodeclass` with these labels, taints and pod limit.
     fn render_user_data(
         &self,
@@ -514,7 +524,12 @@ impl AwsProvider {
         taints: &[Taint],
         max_pods: Option<i64>,
     ) -> Result<String, userdata::UserDataError> {
-        let kubelet = nodeclass.spec.kubelet.clone().unwrap_or_default();
+        let mut kubelet = nodeclass.spec.kubelet.clone().unwrap_or_default();
+        if kubelet.cluster_dns.as_ref().is_none_or(Vec::is_empty)
+            && let Some(dns) = self.ipv6_kube_dns()
+        {
+            kubelet.cluster_dns = Some(vec![dns]);
+        }
         let bootstrap = userdata::Bootstrap {
             cluster_name: &self.settings.cluster_name,
             cluster_endpoint: &self.settings.cluster_endpoint,
@@ -1068,6 +1083,7 @@ impl CloudProvider for AwsProvider {
                     .collect(),
                 detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip: nodeclass.spec.associate_public_ip_address,
+                ipv6: self.ipv6_kube_dns().is_some(),
                 tags: launch_tags.clone(),
                 reservations,
             };

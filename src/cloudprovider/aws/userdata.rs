@@ -185,6 +185,11 @@ fn al2_script(b: &Bootstrap<'_>) -> String {
         let _ = write!(s, " --b64-cluster-ca {}", quote(ca));
     }
     if let Some(dns) = cluster_dns(b) {
+        // bootstrap.sh sets up an IPv6 node only when told; the DNS address says which family
+        // the cluster is, as upstream judges it.
+        if dns.parse::<std::net::Ipv6Addr>().is_ok() {
+            s.push_str(" \\\n--ip-family ipv6");
+        }
         let _ = write!(s, " \\\n--dns-cluster-ip {}", quote(dns));
     }
     s.push_str(" \\\n--use-max-pods false");
@@ -677,6 +682,38 @@ mod tests {
             ("karpenter.sh/nodepool".to_string(), "default".to_string()),
             ("team".to_string(), "a".to_string()),
         ])
+    }
+
+    #[test]
+    fn an_ipv6_cluster_dns_address_makes_al2_bootstrap_ipv6() {
+        let (l, t) = (labels(), taints());
+        let ipv6 = KubeletConfiguration {
+            cluster_dns: Some(vec!["fd30:1c53:5f8a::a".into()]),
+            ..Default::default()
+        };
+        let mut b = with(&l, &t, &ipv6, None);
+        b.service_cidr = Some("fd30:1c53:5f8a::/108");
+        let al2 = render(AMIFamily::AL2, &b).expect("render");
+        let script = &parse_mime(&al2).expect("mime").expect("parts")[0].body;
+        assert!(
+            script.contains(" \\\n--ip-family ipv6 \\\n--dns-cluster-ip 'fd30:1c53:5f8a::a'"),
+            "{script}"
+        );
+        let al2023 = render(AMIFamily::AL2023, &b).expect("render");
+        let config = &parse_mime(&al2023).expect("mime").expect("parts")[0].body;
+        let config: Value = serde_yaml_ng::from_str(config).expect("yaml");
+        assert_eq!(config["spec"]["cluster"]["cidr"], "fd30:1c53:5f8a::/108");
+        assert_eq!(
+            config["spec"]["kubelet"]["config"]["clusterDNS"],
+            json!(["fd30:1c53:5f8a::a"])
+        );
+
+        let ipv4 = KubeletConfiguration {
+            cluster_dns: Some(vec!["10.100.0.10".into()]),
+            ..Default::default()
+        };
+        let al2 = render(AMIFamily::AL2, &with(&l, &t, &ipv4, None)).expect("render");
+        assert!(!al2.contains("--ip-family"), "{al2}");
     }
 
     #[test]
