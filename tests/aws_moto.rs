@@ -2167,3 +2167,44 @@ async fn ipv6_clusters_get_an_ipv6_primary_interface_and_cluster_dns() {
         serde_json::json!(["fd30:1c53:5f8a::a"])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ip_prefix_count_reaches_the_primary_interface() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  ipPrefixCount: 2\n",
+    );
+    let class = ready(&env, class).await;
+    env.provider
+        .create(
+            &claim("default-pfx01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let primary: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.device_index(),
+                n.ipv4_prefix_count(),
+                n.ipv6_prefix_count(),
+                n.groups().len(),
+            )
+        })
+        .collect();
+    assert_eq!(primary, [(Some(0), Some(2), None, 1)]);
+}

@@ -52,6 +52,9 @@ pub struct LaunchTemplateSpec {
     pub associate_public_ip: Option<bool>,
     /// An IPv6 cluster: the primary interface gets a primary IPv6 address, as upstream's.
     pub ipv6: bool,
+    /// `spec.ipPrefixCount`: prefixes assigned to the primary interface (IPv4 /28s, or IPv6 /80s
+    /// in an IPv6 cluster).
+    pub ip_prefix_count: Option<i32>,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
     /// Which capacity reservations instances of the template may run in.
@@ -183,13 +186,18 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                 .enabled(spec.detailed_monitoring)
                 .build(),
         );
-    data = if spec.associate_public_ip.is_some() || spec.ipv6 {
+    data = if spec.associate_public_ip.is_some() || spec.ipv6 || spec.ip_prefix_count.is_some() {
         let mut interface = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
             .device_index(0)
             .set_associate_public_ip_address(spec.associate_public_ip)
             .set_groups(Some(spec.security_groups.clone()));
         if spec.ipv6 {
-            interface = interface.primary_ipv6(true).ipv6_address_count(1);
+            interface = interface
+                .primary_ipv6(true)
+                .ipv6_address_count(1)
+                .set_ipv6_prefix_count(spec.ip_prefix_count);
+        } else {
+            interface = interface.set_ipv4_prefix_count(spec.ip_prefix_count);
         }
         data.network_interfaces(interface.build())
     } else {
@@ -285,6 +293,7 @@ mod tests {
             detailed_monitoring: false,
             associate_public_ip: None,
             ipv6: false,
+            ip_prefix_count: None,
             tags: BTreeMap::new(),
             reservations: ReservationTargeting::Open,
         }
@@ -351,6 +360,29 @@ mod tests {
                 None,
                 &["sg-1".to_string()][..]
             )
+        );
+        assert_eq!(primary.ipv6_prefix_count(), None);
+        ipv6.ip_prefix_count = Some(2);
+        let data = request_data(&ipv6).expect("data");
+        let primary = &data.network_interfaces()[0];
+        assert_eq!(
+            (primary.ipv6_prefix_count(), primary.ipv4_prefix_count()),
+            (Some(2), None)
+        );
+        let mut prefixes = spec();
+        prefixes.ip_prefix_count = Some(3);
+        let data = request_data(&prefixes).expect("data");
+        assert!(data.security_group_ids().is_empty());
+        let primary = &data.network_interfaces()[0];
+        assert_eq!(
+            (
+                primary.device_index(),
+                primary.ipv4_prefix_count(),
+                primary.ipv6_prefix_count(),
+                primary.primary_ipv6(),
+                primary.groups()
+            ),
+            (Some(0), Some(3), None, None, &["sg-1".to_string()][..])
         );
         assert_eq!(volume_size_gib("100Gi").expect("size"), 100);
         assert!(volume_size_gib("lots").is_err());

@@ -1084,6 +1084,7 @@ impl CloudProvider for AwsProvider {
                 detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip: nodeclass.spec.associate_public_ip_address,
                 ipv6: self.ipv6_kube_dns().is_some(),
+                ip_prefix_count: nodeclass.spec.ip_prefix_count,
                 tags: launch_tags.clone(),
                 reservations,
             };
