@@ -2035,3 +2035,176 @@ async fn with_the_reserved_capacity_gate_off_reservations_are_left_alone() {
         "the launch template says nothing about reservations, as before"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raid0_offers_the_instance_store_and_the_launch_template_stripes_it() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: bottlerocket@latest}]\n  instanceStorePolicy: RAID0\n",
+    );
+    let class = ready(&env, class).await;
+    let types = env.provider.instance_types(&class).await.expect("types");
+    let storage = |name: &str| {
+        types
+            .iter()
+            .find(|t| &*t.name == name)
+            .map(|t| t.capacity.ephemeral_storage)
+    };
+    // m5d.large has one 75 GB NVMe disk; m5.large has none and keeps the 20Gi data volume.
+    assert_eq!(storage("m5d.large"), Some(75_000_000_000));
+    assert_eq!(storage("m5.large"), Some(20 << 30));
+
+    env.provider
+        .create(
+            &claim("default-raid01", &["m5d.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    let text = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data().expect("template user data"))
+            .expect("base64"),
+    )
+    .expect("utf-8");
+    let doc: toml::Table = text.parse().expect("TOML user data");
+    let command = &doc["settings"]["bootstrap-commands"]["000-mount-instance-storage"];
+    let commands: Vec<Vec<&str>> = command["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .map(|c| {
+            c.as_array()
+                .expect("a command")
+                .iter()
+                .filter_map(|a| a.as_str())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            vec!["apiclient", "ephemeral-storage", "init"],
+            vec![
+                "apiclient",
+                "ephemeral-storage",
+                "bind",
+                "--dirs",
+                "/var/lib/containerd",
+                "/var/lib/kubelet",
+                "/var/log/pods"
+            ],
+        ]
+    );
+    assert_eq!(command["mode"].as_str(), Some("always"));
+    assert_eq!(command["essential"].as_bool(), Some(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_clusters_get_an_ipv6_primary_interface_and_cluster_dns() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env_with(&moto, None, |s| {
+        s.service_cidr = Some("fd30:1c53:5f8a::/108".into());
+    })
+    .await;
+    let class = ready(&env, al2023()).await;
+    env.provider
+        .create(
+            &claim("default-ipv601", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let primary: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.device_index(),
+                n.primary_ipv6(),
+                n.ipv6_address_count(),
+                n.groups().len(),
+            )
+        })
+        .collect();
+    assert_eq!(primary, [(Some(0), Some(true), Some(1), 1)]);
+    let text = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data().expect("template user data"))
+            .expect("base64"),
+    )
+    .expect("utf-8");
+    let parts = parse_mime(&text).expect("MIME").expect("parts");
+    let node_config: serde_json::Value =
+        serde_yaml_ng::from_str(&parts.last().expect("part").body).expect("NodeConfig");
+    assert_eq!(
+        node_config["spec"]["cluster"]["cidr"],
+        "fd30:1c53:5f8a::/108"
+    );
+    assert_eq!(
+        node_config["spec"]["kubelet"]["config"]["clusterDNS"],
+        serde_json::json!(["fd30:1c53:5f8a::a"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ip_prefix_count_reaches_the_primary_interface() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  ipPrefixCount: 2\n",
+    );
+    let class = ready(&env, class).await;
+    env.provider
+        .create(
+            &claim("default-pfx01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let primary: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.device_index(),
+                n.ipv4_prefix_count(),
+                n.ipv6_prefix_count(),
+                n.groups().len(),
+            )
+        })
+        .collect();
+    assert_eq!(primary, [(Some(0), Some(2), None, 1)]);
+}

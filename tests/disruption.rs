@@ -513,6 +513,33 @@ fn a_changed_ami_selection_drifts_the_nodes() {
 }
 
 #[test]
+fn a_node_whose_instance_type_is_no_longer_offered_drifts() {
+    let retired = node("n1", "default", "m5.large", "on-demand", 24, "").replace(
+        "node.kubernetes.io/instance-type: m5.large",
+        "node.kubernetes.io/instance-type: m5.retired",
+    );
+    let docs = vec![
+        NODECLASS.into(),
+        nodepool(
+            "default",
+            "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never",
+            "",
+        ),
+        retired,
+        node("n2", "default", "m5.large", "on-demand", 24, ""),
+        pod("web", "n1", "100m", "", ""),
+        pod("api", "n2", "100m", "", ""),
+    ];
+    let r = run(&docs);
+    let drifted: Vec<(&str, &str)> = commands(&r)
+        .iter()
+        .filter(|c| c.method == Method::Drift)
+        .flat_map(|c| c.candidates.iter().map(|n| (n.as_str(), c.reason.as_str())))
+        .collect();
+    assert_eq!(drifted, [("n1", "InstanceTypeNotFound")]);
+}
+
+#[test]
 fn a_hash_version_mismatch_restamps_instead_of_drifting() {
     let upstream_stamped = node("n1", "default", "m5.large", "on-demand", 24, "")
         .replace(&format!("\"{NODEPOOL_HASH_VERSION}\""), "\"v3\"")

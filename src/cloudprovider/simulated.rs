@@ -147,8 +147,11 @@ impl SimulatedProvider {
             .map(|s| s.subnets.iter().map(|s| s.zone.clone()).collect())
             .unwrap_or_default();
         let key = format!(
-            "{:?}|{:?}|{}|{zones:?}",
-            settings.ami_family, settings.kubelet, settings.ephemeral_storage
+            "{:?}|{:?}|{}|{}|{zones:?}",
+            settings.ami_family,
+            settings.kubelet,
+            settings.ephemeral_storage,
+            settings.instance_store_raid0
         );
         let base = {
             let mut inner = self.lock();

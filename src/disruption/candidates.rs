@@ -179,6 +179,12 @@ pub fn candidates(
                     image_id: claim.and_then(|c| c.image_id.as_deref()),
                     ..Default::default()
                 },
+                instance_types: state
+                    .templates
+                    .iter()
+                    .chain(&state.static_templates)
+                    .find(|t| &*t.name == pool_name.as_str())
+                    .map_or(&[][..], |t| t.instance_types.as_slice()),
             },
             pool,
             state.nodeclasses.iter().find(|c| {

@@ -12,6 +12,7 @@ use crate::apis::ec2nodeclass::EC2NodeClass;
 use crate::apis::hash::{NODECLASS_HASH_VERSION, NODEPOOL_HASH_VERSION};
 use crate::apis::labels;
 use crate::apis::nodepool::NodePool;
+use crate::scheduling::instance_type::{CapacityType, InstanceType};
 use crate::scheduling::requirements::Requirements;
 
 /// Why a node is drifted (upstream's condition reasons).
@@ -22,6 +23,9 @@ pub enum DriftReason {
     NodePoolDrifted,
     /// The node's labels no longer satisfy the NodePool's requirements.
     RequirementsDrifted,
+    /// The node's instance type, or an offering of it in the node's zone and capacity type, is
+    /// no longer among the instance types the NodePool's node class offers.
+    InstanceTypeNotFound,
     /// A static EC2NodeClass field (user data, tags, block devices, kubelet, ...) changed.
     NodeClassDrift,
     /// The node's AMI is no longer among the EC2NodeClass' resolved AMIs.
@@ -41,6 +45,7 @@ impl DriftReason {
         match self {
             Self::NodePoolDrifted => "NodePoolDrifted",
             Self::RequirementsDrifted => "RequirementsDrifted",
+            Self::InstanceTypeNotFound => "InstanceTypeNotFound",
             Self::NodeClassDrift => "NodeClassDrift",
             Self::AMIDrift => "AMIDrift",
             Self::SubnetDrift => "SubnetDrift",
@@ -72,6 +77,9 @@ pub struct DriftInput<'a> {
     pub annotations: &'a BTreeMap<String, String>,
     /// What is known of the instance itself.
     pub observed: Observed<'a>,
+    /// The instance types the NodePool's node class offers now, unavailable offerings included;
+    /// empty when unknown, which never drifts.
+    pub instance_types: &'a [InstanceType],
 }
 
 /// What an instance runs with: the inputs of AMI, subnet, security-group and capacity
@@ -154,6 +162,9 @@ pub fn detect(
             format!("the NodePool now requires {offending}"),
         );
     }
+    if let Some(why) = instance_type_not_found(node.labels, node.instance_types) {
+        return DriftVerdict::Drifted(DriftReason::InstanceTypeNotFound, why);
+    }
     if let Some(class) = class {
         match stamped(
             labels::EC2NODECLASS_HASH,
@@ -182,6 +193,43 @@ pub fn detect(
     } else {
         DriftVerdict::None
     }
+}
+
+/// Upstream's `InstanceTypeNotFound`: the node has no instance-type label, its type is not
+/// among `types`, or the type has no offering (available or not: a pool that is only
+/// temporarily exhausted is no reason to replace a node) in the node's zone and capacity type.
+/// `types` empty means they are not known yet, which never drifts.
+fn instance_type_not_found(
+    labels: &BTreeMap<String, String>,
+    types: &[InstanceType],
+) -> Option<String> {
+    if types.is_empty() {
+        return None;
+    }
+    let Some(name) = labels.get(labels::INSTANCE_TYPE) else {
+        return Some(format!("the node has no {} label", labels::INSTANCE_TYPE));
+    };
+    let Some(it) = types.iter().find(|t| &*t.name == name.as_str()) else {
+        return Some(format!(
+            "instance type {name} is no longer offered by the node class"
+        ));
+    };
+    let zone = labels.get(labels::ZONE);
+    let capacity_type = labels
+        .get(labels::CAPACITY_TYPE)
+        .and_then(|c| CapacityType::from_label(c));
+    let offered = it.offerings.iter().any(|o| {
+        zone.is_none_or(|z| *o.zone == **z) && capacity_type.is_none_or(|c| o.capacity_type == c)
+    });
+    (!offered).then(|| {
+        format!(
+            "instance type {name} is no longer offered as {} in {}",
+            labels
+                .get(labels::CAPACITY_TYPE)
+                .map_or("any capacity type", String::as_str),
+            zone.map_or("any zone", String::as_str)
+        )
+    })
 }
 
 /// Whether an instance drifted from what its EC2NodeClass selects now: its AMI, subnet,
@@ -292,6 +340,87 @@ mod tests {
     }
 
     #[test]
+    fn a_type_or_offering_no_longer_offered_drifts_as_instance_type_not_found() {
+        use crate::apis::ec2nodeclass::AMIFamily;
+        use crate::scheduling::instance_type::{
+            InstanceTypeInfo, NodeClassSettings, Offering, resolve,
+        };
+        let offering = |zone: &str, capacity_type| Offering {
+            zone: zone.into(),
+            zone_id: None,
+            capacity_type,
+            price: 0.1,
+            available: false,
+            reservation: None,
+        };
+        let m5 = resolve(
+            &InstanceTypeInfo {
+                name: "m5.large".into(),
+                vcpu: 2,
+                memory_mib: 8192,
+                arch: "amd64",
+                ..Default::default()
+            },
+            &NodeClassSettings::for_family(AMIFamily::AL2023),
+            "us-east-1",
+            vec![offering("us-east-1a", CapacityType::Spot)],
+        );
+        let types = [m5];
+        let node_labels = |instance_type: &str, zone: &str| {
+            BTreeMap::from([
+                (labels::CAPACITY_TYPE.to_string(), "spot".to_string()),
+                (labels::INSTANCE_TYPE.to_string(), instance_type.to_string()),
+                (labels::ZONE.to_string(), zone.to_string()),
+            ])
+        };
+        let none = BTreeMap::new();
+        let verdict = |labels_: &BTreeMap<String, String>, types: &[InstanceType]| {
+            detect(
+                &DriftInput {
+                    labels: labels_,
+                    annotations: &none,
+                    observed: Observed::default(),
+                    instance_types: types,
+                },
+                &pool("blue"),
+                None,
+            )
+        };
+        let offered = node_labels("m5.large", "us-east-1a");
+        assert_eq!(
+            verdict(&offered, &types),
+            DriftVerdict::None,
+            "an unavailable offering still counts"
+        );
+        assert_eq!(
+            verdict(&node_labels("m6i.large", "us-east-1a"), &[]),
+            DriftVerdict::None,
+            "types unknown"
+        );
+        for (labels_, want) in [
+            (
+                node_labels("m6i.large", "us-east-1a"),
+                "m6i.large is no longer offered",
+            ),
+            (
+                node_labels("m5.large", "us-east-1b"),
+                "no longer offered as spot in us-east-1b",
+            ),
+        ] {
+            match verdict(&labels_, &types) {
+                DriftVerdict::Drifted(DriftReason::InstanceTypeNotFound, why) => {
+                    assert!(why.contains(want), "{why}")
+                }
+                other => panic!("{labels_:?}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            DriftReason::InstanceTypeNotFound.as_str(),
+            "InstanceTypeNotFound"
+        );
+    }
+
+    #[test]
     fn hash_ignores_requirements_and_taint_order() {
         let a = pool("blue");
         let mut b = pool("blue");
@@ -312,6 +441,7 @@ mod tests {
             labels: &labels_,
             annotations: &ann,
             observed: Observed::default(),
+            instance_types: &[],
         };
         assert_eq!(detect(&node, &old, None), DriftVerdict::None);
         assert!(matches!(
@@ -323,6 +453,7 @@ mod tests {
             labels: &labels_,
             annotations: &upstream,
             observed: Observed::default(),
+            instance_types: &[],
         };
         assert_eq!(detect(&node, &new, None), DriftVerdict::Restamp);
     }
@@ -386,6 +517,7 @@ mod tests {
                 security_groups: groups,
                 capacity_reservation_id: None,
             },
+            instance_types: &[],
         };
         assert_eq!(
             detect(
@@ -422,6 +554,7 @@ mod tests {
             labels: &on_demand,
             annotations: &none,
             observed: Observed::default(),
+            instance_types: &[],
         };
         match detect(&node, &pool("blue"), None) {
             DriftVerdict::Drifted(DriftReason::RequirementsDrifted, why) => {

@@ -239,6 +239,9 @@ pub struct NodeClassSettings {
     pub kubelet: KubeletConfiguration,
     /// Size in bytes of the volume that backs ephemeral storage.
     pub ephemeral_storage: i64,
+    /// `instanceStorePolicy: RAID0`: the node stripes its local NVMe disks into one array for
+    /// ephemeral storage, so types with instance store offer that size instead of the volume's.
+    pub instance_store_raid0: bool,
     /// Fraction of memory the hypervisor keeps (`VM_MEMORY_OVERHEAD_PERCENT`, default 0.075).
     pub vm_memory_overhead_percent: f64,
     /// ENIs kept out of pod networking (`RESERVED_ENIS`).
@@ -256,6 +259,7 @@ impl NodeClassSettings {
             ami_family,
             kubelet: KubeletConfiguration::default(),
             ephemeral_storage,
+            instance_store_raid0: false,
             vm_memory_overhead_percent: 0.075,
             reserved_enis: 0,
         }
@@ -269,6 +273,8 @@ impl NodeClassSettings {
         if let Some(k) = &nodeclass.spec.kubelet {
             settings.kubelet = k.clone();
         }
+        settings.instance_store_raid0 = nodeclass.spec.instance_store_policy
+            == Some(crate::apis::ec2nodeclass::InstanceStorePolicy::RAID0);
         let ephemeral_device = match family {
             AMIFamily::Bottlerocket => "/dev/xvdb",
             AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => "/dev/sda1",
@@ -341,6 +347,17 @@ pub fn kube_reserved_cpu(vcpu: i64) -> i64 {
         .sum::<f64>() as i64
 }
 
+/// The ephemeral storage of a node of this type: with `instanceStorePolicy: RAID0` and local
+/// NVMe disks, their total size (EC2 reports it in decimal GB, as upstream counts it); otherwise
+/// the size of the volume that backs ephemeral storage.
+pub fn ephemeral_storage(info: &InstanceTypeInfo, settings: &NodeClassSettings) -> i64 {
+    if settings.instance_store_raid0 && info.local_nvme_gb > 0 {
+        info.local_nvme_gb.saturating_mul(1_000_000_000)
+    } else {
+        settings.ephemeral_storage
+    }
+}
+
 /// Builds the capacity of a node of this type for a node class.
 pub fn capacity(info: &InstanceTypeInfo, settings: &NodeClassSettings) -> Resources {
     let overhead_mib = (info.memory_mib as f64 * settings.vm_memory_overhead_percent).ceil() as i64;
@@ -348,7 +365,7 @@ pub fn capacity(info: &InstanceTypeInfo, settings: &NodeClassSettings) -> Resour
         cpu: info.vcpu * 1000,
         memory: mib(info.memory_mib - overhead_mib),
         pods: max_pods(info, settings),
-        ephemeral_storage: settings.ephemeral_storage,
+        ephemeral_storage: ephemeral_storage(info, settings),
         extended: Vec::new(),
     };
     if let Some(gpu) = &info.gpu {
@@ -694,6 +711,32 @@ mod tests {
             "3100"
         );
         assert_eq!(it.labels[labels::OS], "linux");
+    }
+
+    #[test]
+    fn raid0_offers_the_instance_store_as_ephemeral_storage() {
+        let mut settings = NodeClassSettings::for_family(AMIFamily::AL2023);
+        let m5d = InstanceTypeInfo {
+            name: "m5d.large".into(),
+            local_nvme_gb: 75,
+            ..m5_large()
+        };
+        let volume = resolve(&m5d, &settings, "us-east-1", vec![]);
+        assert_eq!(volume.capacity.ephemeral_storage, gib(20));
+        settings.instance_store_raid0 = true;
+        let raid = resolve(&m5d, &settings, "us-east-1", vec![]);
+        // 75 GB as EC2 counts it (decimal), less 1Gi kube-reserved and the 10% eviction threshold.
+        assert_eq!(raid.capacity.ephemeral_storage, 75_000_000_000);
+        assert_eq!(
+            raid.allocatable.ephemeral_storage,
+            75_000_000_000 - gib(1) - 7_500_000_000
+        );
+        let no_store = resolve(&m5_large(), &settings, "us-east-1", vec![]);
+        assert_eq!(
+            no_store.capacity.ephemeral_storage,
+            gib(20),
+            "types without instance store keep the volume's size"
+        );
     }
 
     #[test]

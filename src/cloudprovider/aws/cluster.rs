@@ -45,6 +45,18 @@ pub struct Settled {
     pub warning: Option<String>,
 }
 
+/// The kube-dns address of an IPv6 cluster: EKS gives kube-dns the tenth address of an IPv6
+/// service CIDR (`fd30:1c53:5f8a::/108` → `fd30:1c53:5f8a::a`); `None` for IPv4 and malformed
+/// CIDRs. Upstream reads the address from the kube-dns Service; on EKS the two agree.
+pub fn ipv6_kube_dns(service_cidr: &str) -> Option<String> {
+    let (network, bits) = service_cidr.trim().split_once('/')?;
+    let network: std::net::Ipv6Addr = network.parse().ok()?;
+    let bits: u32 = bits.parse().ok().filter(|b| *b <= 124)?;
+    let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+    let base = u128::from(network) & mask;
+    Some(std::net::Ipv6Addr::from(base.checked_add(10)?).to_string())
+}
+
 fn non_empty(value: Option<&str>) -> Option<String> {
     value
         .map(str::trim)
@@ -178,6 +190,22 @@ mod tests {
             ca_bundle: Some("Q0E=".into()),
             service_cidr: Some("10.100.0.0/16".into()),
         }
+    }
+
+    #[test]
+    fn ipv6_service_cidrs_give_the_kube_dns_address() {
+        assert_eq!(
+            ipv6_kube_dns("fd30:1c53:5f8a::/108").as_deref(),
+            Some("fd30:1c53:5f8a::a")
+        );
+        assert_eq!(
+            ipv6_kube_dns("fd00:ab::1234/112").as_deref(),
+            Some("fd00:ab::a"),
+            "host bits are cleared"
+        );
+        assert_eq!(ipv6_kube_dns("10.100.0.0/16"), None);
+        assert_eq!(ipv6_kube_dns("fd00::/129"), None);
+        assert_eq!(ipv6_kube_dns("fd00::"), None);
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub struct LaunchTemplateSpec {
     pub detailed_monitoring: bool,
     /// Public IP on the primary interface, when the node class says.
     pub associate_public_ip: Option<bool>,
+    /// An IPv6 cluster: the primary interface gets a primary IPv6 address, as upstream's.
+    pub ipv6: bool,
+    /// `spec.ipPrefixCount`: prefixes assigned to the primary interface (IPv4 /28s, or IPv6 /80s
+    /// in an IPv6 cluster).
+    pub ip_prefix_count: Option<i32>,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
     /// Which capacity reservations instances of the template may run in.
@@ -181,15 +186,22 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                 .enabled(spec.detailed_monitoring)
                 .build(),
         );
-    data = match spec.associate_public_ip {
-        Some(public) => data.network_interfaces(
-            LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                .device_index(0)
-                .associate_public_ip_address(public)
-                .set_groups(Some(spec.security_groups.clone()))
-                .build(),
-        ),
-        None => data.set_security_group_ids(Some(spec.security_groups.clone())),
+    data = if spec.associate_public_ip.is_some() || spec.ipv6 || spec.ip_prefix_count.is_some() {
+        let mut interface = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+            .device_index(0)
+            .set_associate_public_ip_address(spec.associate_public_ip)
+            .set_groups(Some(spec.security_groups.clone()));
+        if spec.ipv6 {
+            interface = interface
+                .primary_ipv6(true)
+                .ipv6_address_count(1)
+                .set_ipv6_prefix_count(spec.ip_prefix_count);
+        } else {
+            interface = interface.set_ipv4_prefix_count(spec.ip_prefix_count);
+        }
+        data.network_interfaces(interface.build())
+    } else {
+        data.set_security_group_ids(Some(spec.security_groups.clone()))
     };
     data = match &spec.reservations {
         ReservationTargeting::Open => data,
@@ -280,6 +292,8 @@ mod tests {
             security_groups: vec!["sg-1".into()],
             detailed_monitoring: false,
             associate_public_ip: None,
+            ipv6: false,
+            ip_prefix_count: None,
             tags: BTreeMap::new(),
             reservations: ReservationTargeting::Open,
         }
@@ -323,7 +337,53 @@ mod tests {
             Some(true)
         );
         assert_eq!(data.network_interfaces()[0].groups(), ["sg-1"]);
+        assert_eq!(data.network_interfaces()[0].primary_ipv6(), None);
         assert!(data.capacity_reservation_specification().is_none());
+        let mut ipv6 = spec();
+        ipv6.ipv6 = true;
+        assert_ne!(ipv6.name(), spec().name());
+        let data = request_data(&ipv6).expect("data");
+        assert!(data.security_group_ids().is_empty());
+        let primary = &data.network_interfaces()[0];
+        assert_eq!(
+            (
+                primary.device_index(),
+                primary.primary_ipv6(),
+                primary.ipv6_address_count(),
+                primary.associate_public_ip_address(),
+                primary.groups(),
+            ),
+            (
+                Some(0),
+                Some(true),
+                Some(1),
+                None,
+                &["sg-1".to_string()][..]
+            )
+        );
+        assert_eq!(primary.ipv6_prefix_count(), None);
+        ipv6.ip_prefix_count = Some(2);
+        let data = request_data(&ipv6).expect("data");
+        let primary = &data.network_interfaces()[0];
+        assert_eq!(
+            (primary.ipv6_prefix_count(), primary.ipv4_prefix_count()),
+            (Some(2), None)
+        );
+        let mut prefixes = spec();
+        prefixes.ip_prefix_count = Some(3);
+        let data = request_data(&prefixes).expect("data");
+        assert!(data.security_group_ids().is_empty());
+        let primary = &data.network_interfaces()[0];
+        assert_eq!(
+            (
+                primary.device_index(),
+                primary.ipv4_prefix_count(),
+                primary.ipv6_prefix_count(),
+                primary.primary_ipv6(),
+                primary.groups()
+            ),
+            (Some(0), Some(3), None, None, &["sg-1".to_string()][..])
+        );
         assert_eq!(volume_size_gib("100Gi").expect("size"), 100);
         assert!(volume_size_gib("lots").is_err());
     }

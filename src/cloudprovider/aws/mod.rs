@@ -396,8 +396,11 @@ impl AwsProvider {
         zones.sort();
         zones.dedup();
         let key = format!(
-            "{:?}|{:?}|{}|{zones:?}",
-            settings.ami_family, settings.kubelet, settings.ephemeral_storage
+            "{:?}|{:?}|{}|{}|{zones:?}",
+            settings.ami_family,
+            settings.kubelet,
+            settings.ephemeral_storage,
+            settings.instance_store_raid0
         );
         let catalogue = read(&self.catalogue);
         let prices = read(&self.prices);
@@ -503,6 +506,16 @@ impl AwsProvider {
         Ok(name)
     }
 
+    /// The kube-dns address when the cluster is IPv6 (its service CIDR is): nodes then get it
+    /// as their cluster DNS unless the node class sets one, the AL2 bootstrap its IPv6 flag and
+    /// the primary interface an IPv6 address, as upstream does for IPv6 clusters.
+    fn ipv6_kube_dns(&self) -> Option<String> {
+        self.settings
+            .service_cidr
+            .as_deref()
+            .and_then(cluster::ipv6_kube_dns)
+    }
+
     /// The user data of a node of `nodeclass` with these labels, taints and pod limit.
     fn render_user_data(
         &self,
@@ -511,7 +524,12 @@ impl AwsProvider {
         taints: &[Taint],
         max_pods: Option<i64>,
     ) -> Result<String, userdata::UserDataError> {
-        let kubelet = nodeclass.spec.kubelet.clone().unwrap_or_default();
+        let mut kubelet = nodeclass.spec.kubelet.clone().unwrap_or_default();
+        if kubelet.cluster_dns.as_ref().is_none_or(Vec::is_empty)
+            && let Some(dns) = self.ipv6_kube_dns()
+        {
+            kubelet.cluster_dns = Some(vec![dns]);
+        }
         let bootstrap = userdata::Bootstrap {
             cluster_name: &self.settings.cluster_name,
             cluster_endpoint: &self.settings.cluster_endpoint,
@@ -522,6 +540,7 @@ impl AwsProvider {
             kubelet: &kubelet,
             max_pods,
             user_data: nodeclass.spec.user_data.as_deref(),
+            instance_store_raid0: self.settings_for(nodeclass).instance_store_raid0,
         };
         userdata::render(family_of(nodeclass), &bootstrap)
     }
@@ -1064,6 +1083,8 @@ impl CloudProvider for AwsProvider {
                     .collect(),
                 detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
                 associate_public_ip: nodeclass.spec.associate_public_ip_address,
+                ipv6: self.ipv6_kube_dns().is_some(),
+                ip_prefix_count: nodeclass.spec.ip_prefix_count,
                 tags: launch_tags.clone(),
                 reservations,
             };

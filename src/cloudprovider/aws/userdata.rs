@@ -43,6 +43,9 @@ pub struct Bootstrap<'a> {
     pub max_pods: Option<i64>,
     /// The node class' `spec.userData`.
     pub user_data: Option<&'a str>,
+    /// `instanceStorePolicy: RAID0`: the bootstrap stripes the instance-store disks into one
+    /// array and puts the kubelet's and containerd's directories on it.
+    pub instance_store_raid0: bool,
 }
 
 /// Why user data could not be generated, told apart so the EC2NodeClass condition points at what
@@ -182,12 +185,20 @@ fn al2_script(b: &Bootstrap<'_>) -> String {
         let _ = write!(s, " --b64-cluster-ca {}", quote(ca));
     }
     if let Some(dns) = cluster_dns(b) {
+        // bootstrap.sh sets up an IPv6 node only when told; the DNS address says which family
+        // the cluster is, as upstream judges it.
+        if dns.parse::<std::net::Ipv6Addr>().is_ok() {
+            s.push_str(" \\\n--ip-family ipv6");
+        }
         let _ = write!(s, " \\\n--dns-cluster-ip {}", quote(dns));
     }
     s.push_str(" \\\n--use-max-pods false");
     let flags = kubelet_flags(b);
     if !flags.is_empty() {
         let _ = write!(s, " \\\n--kubelet-extra-args {}", quote(&flags.join(" ")));
+    }
+    if b.instance_store_raid0 {
+        s.push_str(" \\\n--local-disks raid0");
     }
     s.push('\n');
     s
@@ -257,10 +268,14 @@ fn node_config(b: &Bootstrap<'_>) -> Result<String, String> {
     if !b.labels.is_empty() {
         kubelet["flags"] = json!([format!("--node-labels={}", map_flag(b.labels, "="))]);
     }
+    let mut spec = json!({"cluster": cluster, "kubelet": kubelet});
+    if b.instance_store_raid0 {
+        spec["instance"] = json!({"localStorage": {"strategy": "RAID0"}});
+    }
     let doc = json!({
         "apiVersion": "node.eks.aws/v1alpha1",
         "kind": "NodeConfig",
-        "spec": {"cluster": cluster, "kubelet": kubelet},
+        "spec": spec,
     });
     serde_yaml_ng::to_string(&doc).map_err(|e| e.to_string())
 }
@@ -527,7 +542,46 @@ fn bottlerocket(b: &Bootstrap<'_>) -> Result<String, UserDataError> {
     if let Some(v) = k.cpu_cfs_quota {
         k8s.insert("cpu-cfs-quota-enforced".into(), toml::Value::Boolean(v));
     }
+    if b.instance_store_raid0 {
+        let commands = table_at(settings, "bootstrap-commands")?;
+        commands.insert(
+            "000-mount-instance-storage".into(),
+            toml::Value::Table(bottlerocket_raid0_command()),
+        );
+    }
     toml::to_string(&doc).map_err(|e| UserDataError::Invalid(e.to_string()))
+}
+
+/// The bootstrap command that makes one array of the instance-store disks (`ephemeral-storage
+/// init` stripes them as RAID0) and binds the kubelet's, containerd's and pod logs' directories
+/// to it, before the kubelet starts, on every boot.
+fn bottlerocket_raid0_command() -> toml::Table {
+    let command = |args: &[&str]| {
+        toml::Value::Array(
+            args.iter()
+                .map(|a| toml::Value::String((*a).to_string()))
+                .collect(),
+        )
+    };
+    let mut t = toml::Table::new();
+    t.insert(
+        "commands".into(),
+        toml::Value::Array(vec![
+            command(&["apiclient", "ephemeral-storage", "init"]),
+            command(&[
+                "apiclient",
+                "ephemeral-storage",
+                "bind",
+                "--dirs",
+                "/var/lib/containerd",
+                "/var/lib/kubelet",
+                "/var/log/pods",
+            ]),
+        ]),
+    );
+    t.insert("essential".into(), toml::Value::Boolean(true));
+    t.insert("mode".into(), toml::Value::String("always".into()));
+    t
 }
 
 /// The table under `key`, created when missing; an error when the user put something else there.
@@ -619,6 +673,7 @@ mod tests {
             kubelet,
             max_pods: Some(29),
             user_data: user,
+            instance_store_raid0: false,
         }
     }
 
@@ -627,6 +682,104 @@ mod tests {
             ("karpenter.sh/nodepool".to_string(), "default".to_string()),
             ("team".to_string(), "a".to_string()),
         ])
+    }
+
+    #[test]
+    fn an_ipv6_cluster_dns_address_makes_al2_bootstrap_ipv6() {
+        let (l, t) = (labels(), taints());
+        let ipv6 = KubeletConfiguration {
+            cluster_dns: Some(vec!["fd30:1c53:5f8a::a".into()]),
+            ..Default::default()
+        };
+        let mut b = with(&l, &t, &ipv6, None);
+        b.service_cidr = Some("fd30:1c53:5f8a::/108");
+        let al2 = render(AMIFamily::AL2, &b).expect("render");
+        let script = &parse_mime(&al2).expect("mime").expect("parts")[0].body;
+        assert!(
+            script.contains(" \\\n--ip-family ipv6 \\\n--dns-cluster-ip 'fd30:1c53:5f8a::a'"),
+            "{script}"
+        );
+        let al2023 = render(AMIFamily::AL2023, &b).expect("render");
+        let config = &parse_mime(&al2023).expect("mime").expect("parts")[0].body;
+        let config: Value = serde_yaml_ng::from_str(config).expect("yaml");
+        assert_eq!(config["spec"]["cluster"]["cidr"], "fd30:1c53:5f8a::/108");
+        assert_eq!(
+            config["spec"]["kubelet"]["config"]["clusterDNS"],
+            json!(["fd30:1c53:5f8a::a"])
+        );
+
+        let ipv4 = KubeletConfiguration {
+            cluster_dns: Some(vec!["10.100.0.10".into()]),
+            ..Default::default()
+        };
+        let al2 = render(AMIFamily::AL2, &with(&l, &t, &ipv4, None)).expect("render");
+        assert!(!al2.contains("--ip-family"), "{al2}");
+    }
+
+    #[test]
+    fn raid0_makes_each_family_stripe_the_instance_store() {
+        let (l, t) = (labels(), taints());
+        let kubelet = KubeletConfiguration::default();
+        let mut b = with(
+            &l,
+            &t,
+            &kubelet,
+            Some("[settings.host-containers.admin]\nenabled = true\n"),
+        );
+        b.instance_store_raid0 = true;
+        let bottlerocket = render(AMIFamily::Bottlerocket, &b).expect("render");
+        let doc: toml::Table = bottlerocket.parse().expect("toml");
+        let command = &doc["settings"]["bootstrap-commands"]["000-mount-instance-storage"];
+        assert_eq!(
+            command["commands"],
+            toml::Value::Array(vec![
+                toml::Value::try_from(["apiclient", "ephemeral-storage", "init"]).expect("array"),
+                toml::Value::try_from([
+                    "apiclient",
+                    "ephemeral-storage",
+                    "bind",
+                    "--dirs",
+                    "/var/lib/containerd",
+                    "/var/lib/kubelet",
+                    "/var/log/pods"
+                ])
+                .expect("array"),
+            ])
+        );
+        assert_eq!(command["essential"], toml::Value::Boolean(true));
+        assert_eq!(command["mode"], toml::Value::String("always".into()));
+        assert_eq!(
+            doc["settings"]["host-containers"]["admin"]["enabled"],
+            toml::Value::Boolean(true),
+            "the user's settings stay"
+        );
+
+        b.user_data = None;
+        let al2 = render(AMIFamily::AL2, &b).expect("render");
+        let script = &parse_mime(&al2).expect("mime").expect("parts")[0].body;
+        assert!(
+            script.trim_end().ends_with("\\\n--local-disks raid0"),
+            "{script}"
+        );
+
+        let al2023 = render(AMIFamily::AL2023, &b).expect("render");
+        let config = &parse_mime(&al2023).expect("mime").expect("parts")[0].body;
+        let config: Value = serde_yaml_ng::from_str(config).expect("yaml");
+        assert_eq!(
+            config["spec"]["instance"]["localStorage"]["strategy"],
+            "RAID0"
+        );
+
+        b.instance_store_raid0 = false;
+        for family in [AMIFamily::AL2, AMIFamily::AL2023, AMIFamily::Bottlerocket] {
+            let out = render(family, &b).expect("render");
+            assert!(
+                !out.contains("raid0")
+                    && !out.contains("RAID0")
+                    && !out.contains("ephemeral-storage"),
+                "{family:?} without the policy: {out}"
+            );
+        }
     }
 
     #[test]
