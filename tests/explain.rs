@@ -355,3 +355,54 @@ fn the_provisioner_reports_the_reason_explain_gives() {
         "{reason}"
     );
 }
+
+/// A planned NodeClaim may become any of several instance types in any of several zones: it
+/// carries none of them as a label (the launch sets the real ones, and the NodeClaim's own labels
+/// win over the launch's), only the labels its requirements pin for everything it may become.
+#[test]
+fn a_planned_nodeclaim_carries_no_label_its_launch_decides() {
+    let docs = [
+        nodepool(
+            "m5",
+            "",
+            "        - {key: team, operator: In, values: [blue]}",
+        ),
+        pending("app", "1", ""),
+    ];
+    let snapshot = cluster(&docs);
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let types: HashMap<String, Arc<Vec<_>>> = [(
+        "default".to_string(),
+        Arc::new(catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023))),
+    )]
+    .into();
+    let plan = provisioning::plan(&snapshot, &types, &EngineOptions::default());
+    let claim = plan.nodeclaims.first().expect("a NodeClaim for the pod");
+    let allowed = claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == karpenter_rs::apis::labels::INSTANCE_TYPE)
+        .map_or(0, |r| r.values.len());
+    assert!(allowed > 1, "several instance types are allowed: {allowed}");
+    let labels = claim.metadata.labels.clone().unwrap_or_default();
+    for key in [
+        karpenter_rs::apis::labels::INSTANCE_TYPE,
+        karpenter_rs::apis::labels::ZONE,
+        karpenter_rs::apis::labels::CAPACITY_TYPE,
+        "karpenter.k8s.aws/instance-family",
+        "kubernetes.io/arch",
+    ] {
+        assert!(
+            !labels.contains_key(key),
+            "{key} is the launch's to set: {labels:?}"
+        );
+    }
+    assert_eq!(labels.get("team").map(String::as_str), Some("blue"));
+    assert_eq!(
+        labels
+            .get(karpenter_rs::apis::labels::NODEPOOL)
+            .map(String::as_str),
+        Some("m5")
+    );
+}

@@ -244,6 +244,17 @@ pub fn is_restricted_label(key: &str) -> bool {
         .any(|d| domain == *d || domain.ends_with(&format!(".{d}")))
 }
 
+/// Whether Karpenter must not write this label onto a NodeClaim from its requirements (upstream's
+/// `IsRestrictedNodeLabel`): well-known labels describe what is launched — a requirement allowing
+/// several instance types or zones has no single true value before the launch — so the cloud
+/// provider sets them from the instance; restricted ones belong to Kubernetes or other software.
+pub fn is_restricted_node_label(key: &str) -> bool {
+    let normal = normalize(key);
+    WELL_KNOWN_LABELS.contains(&normal)
+        || AWS_WELL_KNOWN_LABELS.contains(&normal)
+        || is_restricted_label(key)
+}
+
 /// The current name of a label key, mapping deprecated beta keys to their GA names.
 pub fn normalize(key: &str) -> &str {
     NORMALIZED_LABELS

@@ -890,6 +890,15 @@ impl Requirements {
             .collect()
     }
 
+    /// The labels a NodeClaim carries from these requirements before it launches: as
+    /// [`Requirements::labels`] without the well-known and restricted keys
+    /// ([`labels::is_restricted_node_label`]), which the cloud provider sets from what it launched.
+    pub fn nodeclaim_labels(&self) -> BTreeMap<String, String> {
+        let mut out = self.labels();
+        out.retain(|key, _| !labels::is_restricted_node_label(key));
+        out
+    }
+
     /// Whether a node carrying exactly `node_labels` satisfies every requirement; a key missing
     /// from the node satisfies only `NotIn` and `DoesNotExist`. Deprecated alias labels on the
     /// node count for their current key.

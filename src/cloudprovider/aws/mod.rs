@@ -814,7 +814,7 @@ fn to_instance(
 /// Labels kubelet may register itself with (`--node-labels`): the NodeClaim's labels less the
 /// `kubernetes.io` / `k8s.io` keys only Kubernetes sets (the node-restriction admission rule).
 fn kubelet_labels(claim: &NodeClaim, reqs: &Requirements) -> BTreeMap<String, String> {
-    let mut out = reqs.labels();
+    let mut out = reqs.nodeclaim_labels();
     if let Some(l) = &claim.metadata.labels {
         out.extend(l.clone());
     }

@@ -308,12 +308,7 @@ fn nodeclaim_for(
         min_values,
     ));
     let mut node_labels = template.metadata.labels.clone();
-    node_labels.extend(
-        requirements
-            .labels()
-            .into_iter()
-            .filter(|(k, _)| k != labels::HOSTNAME),
-    );
+    node_labels.extend(requirements.nodeclaim_labels());
     node_labels.insert(labels::NODEPOOL.into(), pool_name.clone());
     let mut annotations = template.metadata.annotations.clone();
     annotations.insert(labels::NODEPOOL_HASH.into(), pool.static_hash());
