@@ -1412,3 +1412,52 @@ async fn without_the_node_repair_gate_an_unhealthy_node_is_left_alone() {
     assert!(!deleting(&env.claim("default-ungated").await));
     assert!(repair_blocked_events(&env).await.is_empty());
 }
+
+/// The [`POOL`] NodePool's `NodeRegistrationHealthy` condition: (status, reason).
+async fn registration_healthy(env: &Env) -> Option<(String, String)> {
+    let pool: karpenter_rs::apis::NodePool = env.get(POOL).await.expect("the pool exists");
+    let status = pool.status?;
+    karpenter_rs::apis::conditions::find(
+        &status.conditions,
+        karpenter_rs::apis::nodepool::condition::NODE_REGISTRATION_HEALTHY,
+    )
+    .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn two_nodeclaims_that_never_register_make_the_pool_registration_unhealthy_until_registrations_outweigh_them()
+ {
+    let env = Env::new().await;
+    for name in ["default-lost1", "default-lost2"] {
+        env.launched(&builders::nodeclaim(name)).await;
+    }
+    env.advance(REGISTRATION_TIMEOUT + Duration::seconds(2));
+    env.reconcile("default-lost1").await;
+    assert!(deleting(&env.claim("default-lost1").await));
+    assert_eq!(
+        registration_healthy(&env).await,
+        None,
+        "one failure of the last four is not unhealthy"
+    );
+    env.reconcile("default-lost2").await;
+    assert_eq!(
+        registration_healthy(&env).await,
+        Some((FALSE.to_string(), "RegistrationFailed".to_string()))
+    );
+
+    // Registrations: two failures among the last four stay unhealthy; the third registration
+    // pushes the first failure out.
+    for (name, healthy) in [
+        ("default-ok1", false),
+        ("default-ok2", false),
+        ("default-ok3", true),
+    ] {
+        env.running(&builders::nodeclaim(name)).await;
+        let expected = if healthy { TRUE } else { FALSE };
+        assert_eq!(
+            registration_healthy(&env).await.map(|(s, _)| s).as_deref(),
+            Some(expected),
+            "after {name}"
+        );
+    }
+}

@@ -24,7 +24,9 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::hash;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePoolStatus;
-use crate::apis::nodepool::condition::{NODE_CLASS_READY, VALIDATION_SUCCEEDED};
+use crate::apis::nodepool::condition::{
+    NODE_CLASS_READY, NODE_REGISTRATION_HEALTHY, VALIDATION_SUCCEEDED,
+};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::metrics::METRICS;
 use crate::runtime::untyped;
@@ -296,6 +298,9 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
             }
         }
     };
+    if let Some(c) = &class {
+        reset_registration_health(&ctx, &pool, &mut status, &before, c, now);
+    }
     if class_ready {
         conditions::set(&mut status.conditions, NODE_CLASS_READY, TRUE, "", "", now);
     } else if conditions::set(
@@ -335,6 +340,45 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         .await?;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Resets `NodeRegistrationHealthy` to `Unknown`, and the pool's recent registration outcomes
+/// with it, when the condition is missing or the NodePool or its EC2NodeClass changed since it
+/// was written (upstream's `nodepool.registrationhealth`): outcomes from before a fix say nothing
+/// of the pool now.
+fn reset_registration_health(
+    ctx: &Context,
+    pool: &NodePool,
+    status: &mut NodePoolStatus,
+    before: &NodePoolStatus,
+    class: &EC2NodeClass,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let generation = pool.metadata.generation;
+    let stale = conditions::find(&status.conditions, NODE_REGISTRATION_HEALTHY)
+        .is_none_or(|c| c.observed_generation != generation)
+        || before.node_class_observed_generation != class.metadata.generation;
+    if !stale {
+        return;
+    }
+    conditions::set(
+        &mut status.conditions,
+        NODE_REGISTRATION_HEALTHY,
+        conditions::UNKNOWN,
+        "AwaitingReconciliation",
+        "object is awaiting reconciliation",
+        now,
+    );
+    if let Some(c) = status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == NODE_REGISTRATION_HEALTHY)
+    {
+        c.observed_generation = generation;
+    }
+    if let Some(uid) = pool.metadata.uid.as_deref() {
+        ctx.registration_health.reset(uid);
+    }
 }
 
 /// A NodePool the controller cannot read (a value the CRD pattern admits but Karpenter cannot

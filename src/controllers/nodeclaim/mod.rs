@@ -11,6 +11,7 @@
 pub mod disruption;
 pub mod garbage;
 pub mod liveness;
+pub mod registration_health;
 pub mod termination;
 
 use std::collections::BTreeMap;
@@ -135,6 +136,9 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
             .is_some_and(|t| t.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY));
         if !conditions::is_true(&status.conditions, REGISTERED) || unregistered {
             register(&claim, &node, &ctx).await?;
+            if !conditions::is_true(&status.conditions, REGISTERED) {
+                registration_health::record(&ctx, &claim, true).await;
+            }
             status.node_name = node.metadata.name.clone();
             conditions::set(&mut status.conditions, REGISTERED, TRUE, "", "", now);
         }
@@ -193,6 +197,7 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
             .await;
             api.delete(&name, &DeleteParams::default()).await?;
             count_disrupted(&claim, "registration_timeout");
+            registration_health::record(&ctx, &claim, false).await;
             return Ok(Action::await_change());
         }
     };
@@ -357,6 +362,7 @@ async fn launch(
             .await;
             api.delete(&name, &DeleteParams::default()).await?;
             count_disrupted(claim, "launch_timeout");
+            registration_health::record(ctx, claim, false).await;
             Ok(Action::await_change())
         }
     }
