@@ -342,6 +342,19 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
+/// Whether `NodeRegistrationHealthy` in `status` (as read) no longer speaks for the pool: it is
+/// missing, was written for another generation of the NodePool, or the EC2NodeClass changed
+/// since.
+fn registration_health_stale(
+    status: &NodePoolStatus,
+    pool_generation: Option<i64>,
+    class_generation: Option<i64>,
+) -> bool {
+    conditions::find(&status.conditions, NODE_REGISTRATION_HEALTHY)
+        .is_none_or(|c| c.observed_generation != pool_generation)
+        || status.node_class_observed_generation != class_generation
+}
+
 /// Resets `NodeRegistrationHealthy` to `Unknown`, and the pool's recent registration outcomes
 /// with it, when the condition is missing or the NodePool or its EC2NodeClass changed since it
 /// was written (upstream's `nodepool.registrationhealth`): outcomes from before a fix say nothing
@@ -355,10 +368,7 @@ fn reset_registration_health(
     now: chrono::DateTime<chrono::Utc>,
 ) {
     let generation = pool.metadata.generation;
-    let stale = conditions::find(&status.conditions, NODE_REGISTRATION_HEALTHY)
-        .is_none_or(|c| c.observed_generation != generation)
-        || before.node_class_observed_generation != class.metadata.generation;
-    if !stale {
+    if !registration_health_stale(before, generation, class.metadata.generation) {
         return;
     }
     conditions::set(
@@ -471,6 +481,37 @@ mod tests {
             "spec": {"template": {"spec": spec}},
         }))
         .expect("pool")
+    }
+
+    #[test]
+    fn registration_health_is_stale_when_missing_or_the_pool_or_its_class_changed() {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("t");
+        let mut status = NodePoolStatus {
+            node_class_observed_generation: Some(3),
+            ..NodePoolStatus::default()
+        };
+        assert!(
+            registration_health_stale(&status, Some(2), Some(3)),
+            "missing"
+        );
+        conditions::set(
+            &mut status.conditions,
+            NODE_REGISTRATION_HEALTHY,
+            TRUE,
+            "",
+            "",
+            now,
+        );
+        status.conditions[0].observed_generation = Some(2);
+        assert!(!registration_health_stale(&status, Some(2), Some(3)));
+        assert!(
+            registration_health_stale(&status, Some(4), Some(3)),
+            "pool changed"
+        );
+        assert!(
+            registration_health_stale(&status, Some(2), Some(5)),
+            "class changed"
+        );
     }
 
     #[test]
