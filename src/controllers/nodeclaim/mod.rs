@@ -134,11 +134,9 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
             .as_ref()
             .and_then(|s| s.taints.as_ref())
             .is_some_and(|t| t.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY));
-        if !conditions::is_true(&status.conditions, REGISTERED) || unregistered {
+        let newly_registered = !conditions::is_true(&status.conditions, REGISTERED);
+        if newly_registered || unregistered {
             register(&claim, &node, &ctx).await?;
-            if !conditions::is_true(&status.conditions, REGISTERED) {
-                registration_health::record(&ctx, &claim, true).await;
-            }
             status.node_name = node.metadata.name.clone();
             conditions::set(&mut status.conditions, REGISTERED, TRUE, "", "", now);
         }
@@ -172,6 +170,11 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
             || claim.status.as_ref().and_then(|s| s.node_name.as_ref()) != status.node_name.as_ref()
         {
             write_status(&api, &claim, &status).await?;
+        }
+        // Counted once the registration is written: a write that lost a race is retried, and
+        // must not count the same registration twice.
+        if newly_registered {
+            registration_health::record(&ctx, &claim, true).await;
         }
         return Ok(if initialized {
             Action::await_change()
