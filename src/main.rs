@@ -192,6 +192,8 @@ fn engine_options(
         disruption: karpenter_rs::disruption::Options { spot_to_spot },
         static_capacity,
         node_overlay,
+        // `simulate` and `explain` plan; repairing Nodes is `run`'s alone.
+        node_repair: false,
     })
 }
 
@@ -362,6 +364,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 },
                 static_capacity: settings.feature_gates.static_capacity,
                 node_overlay: settings.feature_gates.node_overlay,
+                node_repair: settings.feature_gates.node_repair,
             },
             eviction_client,
             observe_cluster_state: !settings.disable_cluster_state_observability,

@@ -23,6 +23,7 @@ use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{
     BLOCKED_EVENT_INTERVAL, BlockedEvents, COMMAND_ANNOTATION, CommandMarker, once, resume_commands,
 };
+use karpenter_rs::controllers::node_repair::{self, NodeRepair};
 use karpenter_rs::controllers::nodeclaim;
 use karpenter_rs::controllers::nodeclaim::garbage;
 use karpenter_rs::controllers::nodeclaim::termination;
@@ -1303,4 +1304,212 @@ async fn the_nodeclaims_of_a_capacity_block_are_deleted_forty_minutes_before_it_
         !deleting(&env.claim("default-other").await),
         "NodeClaims outside the block are left alone"
     );
+}
+
+/// A cluster with the `NodeRepair` gate on.
+async fn repair_env() -> Env {
+    Env::with_options(EngineOptions {
+        node_repair: true,
+        ..EngineOptions::default()
+    })
+    .await
+}
+
+/// Sets the Node's `Ready` condition to `status`, transitioned now, through the status
+/// subresource, as the node lifecycle controller does when the kubelet stops reporting.
+async fn set_ready(env: &Env, node: &str, status: &str) {
+    let now = env
+        .clock
+        .now()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    Api::<Node>::all(env.ctx.client.clone())
+        .patch_status(
+            node,
+            &Default::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": status, "lastTransitionTime": now, "lastHeartbeatTime": now,
+                 "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."},
+            ]}})),
+        )
+        .await
+        .expect("node status patched");
+}
+
+/// The `NodeRepairBlocked` events recorded: (kind, name) of each.
+async fn repair_blocked_events(env: &Env) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Api::<K8sEvent>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(node_repair::NODE_REPAIR_BLOCKED))
+        .map(|e| {
+            let regarding = e.regarding.unwrap_or_default();
+            (
+                regarding.kind.unwrap_or_default(),
+                regarding.name.unwrap_or_default(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `karpenter_nodeclaims_unhealthy_disrupted_total` for an on-demand NodeClaim of [`POOL`] on
+/// this image.
+fn unhealthy_disrupted(condition: &str, image: &str) -> f64 {
+    karpenter_rs::metrics::METRICS
+        .nodeclaims_unhealthy_disrupted_total
+        .with_label_values(&[condition, POOL, "on-demand", image])
+        .get()
+}
+
+#[tokio::test]
+async fn a_node_not_ready_past_its_toleration_has_its_nodeclaim_deleted_forcefully() {
+    let env = repair_env().await;
+    let (sick, node) = env.running(&builders::nodeclaim("default-sick")).await;
+    let image = sick
+        .status
+        .as_ref()
+        .and_then(|s| s.image_id.clone())
+        .unwrap_or_default();
+    env.running(&builders::nodeclaim("default-well")).await;
+    // A pod that would block the drain: repair does not wait for it.
+    env.create_namespaced(&builders::pod("web", &node.name_any()))
+        .await;
+    env.create_namespaced(&builders::pdb("web", "web", 0)).await;
+    set_ready(&env, &node.name_any(), UNKNOWN).await;
+    let repair = NodeRepair::default();
+    let before = unhealthy_disrupted("ready", &image);
+
+    env.advance(Duration::minutes(30) - Duration::seconds(1));
+    repair.pass(&env.ctx).await.expect("pass");
+    assert!(
+        !deleting(&env.claim("default-sick").await),
+        "tolerated for 30 minutes"
+    );
+
+    env.advance(Duration::seconds(1));
+    repair.pass(&env.ctx).await.expect("pass");
+    let claim = env.claim("default-sick").await;
+    assert!(deleting(&claim), "repaired once the toleration ran out");
+    assert_eq!(
+        claim
+            .annotations()
+            .get(labels::NODECLAIM_TERMINATION_TIMESTAMP)
+            .map(String::as_str),
+        Some(
+            env.clock
+                .now()
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                .as_str()
+        ),
+        "the termination deadline is now: the drain waits on no PDB"
+    );
+    assert!(!deleting(&env.claim("default-well").await));
+    assert_eq!(unhealthy_disrupted("ready", &image) - before, 1.0);
+    assert!(repair_blocked_events(&env).await.is_empty());
+
+    // The termination finishes despite the PDB that allows no eviction.
+    env.reconcile_until_gone("default-sick", 10).await;
+}
+
+#[tokio::test]
+async fn a_pool_with_more_than_a_fifth_of_its_nodes_unhealthy_is_not_repaired() {
+    let env = repair_env().await;
+    let mut sick = Vec::new();
+    for name in ["default-r1", "default-r2", "default-r3"] {
+        let (_, node) = env.running(&builders::nodeclaim(name)).await;
+        if name != "default-r3" {
+            set_ready(&env, &node.name_any(), FALSE).await;
+            sick.push(node.name_any());
+        }
+    }
+    env.advance(Duration::minutes(31));
+    let repair = NodeRepair::default();
+    repair.pass(&env.ctx).await.expect("pass");
+    for name in ["default-r1", "default-r2", "default-r3"] {
+        assert!(
+            !deleting(&env.claim(name).await),
+            "{name}: 2 of 3 unhealthy, 1 allowed"
+        );
+    }
+    let mut expected = vec![
+        ("NodeClaim".to_string(), "default-r1".to_string()),
+        ("NodeClaim".to_string(), "default-r2".to_string()),
+        ("NodePool".to_string(), POOL.to_string()),
+    ];
+    expected.extend(sick.iter().map(|n| ("Node".to_string(), n.clone())));
+    expected.sort();
+    assert_eq!(repair_blocked_events(&env).await, expected);
+    // The next pass reports nothing new within the 15-minute dedupe window.
+    repair.pass(&env.ctx).await.expect("pass");
+    assert_eq!(repair_blocked_events(&env).await.len(), expected.len());
+
+    // One recovers: 1 of 3 is within the threshold, and the other is repaired.
+    set_ready(&env, &sick[0], TRUE).await;
+    repair.pass(&env.ctx).await.expect("pass");
+    assert!(!deleting(&env.claim("default-r1").await));
+    assert!(deleting(&env.claim("default-r2").await));
+}
+
+#[tokio::test]
+async fn without_the_node_repair_gate_an_unhealthy_node_is_left_alone() {
+    let env = Env::new().await;
+    let (_, node) = env.running(&builders::nodeclaim("default-ungated")).await;
+    set_ready(&env, &node.name_any(), FALSE).await;
+    env.advance(Duration::hours(2));
+    NodeRepair::default().pass(&env.ctx).await.expect("pass");
+    assert!(!deleting(&env.claim("default-ungated").await));
+    assert!(repair_blocked_events(&env).await.is_empty());
+}
+
+/// The [`POOL`] NodePool's `NodeRegistrationHealthy` condition: (status, reason).
+async fn registration_healthy(env: &Env) -> Option<(String, String)> {
+    let pool: karpenter_rs::apis::NodePool = env.get(POOL).await.expect("the pool exists");
+    let status = pool.status?;
+    karpenter_rs::apis::conditions::find(
+        &status.conditions,
+        karpenter_rs::apis::nodepool::condition::NODE_REGISTRATION_HEALTHY,
+    )
+    .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test]
+async fn two_nodeclaims_that_never_register_make_the_pool_registration_unhealthy_until_registrations_outweigh_them()
+ {
+    let env = Env::new().await;
+    for name in ["default-lost1", "default-lost2"] {
+        env.launched(&builders::nodeclaim(name)).await;
+    }
+    env.advance(REGISTRATION_TIMEOUT + Duration::seconds(2));
+    env.reconcile("default-lost1").await;
+    assert!(deleting(&env.claim("default-lost1").await));
+    assert_eq!(
+        registration_healthy(&env).await,
+        None,
+        "one failure of the last four is not unhealthy"
+    );
+    env.reconcile("default-lost2").await;
+    assert_eq!(
+        registration_healthy(&env).await,
+        Some((FALSE.to_string(), "RegistrationFailed".to_string()))
+    );
+
+    // Registrations: two failures among the last four stay unhealthy; the third registration
+    // pushes the first failure out.
+    for (name, healthy) in [
+        ("default-ok1", false),
+        ("default-ok2", false),
+        ("default-ok3", true),
+    ] {
+        env.running(&builders::nodeclaim(name)).await;
+        let expected = if healthy { TRUE } else { FALSE };
+        assert_eq!(
+            registration_healthy(&env).await.map(|(s, _)| s).as_deref(),
+            Some(expected),
+            "after {name}"
+        );
+    }
 }

@@ -36,6 +36,11 @@ struct Controller {
 
 impl Controller {
     fn start(name: &str) -> Self {
+        Self::start_with_gates(name, None)
+    }
+
+    /// A controller with `FEATURE_GATES` set to `gates` (the defaults when `None`).
+    fn start_with_gates(name: &str, gates: Option<&str>) -> Self {
         let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("disruption-controller-{name}.log"));
         let log = std::fs::File::create(&log_path).expect("log file");
@@ -50,6 +55,9 @@ impl Controller {
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log));
         cmd.arg("--disable-leader-election");
+        if let Some(gates) = gates {
+            cmd.env("FEATURE_GATES", gates);
+        }
         Self {
             child: cmd.spawn().expect("start karpenter-rs run"),
             log: log_path,
@@ -1007,6 +1015,120 @@ fn a_node_whose_nodeclaim_was_removed_by_force_is_collected() {
                 .find(|n| n != &node)
         })
         .await;
+        drop(controller);
+        reset(&client).await;
+    });
+}
+
+/// Sets the Node's `Ready` condition to `status`, transitioned `ago` in the past, through the
+/// status subresource (there is no kubelet to report otherwise; the stand-in only renews the
+/// node Lease).
+async fn set_ready(client: &Client, node: &str, status: &str, ago: chrono::Duration) {
+    let since = (chrono::Utc::now() - ago).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": status, "reason": "KubeletNotReady",
+                "message": "set by the test", "lastTransitionTime": since, "lastHeartbeatTime": since,
+            }]}})),
+        )
+        .await
+        .expect("node status patched");
+}
+
+/// The NodeClaim whose Node is `node`.
+async fn claim_of_node(client: &Client, node: &str) -> NodeClaim {
+    list::<NodeClaim>(client)
+        .await
+        .into_iter()
+        .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .expect("the node's NodeClaim")
+}
+
+#[test]
+fn node_repair_replaces_a_node_not_ready_past_its_toleration_and_holds_off_when_too_many_are() {
+    serial(async {
+        let client = client().await;
+        reset(&client).await;
+        let controller = Controller::start_with_gates("repair", Some("NodeRepair=true"));
+        let ns = namespace(&client, "repair").await;
+        nodeclass(&client).await;
+        nodepool(
+            &client,
+            "default",
+            json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}),
+            json!({}),
+        )
+        .await;
+        // One pod per m5.xlarge.
+        deploy(&client, &ns, "app", 1, "3", json!({})).await;
+        let sick = wait_for("a bound pod", || async {
+            pods(&client, &ns).await.iter().find_map(node_of)
+        })
+        .await;
+        let claim = claim_of_node(&client, &sick).await;
+        set_ready(&client, &sick, "False", chrono::Duration::minutes(31)).await;
+        wait_for(
+            "the unhealthy node's NodeClaim to go and the pod to move",
+            || async {
+                let gone = get::<NodeClaim>(&client, &claim.name_any()).await.is_none();
+                let moved = pods(&client, &ns)
+                    .await
+                    .iter()
+                    .find_map(node_of)
+                    .is_some_and(|n| n != sick);
+                (gone && moved).then_some(())
+            },
+        )
+        .await;
+        wait_for_metrics(
+            controller.metrics_port,
+            &[
+                "karpenter_nodeclaims_disrupted_total{capacity_type=\"on-demand\",consolidation_policy=\"\",nodepool=\"default\",reason=\"unhealthy\"",
+                "karpenter_nodeclaims_unhealthy_disrupted_total{capacity_type=\"on-demand\",condition=\"ready\"",
+            ],
+        )
+        .await;
+
+        // Three nodes, two of them unhealthy: more than 20% (1 of 3), so neither is replaced.
+        scale(&client, &ns, "app", 3).await;
+        wait_for("3 bound pods", || async {
+            (bound(&pods(&client, &ns).await) == 3).then_some(())
+        })
+        .await;
+        let mut nodes: Vec<String> = pods(&client, &ns)
+            .await
+            .iter()
+            .filter_map(node_of)
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        assert_eq!(nodes.len(), 3, "one pod per node: {nodes:?}");
+        for node in &nodes[..2] {
+            set_ready(&client, node, "Unknown", chrono::Duration::minutes(31)).await;
+        }
+        wait_for("a NodeRepairBlocked event on the NodePool", || async {
+            Api::<k8s_openapi::api::events::v1::Event>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("NodeRepairBlocked")
+                        && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("NodePool")
+                })
+        })
+        .await;
+        for node in &nodes[..2] {
+            let claim = claim_of_node(&client, node).await;
+            assert!(
+                !deleting(&claim),
+                "{node} is not repaired while 2 of 3 are unhealthy"
+            );
+        }
         drop(controller);
         reset(&client).await;
     });

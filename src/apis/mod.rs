@@ -11,6 +11,7 @@ pub mod labels;
 pub mod nodeclaim;
 pub mod nodeoverlay;
 pub mod nodepool;
+pub mod repair;
 mod schema;
 pub mod validation;
 

@@ -392,6 +392,10 @@ pub mod condition {
     pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
     /// The pool's EC2NodeClass is Ready.
     pub const NODE_CLASS_READY: &str = "NodeClassReady";
+    /// The pool's recent NodeClaims registered: `False` once two of the last four were given up
+    /// on at the launch or registration timeout, `True` after a registration, `Unknown` when the
+    /// pool or its EC2NodeClass changed. Informational: `Ready` does not depend on it.
+    pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 }
 
 /// Observed state of a NodePool.

@@ -68,6 +68,10 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
         self.inner.name()
     }
 
+    fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
+        self.inner.repair_policies()
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,

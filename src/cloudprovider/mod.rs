@@ -10,6 +10,7 @@
 pub mod aws;
 pub mod instrumented;
 pub mod interruption;
+pub mod repair;
 pub mod simulated;
 
 use std::collections::BTreeMap;
@@ -196,6 +197,13 @@ pub type NodeClassResolution = Result<EC2NodeClassStatus, ResolveError>;
 pub trait CloudProvider: Send + Sync {
     /// A short name for logs and metrics (`aws`, `simulated`).
     fn name(&self) -> &'static str;
+
+    /// The Node conditions that, held past their toleration, get a Node replaced (node repair,
+    /// behind the `NodeRepair` gate). None by default: a provider that declares none is never
+    /// repaired.
+    fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
+        &[]
+    }
 
     /// Launches (or finds the already launched) instance for a NodeClaim on its node class.
     async fn create(

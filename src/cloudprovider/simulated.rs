@@ -311,6 +311,10 @@ impl CloudProvider for SimulatedProvider {
         "simulated"
     }
 
+    fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
+        &crate::cloudprovider::repair::EKS_POLICIES
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,

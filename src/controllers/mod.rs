@@ -10,6 +10,7 @@ pub mod interruption;
 pub mod kubelet;
 pub mod leader;
 pub mod metrics;
+pub mod node_repair;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodeoverlay;
@@ -161,7 +162,7 @@ async fn lead(
 
 /// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
 /// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
-/// status controllers, the capacity-block expiration drain, static NodePools (with the `StaticCapacity` gate), NodeOverlay status (with the `NodeOverlay` gate), the metrics controller, the stand-in kubelet (simulated cloud) and the
+/// status controllers, the capacity-block expiration drain, static NodePools (with the `StaticCapacity` gate), node repair (with the `NodeRepair` gate), NodeOverlay status (with the `NodeOverlay` gate), the metrics controller, the stand-in kubelet (simulated cloud) and the
 /// interruption consumer (which ends at once for a cloud without interruption notices). Each task runs under its controller's name, which the
 /// cloud-provider metrics carry. Aborting `tasks` stops them all, as a process kill would; a
 /// fresh [`Context`] restarts them.
@@ -202,6 +203,9 @@ pub fn spawn_controllers(
         "capacityreservation.expiration",
         capacity_blocks::run(ctx.clone()),
     ));
+    if ctx.options.node_repair {
+        tasks.spawn(in_controller("node.health", node_repair::run(ctx.clone())));
+    }
     if ctx.options.node_overlay {
         tasks.spawn(in_controller(
             "nodeoverlay.status",

@@ -24,7 +24,9 @@ use crate::apis::conditions::{self, FALSE, TRUE};
 use crate::apis::hash;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::nodepool::NodePoolStatus;
-use crate::apis::nodepool::condition::{NODE_CLASS_READY, VALIDATION_SUCCEEDED};
+use crate::apis::nodepool::condition::{
+    NODE_CLASS_READY, NODE_REGISTRATION_HEALTHY, VALIDATION_SUCCEEDED,
+};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 use crate::metrics::METRICS;
 use crate::runtime::untyped;
@@ -296,6 +298,9 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
             }
         }
     };
+    if let Some(c) = &class {
+        reset_registration_health(&ctx, &pool, &mut status, &before, c, now);
+    }
     if class_ready {
         conditions::set(&mut status.conditions, NODE_CLASS_READY, TRUE, "", "", now);
     } else if conditions::set(
@@ -335,6 +340,55 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         .await?;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Whether `NodeRegistrationHealthy` in `status` (as read) no longer speaks for the pool: it is
+/// missing, was written for another generation of the NodePool, or the EC2NodeClass changed
+/// since.
+fn registration_health_stale(
+    status: &NodePoolStatus,
+    pool_generation: Option<i64>,
+    class_generation: Option<i64>,
+) -> bool {
+    conditions::find(&status.conditions, NODE_REGISTRATION_HEALTHY)
+        .is_none_or(|c| c.observed_generation != pool_generation)
+        || status.node_class_observed_generation != class_generation
+}
+
+/// Resets `NodeRegistrationHealthy` to `Unknown`, and the pool's recent registration outcomes
+/// with it, when the condition is missing or the NodePool or its EC2NodeClass changed since it
+/// was written (upstream's `nodepool.registrationhealth`): outcomes from before a fix say nothing
+/// of the pool now.
+fn reset_registration_health(
+    ctx: &Context,
+    pool: &NodePool,
+    status: &mut NodePoolStatus,
+    before: &NodePoolStatus,
+    class: &EC2NodeClass,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let generation = pool.metadata.generation;
+    if !registration_health_stale(before, generation, class.metadata.generation) {
+        return;
+    }
+    conditions::set(
+        &mut status.conditions,
+        NODE_REGISTRATION_HEALTHY,
+        conditions::UNKNOWN,
+        "AwaitingReconciliation",
+        "object is awaiting reconciliation",
+        now,
+    );
+    if let Some(c) = status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == NODE_REGISTRATION_HEALTHY)
+    {
+        c.observed_generation = generation;
+    }
+    if let Some(uid) = pool.metadata.uid.as_deref() {
+        ctx.registration_health.reset(uid);
+    }
 }
 
 /// A NodePool the controller cannot read (a value the CRD pattern admits but Karpenter cannot
@@ -427,6 +481,37 @@ mod tests {
             "spec": {"template": {"spec": spec}},
         }))
         .expect("pool")
+    }
+
+    #[test]
+    fn registration_health_is_stale_when_missing_or_the_pool_or_its_class_changed() {
+        let now = chrono::DateTime::from_timestamp(1_800_000_000, 0).expect("t");
+        let mut status = NodePoolStatus {
+            node_class_observed_generation: Some(3),
+            ..NodePoolStatus::default()
+        };
+        assert!(
+            registration_health_stale(&status, Some(2), Some(3)),
+            "missing"
+        );
+        conditions::set(
+            &mut status.conditions,
+            NODE_REGISTRATION_HEALTHY,
+            TRUE,
+            "",
+            "",
+            now,
+        );
+        status.conditions[0].observed_generation = Some(2);
+        assert!(!registration_health_stale(&status, Some(2), Some(3)));
+        assert!(
+            registration_health_stale(&status, Some(4), Some(3)),
+            "pool changed"
+        );
+        assert!(
+            registration_health_stale(&status, Some(2), Some(5)),
+            "class changed"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod budgets;
 pub mod candidates;
 pub mod drift;
+pub mod repair;
 pub mod state;
 pub mod validation;
 

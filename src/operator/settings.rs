@@ -431,23 +431,11 @@ impl Settings {
                 self.interruption_queue
             ));
         }
-        for (on, gate, what) in [
-            (
-                self.feature_gates.node_repair,
-                "NodeRepair",
-                "unhealthy nodes are not repaired yet",
-            ),
-            (
-                self.feature_gates.capacity_buffer,
-                "CapacityBuffer",
-                "CapacityBuffer objects are not read yet",
-            ),
-        ] {
-            if on {
-                problems.push(format!(
-                    "FEATURE_GATES (--feature-gates) turns {gate} on, which karpenter-rs does not implement: {what}; set {gate}=false (upstream's default) rather than run without what you asked for"
-                ));
-            }
+        if self.feature_gates.capacity_buffer {
+            problems.push(
+                "FEATURE_GATES (--feature-gates) turns CapacityBuffer on, which karpenter-rs does not implement: CapacityBuffer objects are not read yet; set CapacityBuffer=false (upstream's default) rather than run without what you asked for"
+                    .to_string(),
+            );
         }
         // Settings that ask for behaviour karpenter-rs does not have: refused when set away from
         // their default, never accepted and silently ignored.
@@ -1032,10 +1020,6 @@ mod tests {
             (
                 &["--reserved-enis=-1"],
                 "RESERVED_ENIS (--reserved-enis) is -1: it counts network interfaces and must be 0 or more",
-            ),
-            (
-                &["--feature-gates=NodeRepair=true"],
-                "FEATURE_GATES (--feature-gates) turns NodeRepair on, which karpenter-rs does not implement: unhealthy nodes are not repaired yet; set NodeRepair=false",
             ),
             (
                 &["--feature-gates=CapacityBuffer=true,SpotToSpotConsolidation=true"],

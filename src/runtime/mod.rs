@@ -49,6 +49,9 @@ pub struct Context {
     /// When the provisioner first saw, decided about and placed each pending pod, for the pod
     /// provisioning metrics the metrics controller publishes.
     pub pod_scheduling: Arc<crate::metrics::pod_scheduling::PodSchedulingTimes>,
+    /// NodePools' recent registration outcomes, behind their `NodeRegistrationHealthy`
+    /// condition.
+    pub registration_health: crate::state::registration_health::RegistrationHealth,
 }
 
 /// How often the polling controllers run and how long a disruption command waits. Production
@@ -109,6 +112,7 @@ impl Context {
             panics: Default::default(),
             intervals: Intervals::default(),
             pod_scheduling: Default::default(),
+            registration_health: Default::default(),
         }
     }
 }

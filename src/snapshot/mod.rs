@@ -321,4 +321,8 @@ pub struct EngineOptions {
     /// The `NodeOverlay` feature gate: NodeOverlays change the instance types' prices and
     /// extended resources. Off (upstream's default), they are ignored.
     pub node_overlay: bool,
+    /// The `NodeRepair` feature gate: Nodes whose conditions match the cloud provider's repair
+    /// policies past their toleration are replaced (`controllers::node_repair`). Off
+    /// (upstream's default), they are left alone.
+    pub node_repair: bool,
 }

@@ -31,6 +31,7 @@ use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::snapshot::{self, Snapshot};
 
 pub mod lenient;
+pub mod registration_health;
 pub mod trim;
 
 /// Reflected stores of every kind the core reads.

@@ -939,6 +939,10 @@ impl CloudProvider for AwsProvider {
         "aws"
     }
 
+    fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
+        &crate::cloudprovider::repair::EKS_POLICIES
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,

@@ -11,6 +11,7 @@
 pub mod disruption;
 pub mod garbage;
 pub mod liveness;
+pub mod registration_health;
 pub mod termination;
 
 use std::collections::BTreeMap;
@@ -133,7 +134,8 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
             .as_ref()
             .and_then(|s| s.taints.as_ref())
             .is_some_and(|t| t.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY));
-        if !conditions::is_true(&status.conditions, REGISTERED) || unregistered {
+        let newly_registered = !conditions::is_true(&status.conditions, REGISTERED);
+        if newly_registered || unregistered {
             register(&claim, &node, &ctx).await?;
             status.node_name = node.metadata.name.clone();
             conditions::set(&mut status.conditions, REGISTERED, TRUE, "", "", now);
@@ -169,6 +171,11 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
         {
             write_status(&api, &claim, &status).await?;
         }
+        // Counted once the registration is written: a write that lost a race is retried, and
+        // must not count the same registration twice.
+        if newly_registered {
+            registration_health::record(&ctx, &claim, true).await;
+        }
         return Ok(if initialized {
             Action::await_change()
         } else {
@@ -193,6 +200,7 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
             .await;
             api.delete(&name, &DeleteParams::default()).await?;
             count_disrupted(&claim, "registration_timeout");
+            registration_health::record(&ctx, &claim, false).await;
             return Ok(Action::await_change());
         }
     };
@@ -357,6 +365,7 @@ async fn launch(
             .await;
             api.delete(&name, &DeleteParams::default()).await?;
             count_disrupted(claim, "launch_timeout");
+            registration_health::record(ctx, claim, false).await;
             Ok(Action::await_change())
         }
     }
