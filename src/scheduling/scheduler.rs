@@ -406,9 +406,7 @@ enum Yardstick {
 
 /// Runs the solver.
 pub fn solve(input: &Input) -> Outcome {
-    // The solver's state is dropped as soon as its plan is scored: a 20,000-pod round would
-    // otherwise hold two solvers' topology and skip lists at once.
-    plan(input, |_| ()).1
+    plan(input).1
 }
 
 /// Solves once, measuring the room NodeClaims gain by growing against their piles
@@ -417,17 +415,19 @@ pub fn solve(input: &Input) -> Outcome {
 /// cheaper one. Capping is a bet on the pods still to come: neither yardstick wins on every
 /// input (on `benches/gen-cost.py`'s cases the first alone was up to 7% dearer than the second on
 /// some, the second up to 9% dearer than plain sizing by fit on others), and a solve takes
-/// milliseconds, so both are tried. Without a cap the two solves would be the same. `keep` says
-/// what the caller keeps of the solver that made the returned plan.
-fn plan<'a, T>(input: &'a Input, keep: impl Fn(Solver<'a>) -> T) -> (T, Outcome) {
+/// milliseconds, so both are tried. Without a cap the two solves would be the same.
+///
+/// Only one plan is held at a time: the first is scored and dropped, and solved again when it
+/// wins (solves are deterministic). Holding both cost a 20,000-pod `simulate` 13 MB.
+fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     let placed = |o: &Outcome| o.placements.iter().filter(|p| p.is_some()).count();
     let mut solver = Solver::new(input);
     let outcome = solver.run();
     if !solver.capped {
-        return (keep(solver), outcome);
+        return (solver, outcome);
     }
     let (count, cost) = (placed(&outcome), solver.plan_cost(&outcome));
-    let kept = keep(solver);
+    drop((solver, outcome));
     let mut other = Solver::new(input);
     other.yardstick = Yardstick::EmptyNode;
     let alternative = other.run();
@@ -436,17 +436,19 @@ fn plan<'a, T>(input: &'a Input, keep: impl Fn(Solver<'a>) -> T) -> (T, Outcome)
         .then_with(|| cost.total_cmp(&other.plan_cost(&alternative)))
         .is_gt();
     if better {
-        (keep(other), alternative)
-    } else {
-        (kept, outcome)
+        return (other, alternative);
     }
+    drop((other, alternative));
+    let mut solver = Solver::new(input);
+    let outcome = solver.run();
+    (solver, outcome)
 }
 
 /// Runs the solver and explains pod `pod` (an index into `Input::pods`): `None` when it was
 /// placed, else why not — every existing node (in the order they were tried, against what the
 /// other pods left of them) and every NodePool, each with the first constraint that failed.
 pub fn diagnose(input: &Input, pod: usize) -> (Outcome, Option<PodFailure>) {
-    let (mut solver, outcome) = plan(input, |s| s);
+    let (mut solver, outcome) = plan(input);
     let Some((_, failure)) = outcome.errors.iter().find(|(i, _)| *i == pod) else {
         return (outcome, None);
     };
