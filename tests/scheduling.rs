@@ -1480,3 +1480,112 @@ fn a_malformed_reservation_count_is_refused() {
         "{err}"
     );
 }
+
+/// The web and batch cases of `benches/gen-cost.py` (same requests, same order) on its narrow
+/// pool: c, m and r types of generation > 5, on-demand, default pod density.
+fn narrow_pool_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<String> {
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
+        ),
+    ];
+    for (d, (cpu, memory)) in shapes.iter().enumerate() {
+        docs.push(sized_deployment(
+            &format!("{prefix}-{d}"),
+            replicas,
+            *cpu,
+            *memory,
+            "",
+        ));
+    }
+    docs
+}
+
+/// Where cost sizing changes the plan, it must not be dearer than sizing by fit alone (every
+/// fitting type kept, as upstream). Capping a pile whose room ran out in one resource at its
+/// type, because a larger type added little room for the *average* pod, cost more here: the
+/// third web NodeClaim stopped at a c8i.96xlarge out of memory with CPU left over (an m8i, $2.33
+/// dearer, would have taken 264 more pods), and the pods it turned away needed a third
+/// c8i.96xlarge where an m6a.48xlarge had held them: $92.29/h against $84.92/h; the batch plan
+/// stopped at an r6a.48xlarge and then needed an m8i.96xlarge: $71.85/h against $70.08/h.
+#[test]
+fn capped_growth_is_never_dearer_than_sizing_by_fit() {
+    const WEB: [(u32, u32); 30] = [
+        (500, 2048),
+        (750, 256),
+        (750, 1024),
+        (500, 256),
+        (500, 1024),
+        (1000, 1024),
+        (750, 2048),
+        (250, 1024),
+        (500, 512),
+        (1000, 256),
+        (250, 512),
+        (500, 512),
+        (250, 512),
+        (500, 2048),
+        (1000, 2048),
+        (500, 1024),
+        (500, 1024),
+        (500, 2048),
+        (500, 512),
+        (250, 256),
+        (750, 512),
+        (250, 512),
+        (1000, 1024),
+        (750, 2048),
+        (750, 2048),
+        (500, 256),
+        (250, 2048),
+        (500, 2048),
+        (500, 1024),
+        (250, 1024),
+    ];
+    const BATCH: [(u32, u32); 20] = [
+        (4000, 65536),
+        (8000, 4096),
+        (8000, 16384),
+        (4000, 4096),
+        (4000, 16384),
+        (16000, 16384),
+        (8000, 65536),
+        (2000, 16384),
+        (4000, 8192),
+        (16000, 4096),
+        (2000, 8192),
+        (4000, 8192),
+        (2000, 8192),
+        (4000, 65536),
+        (16000, 65536),
+        (4000, 16384),
+        (4000, 16384),
+        (4000, 65536),
+        (4000, 8192),
+        (2000, 4096),
+    ];
+    let cost = |r: &Report| r.nodeclaims.iter().map(|c| c.price).sum::<f64>();
+    for (name, docs) in [
+        ("web", narrow_pool_case("web", &WEB, 100)),
+        ("batch", narrow_pool_case("batch", &BATCH, 10)),
+    ] {
+        let by_cost = run(&docs);
+        let by_fit = run_with(
+            &docs,
+            Options {
+                every_fitting_type: true,
+                ..Options::default()
+            },
+        );
+        assert!(by_cost.unschedulable.is_empty(), "{name}");
+        assert!(
+            cost(&by_cost) <= cost(&by_fit) + 1e-9,
+            "{name}: ${:.2}/h sized by cost, ${:.2}/h by fit",
+            cost(&by_cost),
+            cost(&by_fit)
+        );
+    }
+}
