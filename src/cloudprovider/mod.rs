@@ -10,7 +10,6 @@
 pub mod aws;
 pub mod instrumented;
 pub mod interruption;
-pub mod repair;
 pub mod simulated;
 
 use std::collections::BTreeMap;

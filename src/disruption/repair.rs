@@ -165,25 +165,7 @@ mod tests {
 
     use super::*;
 
-    /// EKS's policies (the cloud provider's list is tested beside it): `Ready` 30 minutes, the
-    /// node monitoring agent's conditions 30, accelerated hardware 10.
-    const EKS_POLICIES: [RepairPolicy; 7] = [
-        policy("Ready", "False", 30),
-        policy("Ready", "Unknown", 30),
-        policy("AcceleratedHardwareReady", "False", 10),
-        policy("StorageReady", "False", 30),
-        policy("NetworkingReady", "False", 30),
-        policy("KernelReady", "False", 30),
-        policy("ContainerRuntimeReady", "False", 30),
-    ];
-
-    const fn policy(type_: &'static str, status: &'static str, minutes: i64) -> RepairPolicy {
-        RepairPolicy {
-            condition_type: type_,
-            condition_status: status,
-            toleration: Duration::minutes(minutes),
-        }
-    }
+    use crate::apis::repair::EKS_POLICIES;
 
     fn at(minutes: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000, 0).expect("t") + Duration::minutes(minutes)

@@ -75,6 +75,9 @@ pub struct Reservation {
     pub available: i64,
 }
 
+/// The type of an on-demand capacity reservation (EC2's `default`; the other is `capacity-block`).
+pub const RESERVATION_TYPE_DEFAULT: &str = "default";
+
 /// A capacity reservation a node class selected, as the provider or `simulate` resolved it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReservedCapacity {
@@ -88,6 +91,27 @@ pub struct ReservedCapacity {
     pub reservation_type: String,
     /// Instances it can still launch.
     pub available: i64,
+}
+
+impl ReservedCapacity {
+    /// A reservation as the EC2NodeClass status records it, with `available` instances left
+    /// (the status does not carry the live count). A status without a type is a default
+    /// (on-demand) reservation, as EC2's.
+    pub fn of_status(
+        status: &crate::apis::ec2nodeclass::CapacityReservation,
+        available: i64,
+    ) -> Self {
+        Self {
+            id: status.id.clone(),
+            instance_type: status.instance_type.clone(),
+            zone: status.availability_zone.clone(),
+            reservation_type: status
+                .reservation_type
+                .clone()
+                .unwrap_or_else(|| RESERVATION_TYPE_DEFAULT.into()),
+            available,
+        }
+    }
 }
 
 /// Divides the on-demand price of a type to get its reserved offerings' price: reserved capacity

@@ -49,16 +49,7 @@ pub fn reserved_capacity(class: &EC2NodeClass) -> Vec<ReservedCapacity> {
         .unwrap_or_default()
         .iter()
         .filter(|r| r.state.as_deref().is_none_or(|s| s == "active"))
-        .map(|r| ReservedCapacity {
-            id: r.id.clone(),
-            instance_type: r.instance_type.clone(),
-            zone: r.availability_zone.clone(),
-            reservation_type: r
-                .reservation_type
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            available: counts.get(&r.id).copied().unwrap_or(0),
-        })
+        .map(|r| ReservedCapacity::of_status(r, counts.get(&r.id).copied().unwrap_or(0)))
         .collect()
 }
 

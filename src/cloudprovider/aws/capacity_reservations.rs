@@ -24,7 +24,7 @@ use super::sdk_error;
 use super::tags::{filter, selector_filters};
 
 /// `reservationType` of an On-Demand Capacity Reservation.
-pub const TYPE_DEFAULT: &str = "default";
+pub const TYPE_DEFAULT: &str = crate::scheduling::instance_type::RESERVATION_TYPE_DEFAULT;
 /// `reservationType` of an EC2 Capacity Block (ML): launched with the `capacity-block` market
 /// type, reclaimed by EC2 when the block ends.
 pub const TYPE_CAPACITY_BLOCK: &str = "capacity-block";
@@ -223,16 +223,7 @@ pub fn offered(
         .filter(|r| r.state.as_deref().is_none_or(|s| s == "active"))
         .filter(|r| r.end_time.is_none_or(|end| end > now) && !is_expiring(r, now))
         .filter(|r| r.interruptible != Some(true))
-        .map(|r| ReservedCapacity {
-            id: r.id.clone(),
-            instance_type: r.instance_type.clone(),
-            zone: r.availability_zone.clone(),
-            reservation_type: r
-                .reservation_type
-                .clone()
-                .unwrap_or_else(|| TYPE_DEFAULT.into()),
-            available: availability.count(&r.id),
-        })
+        .map(|r| ReservedCapacity::of_status(r, availability.count(&r.id)))
         .collect()
 }
 

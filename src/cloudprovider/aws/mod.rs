@@ -940,7 +940,7 @@ impl CloudProvider for AwsProvider {
     }
 
     fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
-        &crate::cloudprovider::repair::EKS_POLICIES
+        &crate::apis::repair::EKS_POLICIES
     }
 
     async fn create(
