@@ -158,8 +158,8 @@ fn within_budgets(
 /// A fresh simulation without the candidates still asks for what `cmd` launches: nothing for a
 /// deletion; for a replacement, one node whose instance types include all the command's (the
 /// simulation does not filter by price, so it may offer more). A consolidation whose pods now
-/// fit without its replacement is re-decided rather than paid for; a drift replacement goes
-/// ahead whenever its pods still fit on at most what it launches.
+/// fit without its replacement is re-decided rather than paid for; a drifted node is replaced
+/// even if its pods now fit elsewhere (it goes either way, and its replacement is capacity).
 fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
     let excluded: Vec<usize> = fresh
         .nodes
