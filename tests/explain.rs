@@ -11,7 +11,7 @@ use karpenter_rs::catalog::Catalog;
 use karpenter_rs::controllers::provisioning;
 use karpenter_rs::explain::{self, PodExplanation, PodVerdict};
 use karpenter_rs::manifest;
-use karpenter_rs::scheduling::instance_type::NodeClassSettings;
+use karpenter_rs::scheduling::instance_type::{InstanceType, NodeClassSettings};
 use karpenter_rs::scheduling::unschedulable::{Failure, Target};
 use karpenter_rs::snapshot::{EngineOptions, Snapshot};
 
@@ -312,6 +312,16 @@ fn explain_pod_says_where_a_schedulable_pod_goes() {
     assert!(missing.is_err_and(|m| m.contains("no pod default/ghost in the input")));
 }
 
+/// The instance types the provisioner plans with for the EC2NodeClass `default`, as a provider
+/// offering the bundled catalog would list them.
+fn provider_types(catalog: &Catalog) -> HashMap<String, Arc<Vec<InstanceType>>> {
+    [(
+        "default".to_string(),
+        Arc::new(catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023))),
+    )]
+    .into()
+}
+
 /// The provisioner's `FailedScheduling` reason and `explain pod`'s are one text.
 #[test]
 fn the_provisioner_reports_the_reason_explain_gives() {
@@ -326,11 +336,7 @@ fn the_provisioner_reports_the_reason_explain_gives() {
     ];
     let snapshot = cluster(&docs);
     let catalog = Catalog::bundled("us-east-1").expect("catalog");
-    let types: HashMap<String, Arc<Vec<_>>> = [(
-        "default".to_string(),
-        Arc::new(catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023))),
-    )]
-    .into();
+    let types = provider_types(&catalog);
     let plan = provisioning::plan(&snapshot, &types, &EngineOptions::default());
     let e = explain::pod(
         &snapshot,
@@ -370,12 +376,7 @@ fn a_planned_nodeclaim_carries_no_label_its_launch_decides() {
         pending("app", "1", ""),
     ];
     let snapshot = cluster(&docs);
-    let catalog = Catalog::bundled("us-east-1").expect("catalog");
-    let types: HashMap<String, Arc<Vec<_>>> = [(
-        "default".to_string(),
-        Arc::new(catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023))),
-    )]
-    .into();
+    let types = provider_types(&Catalog::bundled("us-east-1").expect("catalog"));
     let plan = provisioning::plan(&snapshot, &types, &EngineOptions::default());
     let claim = plan.nodeclaims.first().expect("a NodeClaim for the pod");
     let allowed = claim

@@ -21,10 +21,9 @@ use chrono::{DateTime, Utc};
 use crate::apis::conditions;
 use crate::apis::ec2nodeclass::{EC2NodeClassStatus, NodeClassCondition};
 use crate::apis::labels;
-use crate::apis::nodeclaim::Operator;
 use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::scheduling::instance_type::{CapacityType, InstanceType, Offering};
-use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler;
 use interruption::{InterruptionEvent, InterruptionMessage};
@@ -317,31 +316,11 @@ fn launch_order<'a>(
     out
 }
 
-/// Whether an offering is available in a zone, capacity type and (for reserved offerings)
-/// capacity reservation the requirements allow. Offerings outside reservations carry neither
-/// reservation label, so they pass a reservation requirement only when it excludes values.
+/// Whether an offering is available now and in a zone, capacity type and reservation the
+/// requirements allow ([`crate::scheduling::scheduler::offering_allowed`], the scheduler's own rule).
 fn offering_filter(requirements: &Requirements) -> impl Fn(&Offering) -> bool + '_ {
-    let zone = requirements.get(labels::ZONE);
-    let zone_id = requirements.get(labels::ZONE_ID);
-    let capacity = requirements.get(labels::CAPACITY_TYPE);
-    let reservation_id = requirements.get(labels::CAPACITY_RESERVATION_ID);
-    let reservation_type = requirements.get(labels::CAPACITY_RESERVATION_TYPE);
-    let absent_ok =
-        |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
-    move |o: &Offering| {
-        o.available
-            && zone.is_none_or(|z| z.has(&o.zone))
-            && capacity.is_none_or(|c| c.has(o.capacity_type.label()))
-            && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
-            && reservation_id.is_none_or(|ids| match &o.reservation {
-                Some(r) => ids.has(&r.id),
-                None => absent_ok(ids),
-            })
-            && reservation_type.is_none_or(|types| match &o.reservation {
-                Some(r) => types.has(&r.reservation_type),
-                None => absent_ok(types),
-            })
-    }
+    let allowed = crate::scheduling::scheduler::offering_allowed(requirements);
+    move |o| o.available && allowed(o)
 }
 
 /// The launch order: capacity type by preference, then price, then name and zone for a
@@ -414,10 +393,12 @@ pub fn provider_id_instance(provider_id: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::nodeclaim::Operator;
     use crate::catalog::Catalog;
     use crate::scheduling::instance_type::{
         NodeClassSettings, ReservedCapacity, add_reserved_offerings,
     };
+    use crate::scheduling::requirements::Requirement;
 
     fn types() -> Vec<InstanceType> {
         let catalog = Catalog::bundled("us-east-1").expect("bundled catalog");

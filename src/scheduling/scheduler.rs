@@ -550,15 +550,24 @@ pub fn cheapest_offering<'a>(
     it: &'a InstanceType,
     reqs: &Requirements,
 ) -> Option<&'a super::instance_type::Offering> {
+    it.cheapest_offering(offering_allowed(reqs))
+}
+
+/// Whether the requirements allow an offering's zone, zone ID, capacity type and (for reserved
+/// offerings) capacity reservation, whether or not it is available now. Offerings outside
+/// reservations carry neither reservation label, so they pass a reservation requirement only when
+/// it excludes values.
+pub fn offering_allowed(
+    reqs: &Requirements,
+) -> impl Fn(&super::instance_type::Offering) -> bool + '_ {
     let zone = reqs.get(labels::ZONE);
     let ct = reqs.get(labels::CAPACITY_TYPE);
     let zone_id = reqs.get(labels::ZONE_ID);
     let reservation_id = reqs.get(labels::CAPACITY_RESERVATION_ID);
     let reservation_type = reqs.get(labels::CAPACITY_RESERVATION_TYPE);
-    // Nodes outside reservations carry neither reservation label.
     let absent_ok =
         |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
-    it.cheapest_offering(|o| {
+    move |o| {
         zone.is_none_or(|z| z.has(&o.zone))
             && ct.is_none_or(|c| c.has(o.capacity_type.label()))
             && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
@@ -570,7 +579,7 @@ pub fn cheapest_offering<'a>(
                 Some(r) => types.has(&r.reservation_type),
                 None => absent_ok(types),
             })
-    })
+    }
 }
 
 /// The offering a launch would use: reserved, then spot, then on-demand when allowed (as
