@@ -360,6 +360,29 @@ fn an_unschedulable_pod_hears_from_every_nodepool_in_order_tainted_ones_included
 }
 
 #[test]
+fn a_pod_too_large_is_told_the_resource_no_instance_type_has_enough_of() {
+    // 2Gi of memory does not fit the cheapest types, but some type has it: the blocker is the
+    // ephemeral storage no type offers.
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: scratch}
+spec:
+  containers:
+    - name: c
+      image: pause
+      resources: {requests: {cpu: 100m, memory: 2Gi, ephemeral-storage: 1000Ti}}
+"#;
+    let report = run(&[NODECLASS.into(), nodepool("default", "", ""), pod.into()]);
+    assert_eq!(report.nodeclaims.len(), 0);
+    let reason = &report.unschedulable[0].reason;
+    assert!(
+        reason.contains("no instance type has enough allocatable ephemeral-storage"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn selectors_on_restricted_labels_are_not_provisioned_for() {
     let report = run(&[
         NODECLASS.into(),

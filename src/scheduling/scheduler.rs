@@ -2029,12 +2029,19 @@ impl<'a> Solver<'a> {
                     by_limits: true,
                 });
             }
-            let exceeding = compatible
-                .types(&pool.by_price)
-                .filter_map(|t| {
-                    total.first_exceeding(&template.instance_types[t as usize].allocatable)
-                })
-                .next()
+            // Blame the resource no allowed type has enough of (a pod needing 5Ti of
+            // ephemeral storage is too large in storage, whatever the cheapest type's memory);
+            // when each alone fits some type, the first the cheapest type lacks.
+            let allowed = || {
+                compatible
+                    .types(&pool.by_price)
+                    .map(|t| &template.instance_types[t as usize].allocatable)
+            };
+            let exceeding = total
+                .iter()
+                .find(|&(name, amount)| allowed().all(|a| a.get(name) < amount))
+                .map(|(name, _)| name)
+                .or_else(|| allowed().find_map(|a| total.first_exceeding(a)))
                 .unwrap_or("resources");
             // The allowed type with the most of that resource: what the pod must fit within.
             let largest = compatible
