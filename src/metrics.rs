@@ -31,9 +31,10 @@ tokio::task_local! {
 
 /// Runs `work` as controller `name`: metrics recorded inside it (such as the cloud-provider
 /// call metrics) carry `controller="<name>"`, as upstream's injected controller name does.
-/// The controller's reconcile families have their series from then on, at 0 until something
-/// happens, as controller-runtime creates them when a controller starts: `rate()` of its errors
-/// and an alert on its panics see a healthy controller, not a missing one.
+/// The controller's reconcile and work-queue families have their series from then on, at 0
+/// until something happens, as controller-runtime creates them when a controller starts:
+/// `rate()` of its errors and an alert on its panics see a healthy controller, not a missing
+/// one.
 pub async fn in_controller<F: std::future::Future>(name: &'static str, work: F) -> F::Output {
     METRICS.start_controller(name);
     CONTROLLER.scope(name, work).await
@@ -1078,8 +1079,8 @@ impl Metrics {
         metrics
     }
 
-    /// Gives controller `name` its reconcile series (see [`in_controller`]); those it has keep
-    /// their values.
+    /// Gives controller `name` its reconcile and work-queue series (see [`in_controller`]);
+    /// those it has keep their values.
     fn start_controller(&self, name: &str) {
         for result in RECONCILE_RESULTS {
             self.reconcile_total.with_label_values(&[name, result]);
