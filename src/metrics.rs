@@ -20,6 +20,7 @@ pub mod cluster_state;
 pub mod pod_scheduling;
 pub mod status;
 mod summary;
+pub mod workqueue;
 
 pub use summary::SummaryVec;
 
@@ -30,9 +31,10 @@ tokio::task_local! {
 
 /// Runs `work` as controller `name`: metrics recorded inside it (such as the cloud-provider
 /// call metrics) carry `controller="<name>"`, as upstream's injected controller name does.
-/// The controller's reconcile families have their series from then on, at 0 until something
-/// happens, as controller-runtime creates them when a controller starts: `rate()` of its errors
-/// and an alert on its panics see a healthy controller, not a missing one.
+/// The controller's reconcile and work-queue families have their series from then on, at 0
+/// until something happens, as controller-runtime creates them when a controller starts:
+/// `rate()` of its errors and an alert on its panics see a healthy controller, not a missing
+/// one.
 pub async fn in_controller<F: std::future::Future>(name: &'static str, work: F) -> F::Output {
     METRICS.start_controller(name);
     CONTROLLER.scope(name, work).await
@@ -95,6 +97,7 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
 /// The metrics in Prometheus' text exposition format, for the `/metrics` endpoint.
 pub fn encode() -> String {
+    workqueue::WORKQUEUES.refresh();
     METRICS.encode()
 }
 
@@ -352,6 +355,22 @@ pub struct Metrics {
     pub reconcile_time_seconds: HistogramVec,
     /// `controller_runtime_active_workers`: controller; reconciles (or polling passes) running now.
     pub active_workers: GaugeVec,
+    /// `workqueue_depth`: name, controller, priority (controller-runtime's; both names are the
+    /// controller's, priority is empty as for a queue without priorities). The work queues are
+    /// kept in [`workqueue`].
+    pub workqueue_depth: GaugeVec,
+    /// `workqueue_adds_total`: name, controller.
+    pub workqueue_adds_total: CounterVec,
+    /// `workqueue_queue_duration_seconds`: name, controller.
+    pub workqueue_queue_duration_seconds: HistogramVec,
+    /// `workqueue_work_duration_seconds`: name, controller.
+    pub workqueue_work_duration_seconds: HistogramVec,
+    /// `workqueue_retries_total`: name, controller.
+    pub workqueue_retries_total: CounterVec,
+    /// `workqueue_unfinished_work_seconds`: name, controller.
+    pub workqueue_unfinished_work_seconds: GaugeVec,
+    /// `workqueue_longest_running_processor_seconds`: name, controller.
+    pub workqueue_longest_running_processor_seconds: GaugeVec,
 
     // AWS provider.
     /// `karpenter_cloudprovider_batcher_batch_time_seconds`: batcher.
@@ -565,6 +584,10 @@ impl Metrics {
             .unwrap_or_else(|e| panic!("termination buckets: {e}"));
         let instance_termination_buckets = exponential_buckets(1.0, 2.0, 11)
             .unwrap_or_else(|e| panic!("instance termination buckets: {e}"));
+        // controller-runtime's work-queue buckets: 10 ns to 1000 s, by factors of ten.
+        let workqueue_buckets = exponential_buckets(1e-8, 10.0, 12)
+            .unwrap_or_else(|e| panic!("work queue buckets: {e}"));
+        let queue = ["name", "controller"];
 
         let metrics = Self {
             build_info: b.gauge_vec(
@@ -926,6 +949,43 @@ impl Metrics {
                 "Reconciles (or polling passes) running now, by controller.",
                 &["controller"],
             ),
+            workqueue_depth: b.gauge_vec(
+                "workqueue_depth",
+                "Current depth of workqueue by workqueue and priority",
+                &["name", "controller", "priority"],
+            ),
+            workqueue_adds_total: b.counter_vec(
+                "workqueue_adds_total",
+                "Total number of adds handled by workqueue",
+                &queue,
+            ),
+            workqueue_queue_duration_seconds: b.histogram_vec(
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                &queue,
+                &workqueue_buckets,
+            ),
+            workqueue_work_duration_seconds: b.histogram_vec(
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes.",
+                &queue,
+                &workqueue_buckets,
+            ),
+            workqueue_retries_total: b.counter_vec(
+                "workqueue_retries_total",
+                "Total number of retries handled by workqueue",
+                &queue,
+            ),
+            workqueue_unfinished_work_seconds: b.gauge_vec(
+                "workqueue_unfinished_work_seconds",
+                "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+                &queue,
+            ),
+            workqueue_longest_running_processor_seconds: b.gauge_vec(
+                "workqueue_longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running.",
+                &queue,
+            ),
             cloudprovider_batcher_batch_time_seconds: b.histogram_vec(
                 "karpenter_cloudprovider_batcher_batch_time_seconds",
                 "Seconds a batcher collected requests before sending one EC2 call.",
@@ -1019,8 +1079,8 @@ impl Metrics {
         metrics
     }
 
-    /// Gives controller `name` its reconcile series (see [`in_controller`]); those it has keep
-    /// their values.
+    /// Gives controller `name` its reconcile and work-queue series (see [`in_controller`]);
+    /// those it has keep their values.
     fn start_controller(&self, name: &str) {
         for result in RECONCILE_RESULTS {
             self.reconcile_total.with_label_values(&[name, result]);
@@ -1028,6 +1088,19 @@ impl Metrics {
         self.reconcile_errors_total.with_label_values(&[name]);
         self.reconcile_panics_total.with_label_values(&[name]);
         self.active_workers.with_label_values(&[name]);
+        // controller-runtime creates a queue's series with the queue.
+        let queue = [name, name];
+        self.workqueue_depth.with_label_values(&[name, name, ""]);
+        self.workqueue_adds_total.with_label_values(&queue);
+        self.workqueue_queue_duration_seconds
+            .with_label_values(&queue);
+        self.workqueue_work_duration_seconds
+            .with_label_values(&queue);
+        self.workqueue_retries_total.with_label_values(&queue);
+        self.workqueue_unfinished_work_seconds
+            .with_label_values(&queue);
+        self.workqueue_longest_running_processor_seconds
+            .with_label_values(&queue);
     }
 
     /// The text exposition of every family that has at least one series.

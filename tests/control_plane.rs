@@ -2084,6 +2084,63 @@ fn prometheus_scrapes_the_controller_and_upstreams_and_the_shipped_queries_agree
         assert_eq!(leaders.len(), 1, "{leaders:?}");
         assert_eq!(leaders[0].0["name"], "karpenter-leader-election");
 
+        // controller-runtime's work-queue families, one queue per controller (`name` and
+        // `controller` both its name), moved by the cycle's real triggers and reconciles.
+        let queues = [
+            "provisioner",
+            "disruption",
+            "nodeclaim.lifecycle",
+            "nodepool",
+        ];
+        let adds = by("sum by (name) (workqueue_adds_total)", "name").await;
+        for name in queues {
+            assert!(
+                adds.get(name).is_some_and(|a| *a > 0.0),
+                "workqueue_adds_total: {adds:?}"
+            );
+            assert!(
+                prometheus
+                    .value(&format!(
+                        r#"sum(workqueue_work_duration_seconds_count{{name="{name}",controller="{name}"}})"#
+                    ))
+                    .await
+                    .is_some_and(|n| n > 0.0),
+                "{name}'s reconciles took their items from its queue"
+            );
+        }
+        for family in [
+            "workqueue_depth",
+            "workqueue_retries_total",
+            "workqueue_queue_duration_seconds_count",
+            "workqueue_unfinished_work_seconds",
+            "workqueue_longest_running_processor_seconds",
+        ] {
+            let series = by(&format!("sum by (name) ({family})"), "name").await;
+            for name in queues {
+                assert!(series.contains_key(name), "{family}: {series:?}");
+            }
+        }
+        // A polling controller's pass is added and taken at once: its queue never holds one.
+        assert_eq!(
+            prometheus
+                .value(
+                    r#"max(max_over_time(workqueue_depth{name=~"provisioner|disruption"}[10m]))"#
+                )
+                .await,
+            Some(0.0)
+        );
+        for (panel, expr) in [
+            ("Work queue depth", "sum by (name) (workqueue_depth)"),
+            (
+                "Work queue latency (p99)",
+                "histogram_quantile(0.99, sum by (le, name) (rate(workqueue_queue_duration_seconds_bucket[5m])))",
+            ),
+        ] {
+            prometheus
+                .wait_for_data(&format!("performance.json: {panel}"), expr)
+                .await;
+        }
+
         // Every shipped query is valid PromQL on a real Prometheus; panels for what the
         // cycle exercised have data, and no alert fires on this healthy cluster.
         for (what, expr) in &queries {

@@ -465,6 +465,27 @@ fn active_workers(controller: &str) -> f64 {
         .get()
 }
 
+/// `workqueue_adds_total`, `workqueue_retries_total` and `workqueue_depth` of `controller`'s
+/// queue, and how many items `workqueue_queue_duration_seconds` and
+/// `workqueue_work_duration_seconds` timed.
+fn workqueue(controller: &str) -> (f64, f64, f64, u64, u64) {
+    let m = &karpenter_rs::metrics::METRICS;
+    let queue = [controller, controller];
+    (
+        m.workqueue_adds_total.with_label_values(&queue).get(),
+        m.workqueue_retries_total.with_label_values(&queue).get(),
+        m.workqueue_depth
+            .with_label_values(&[controller, controller, ""])
+            .get(),
+        m.workqueue_queue_duration_seconds
+            .with_label_values(&queue)
+            .get_sample_count(),
+        m.workqueue_work_duration_seconds
+            .with_label_values(&queue)
+            .get_sample_count(),
+    )
+}
+
 #[tokio::test]
 async fn a_reconcile_that_panics_on_one_object_is_caught_counted_and_backed_off_while_the_others_reconcile()
  {
@@ -482,7 +503,12 @@ async fn a_reconcile_that_panics_on_one_object_is_caught_counted_and_backed_off_
     };
     let before = panics_counted(CONTROLLER);
     let mut delays = Vec::new();
+    let queue = &karpenter_rs::metrics::workqueue::WORKQUEUES;
     for _ in 0..3 {
+        // Both objects are triggered (as their watch events would), and wait in the queue.
+        queue.add(CONTROLLER, "NodeClaim/default-hostile");
+        queue.add(CONTROLLER, "NodeClaim/default-normal");
+        assert_eq!(workqueue(CONTROLLER).2, 2.0, "both wait");
         let hostile = Arc::new(env.claim("default-hostile").await);
         let action = guarded(CONTROLLER, hostile, env.ctx.clone(), reconcile)
             .await
@@ -506,6 +532,8 @@ async fn a_reconcile_that_panics_on_one_object_is_caught_counted_and_backed_off_
     assert_eq!(reconcile_errors(CONTROLLER), 3.0);
     assert_eq!(reconcile_time_count(CONTROLLER), 6);
     assert_eq!(active_workers(CONTROLLER), 0.0);
+    // The work queue: six adds taken by six reconciles, each panic a retry, nothing waiting.
+    assert_eq!(workqueue(CONTROLLER), (6.0, 3.0, 0.0, 6, 6));
     let normal = env.claim("default-normal").await;
     assert!(
         has_condition(&normal, LAUNCHED, TRUE),
@@ -538,6 +566,9 @@ async fn a_polling_pass_that_panics_is_caught_and_the_next_pass_runs() {
     assert_eq!(reconciles("in-memory-pass-test", "success"), 1.0);
     assert_eq!(reconciles("in-memory-pass-test", "error"), 2.0);
     assert_eq!(active_workers("in-memory-pass-test"), 0.0);
+    // A pass is its queue's one item, added when due and taken at once; the panicked and the
+    // failed pass are retries.
+    assert_eq!(workqueue("in-memory-pass-test"), (3.0, 2.0, 0.0, 3, 3));
 }
 
 /// The reasons of the events recorded about objects in `namespace`.

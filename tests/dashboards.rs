@@ -68,6 +68,9 @@ fn the_library_families_operators_alert_on_are_on_the_dashboards_and_in_the_aler
         "controller_runtime_reconcile_panics_total",
         "rest_client_requests_total",
         "leader_election_master_status",
+        "workqueue_depth",
+        "workqueue_queue_duration_seconds_bucket",
+        "workqueue_longest_running_processor_seconds",
     ] {
         assert!(
             all.contains(&family.to_string()),
@@ -86,7 +89,11 @@ fn the_check_catches_an_unknown_family() {
     ));
     assert!(exported("controller_runtime_reconcile_total", &families));
     assert!(!exported("karpenter_nodeclaims_launched_total", &families));
-    assert!(!exported("workqueue_depth", &families));
+    assert!(exported("workqueue_depth", &families));
+    assert!(!exported(
+        "controller_runtime_webhook_requests_total",
+        &families
+    ));
 }
 
 #[test]

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
@@ -24,12 +23,13 @@ use crate::runtime::{Context, Error};
 /// Runs the EC2NodeClass controller until the stream ends. Classes are watched untyped and read
 /// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
-    untyped::controller::<EC2NodeClass>(&ctx)
+    let reconciles = untyped::controller::<EC2NodeClass>("nodeclass", &ctx)
         .watches(
             Api::<NodeClaim>::all(ctx.client.clone()),
             watcher::Config::default(),
             |claim: NodeClaim| {
-                Some(untyped::object_ref::<EC2NodeClass>(
+                Some(untyped::trigger::<EC2NodeClass>(
+                    "nodeclass",
                     &claim.spec.node_class_ref.name,
                 ))
             },
@@ -49,9 +49,8 @@ pub async fn run(ctx: Arc<Context>) {
             },
             error_policy,
             ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+        );
+    untyped::drive("nodeclass", reconciles).await;
 }
 
 fn error_policy(class: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -46,7 +45,7 @@ const READY_NOT_VALID: &str = "ValidationSucceeded=False";
 /// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
     let store = ctx.state.nodepools.clone();
-    untyped::controller::<NodePool>(&ctx)
+    let reconciles = untyped::controller::<NodePool>("nodepool", &ctx)
         .watches(
             Api::<NodeClaim>::all(ctx.client.clone()),
             watcher::Config::default(),
@@ -54,7 +53,7 @@ pub async fn run(ctx: Arc<Context>) {
                 claim
                     .labels()
                     .get(labels::NODEPOOL)
-                    .map(|p| untyped::object_ref::<NodePool>(p))
+                    .map(|p| untyped::trigger::<NodePool>("nodepool", p))
             },
         )
         .watches(
@@ -66,7 +65,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .state()
                     .iter()
                     .filter(|p| p.spec.template.spec.node_class_ref.name == name)
-                    .map(|p| untyped::object_ref::<NodePool>(&p.name_any()))
+                    .map(|p| untyped::trigger::<NodePool>("nodepool", &p.name_any()))
                     .collect::<Vec<_>>()
             },
         )
@@ -74,9 +73,8 @@ pub async fn run(ctx: Arc<Context>) {
             |p, ctx| untyped::reconcile("nodepool", p, ctx, reconcile, unreadable),
             error_policy,
             ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+        );
+    untyped::drive("nodepool", reconciles).await;
 }
 
 fn error_policy(pool: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {

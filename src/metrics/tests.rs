@@ -330,6 +330,41 @@ fn documented() -> Vec<(String, &'static str, Vec<String>)> {
             s(&["controller"]),
         ),
         (
+            "workqueue_depth",
+            "gauge",
+            s(&["name", "controller", "priority"]),
+        ),
+        (
+            "workqueue_adds_total",
+            "counter",
+            s(&["name", "controller"]),
+        ),
+        (
+            "workqueue_queue_duration_seconds",
+            "histogram",
+            s(&["name", "controller"]),
+        ),
+        (
+            "workqueue_work_duration_seconds",
+            "histogram",
+            s(&["name", "controller"]),
+        ),
+        (
+            "workqueue_retries_total",
+            "counter",
+            s(&["name", "controller"]),
+        ),
+        (
+            "workqueue_unfinished_work_seconds",
+            "gauge",
+            s(&["name", "controller"]),
+        ),
+        (
+            "workqueue_longest_running_processor_seconds",
+            "gauge",
+            s(&["name", "controller"]),
+        ),
+        (
             "karpenter_cloudprovider_batcher_batch_time_seconds",
             "histogram",
             s(&["batcher"]),
@@ -496,6 +531,9 @@ fn touch_every_family() {
         &m.ec2nodeclasses_userdata_bytes,
         &m.leader_election_master_status,
         &m.active_workers,
+        &m.workqueue_depth,
+        &m.workqueue_unfinished_work_seconds,
+        &m.workqueue_longest_running_processor_seconds,
     ];
     let counter_vecs = [
         &m.nodeclaims_created_total,
@@ -523,6 +561,8 @@ fn touch_every_family() {
         &m.cloudprovider_instance_termination_failures_total,
         &m.interruption_received_messages_total,
         &m.rest_client_requests_total,
+        &m.workqueue_adds_total,
+        &m.workqueue_retries_total,
     ];
     let histogram_vecs = [
         &m.nodeclaims_termination_duration_seconds,
@@ -536,6 +576,8 @@ fn touch_every_family() {
         &m.cloudprovider_batcher_batch_size,
         &m.rest_client_request_duration_seconds,
         &m.reconcile_time_seconds,
+        &m.workqueue_queue_duration_seconds,
+        &m.workqueue_work_duration_seconds,
     ];
     let mut status_gauges = Vec::new();
     let mut status_counters = Vec::new();
@@ -721,7 +763,49 @@ async fn a_started_controller_reports_zero_reconciles_errors_and_panics() {
         ]
         .map(|f| format!("{f}{{controller=\"test.started\"}} 0")),
     );
+    expected.push(
+        "workqueue_depth{controller=\"test.started\",name=\"test.started\",priority=\"\"} 0".into(),
+    );
+    expected.extend(
+        [
+            "workqueue_adds_total",
+            "workqueue_retries_total",
+            "workqueue_queue_duration_seconds_count",
+            "workqueue_work_duration_seconds_count",
+            "workqueue_unfinished_work_seconds",
+            "workqueue_longest_running_processor_seconds",
+        ]
+        .map(|f| format!("{f}{{controller=\"test.started\",name=\"test.started\"}} 0")),
+    );
     for line in &expected {
         assert!(text.lines().any(|l| l == line), "missing {line}");
+    }
+}
+
+#[test]
+fn workqueue_histograms_use_controller_runtimes_buckets() {
+    METRICS.start_controller("test.buckets");
+    let text = encode();
+    for family in [
+        "workqueue_queue_duration_seconds",
+        "workqueue_work_duration_seconds",
+    ] {
+        let prefix = format!("{family}_bucket{{controller=\"test.buckets\",");
+        let bounds: Vec<f64> = text
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next())
+            .filter(|b| *b != "+Inf")
+            .map(|b| b.parse::<f64>().expect("a bucket bound"))
+            .collect();
+        // 10 ns to 1000 s by factors of ten.
+        assert_eq!(bounds.len(), 12, "{family}: {bounds:?}");
+        for (i, bound) in bounds.iter().enumerate() {
+            let expected = 1e-8 * 10f64.powi(i as i32);
+            assert!(
+                (bound / expected - 1.0).abs() < 1e-9,
+                "{family}: bucket {i} is {bound}, not {expected}"
+            );
+        }
     }
 }

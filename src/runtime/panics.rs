@@ -8,7 +8,9 @@
 //!
 //! Every reconcile and polling pass passes through here, so this is also where controller-runtime's
 //! `controller_runtime_reconcile_total{controller,result}`, `_reconcile_errors_total`,
-//! `_reconcile_time_seconds` and `controller_runtime_active_workers` are recorded.
+//! `_reconcile_time_seconds` and `controller_runtime_active_workers` are recorded, and where
+//! the item leaves the controller's work queue and its work is timed (`workqueue_*`, see
+//! [`crate::metrics::workqueue`]).
 //!
 //! Unwinding drops the reconcile's future mid-way, so whatever it had not yet written is never
 //! written: a decision is applied only by the requests that completed, and every controller
@@ -27,6 +29,7 @@ use kube::{Resource, ResourceExt};
 
 use super::{Context, Error};
 use crate::metrics::METRICS;
+use crate::metrics::workqueue::{WORKQUEUES, Work};
 
 /// The first retry after a panic.
 const FIRST_DELAY: Duration = Duration::from_secs(1);
@@ -69,14 +72,17 @@ impl PanicBackoff {
 
 /// One reconcile (or polling pass) in flight, as controller-runtime's metrics see it:
 /// `controller_runtime_active_workers` counts it while it lives (also when its task is aborted
-/// mid-way, which drops it), and [`Worker::finish`] records its time and result.
+/// mid-way, which drops it), it took its item from the work queue, and [`Worker::finish`]
+/// records its time and result.
 struct Worker {
     controller: &'static str,
     started: Instant,
+    /// The queue's item, until [`Worker::finish`] records its work.
+    work: Option<Work>,
 }
 
 impl Worker {
-    fn start(controller: &'static str) -> Self {
+    fn start(controller: &'static str, item: &str) -> Self {
         METRICS
             .active_workers
             .with_label_values(&[controller])
@@ -84,11 +90,12 @@ impl Worker {
         Self {
             controller,
             started: Instant::now(),
+            work: Some(WORKQUEUES.take(controller, item)),
         }
     }
 
     /// Records the reconcile's duration and `result` (`success`, `error` or `requeue_after`).
-    fn finish(self, result: &str) {
+    fn finish(mut self, result: &str) {
         let controller = [self.controller];
         METRICS
             .reconcile_time_seconds
@@ -103,6 +110,9 @@ impl Worker {
                 .reconcile_errors_total
                 .with_label_values(&controller)
                 .inc();
+        }
+        if let Some(work) = self.work.take() {
+            work.done(result == "error");
         }
     }
 }
@@ -174,7 +184,7 @@ pub async fn guarded_object(
     ctx: &Context,
     reconcile: impl Future<Output = Result<Action, Error>>,
 ) -> Result<Action, Error> {
-    let worker = Worker::start(controller);
+    let worker = Worker::start(controller, key);
     match catch(controller, key, reconcile).await {
         Some(result) => {
             worker.finish(match &result {
@@ -220,7 +230,7 @@ pub async fn guarded_pass<F: Future<Output: PassOutcome>>(
     pass: F,
 ) -> Option<F::Output> {
     const PASS: &str = "pass";
-    let worker = Worker::start(controller);
+    let worker = Worker::start(controller, PASS);
     match catch(controller, PASS, pass).await {
         Some(output) => {
             worker.finish(if output.failed() { "error" } else { "success" });

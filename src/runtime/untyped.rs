@@ -8,18 +8,19 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
-use kube::runtime::Controller;
-use kube::runtime::controller::Action;
+use kube::runtime::controller::{self, Action};
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::panics::{guarded_object, object_key};
 use super::{Context, Error};
+use crate::metrics::workqueue::WORKQUEUES;
 use crate::state::lenient::decode;
 
 /// The API resource of `K`, which the untyped controller and its object references carry.
@@ -27,17 +28,55 @@ pub fn resource<K: Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
 
-/// A controller of every object of `K`, watched untyped.
-pub fn controller<K: Resource<DynamicType = ()>>(ctx: &Context) -> Controller<DynamicObject> {
+/// The controller `name` of every object of `K`, watched untyped. Each watch event of an object
+/// is added to the controller's work queue ([`crate::metrics::workqueue`]), which starts empty.
+pub fn controller<K: Resource<DynamicType = ()>>(
+    name: &'static str,
+    ctx: &Context,
+) -> Controller<DynamicObject> {
     let resource = resource::<K>();
     let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
-    Controller::new_with(api, watcher::Config::default(), resource)
+    // What `Controller::new_with` builds, with the queue's adds seen on the way.
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
+    WORKQUEUES.restart(name);
+    let kind = K::kind(&()).to_string();
+    let objects = reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
+        .applied_objects()
+        .inspect_ok(move |object| WORKQUEUES.add(name, &object_key(&kind, object)));
+    Controller::for_stream_with(objects, reader, resource)
 }
 
-/// The reference a watch mapper returns to have the untyped controller of `K` reconcile the
-/// cluster-scoped object `name`.
-pub fn object_ref<K: Resource<DynamicType = ()>>(name: &str) -> ObjectRef<DynamicObject> {
+/// The reference a watch mapper of `controller` returns to have it reconcile the
+/// cluster-scoped object `name` of `K`, added to its work queue.
+pub fn trigger<K: Resource<DynamicType = ()>>(
+    controller: &'static str,
+    name: &str,
+) -> ObjectRef<DynamicObject> {
+    WORKQUEUES.add(controller, &format!("{}/{name}", K::kind(&())));
     ObjectRef::new_with(name, resource::<K>())
+}
+
+/// Drives `controller`'s reconciles to the end. A trigger for an object that is gone by the
+/// time its turn comes leaves the work queue unreconciled.
+pub async fn drive(
+    controller: &'static str,
+    results: impl Stream<
+        Item = Result<(ObjectRef<DynamicObject>, Action), controller::Error<Error, watcher::Error>>,
+    >,
+) {
+    results
+        .for_each(|result| {
+            if let Err(controller::Error::ObjectNotFound(gone)) = result {
+                let key = match &gone.namespace {
+                    Some(ns) => format!("{}/{ns}/{}", gone.dyntype.kind, gone.name),
+                    None => format!("{}/{}", gone.dyntype.kind, gone.name),
+                };
+                WORKQUEUES.gone(controller, &key);
+            }
+            std::future::ready(())
+        })
+        .await;
 }
 
 /// One reconcile of `object` as a `K`, with a panic caught ([`guarded_object`]): `reconcile`

@@ -542,7 +542,8 @@ def test_prometheus_rule_only_when_enabled(default_docs, chart):
     assert sorted(alerts) == sorted([
         "KarpenterControllerDown", "KarpenterClusterStateNotSynced", "KarpenterNodesNotRegistering",
         "KarpenterLaunchFailures", "KarpenterInsufficientCapacityStorm", "KarpenterPodsUnschedulable",
-        "KarpenterDisruptionBlocked", "KarpenterNoLeader", "KarpenterReconcilePanics"])  # fmt: skip
+        "KarpenterDisruptionBlocked", "KarpenterNoLeader", "KarpenterReconcilePanics",
+        "KarpenterReconcileStuck"])  # fmt: skip
     for alert in alerts.values():
         assert alert["labels"]["team"] == "platform"
         assert alert["labels"]["severity"] in {"critical", "warning", "info"}

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint as K8sTaint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -49,9 +48,10 @@ pub use liveness::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 pub async fn run(ctx: Arc<Context>) {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let store = ctx.state.nodeclaims.clone();
-    untyped::controller::<NodeClaim>(&ctx)
+    let reconciles = untyped::controller::<NodeClaim>("nodeclaim.lifecycle", &ctx)
         .watches(nodes, watcher::Config::default(), move |node: Node| {
-            claim_of_node(&store, &node).map(|name| untyped::object_ref::<NodeClaim>(&name))
+            claim_of_node(&store, &node)
+                .map(|name| untyped::trigger::<NodeClaim>("nodeclaim.lifecycle", &name))
         })
         .run(
             |c, ctx| {
@@ -68,9 +68,8 @@ pub async fn run(ctx: Arc<Context>) {
             },
             error_policy,
             ctx,
-        )
-        .for_each(|_| async {})
-        .await;
+        );
+    untyped::drive("nodeclaim.lifecycle", reconciles).await;
 }
 
 /// The NodeClaim a Node belongs to.
