@@ -23,6 +23,7 @@
 //! cursor past NodeClaims and nodes that can never take it again (full for its smallest pod,
 //! incompatible, or blocked by anti-affinity — all monotone), so a pod scans only live candidates.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::{Mutex, OnceLock};
@@ -49,6 +50,14 @@ pub const MAX_INSTANCE_TYPES: usize = 600;
 /// no case is dearer, while the giants that made broad pools expensive (u7in, x2iedn: several
 /// times the best price per typical pod) stay out.
 const COST_SLACK: f64 = 1.5;
+
+/// The tighter bound `Solver::worth_growing` also tries (see `plan`): growing a NodeClaim only when
+/// the room it adds costs at most 1.2 times the best price per typical pod. Measured with
+/// `benches/gen-cost.py` (60 cases): alone it made 49 plans cheaper than [`COST_SLACK`] (web pods
+/// on c/m/r at the ENI pod density: 9 c6a/c7a nodes at $68.95/h instead of 5 c8i/m8i.96xlarge at
+/// $84.92) and 9 dearer (broad pools with DaemonSets, where each extra node pays the DaemonSets
+/// again); 1.1 and 1.3 were no better. Neither bound wins everywhere, so both are solved.
+const TIGHT_GROWTH_SLACK: f64 = 1.2;
 
 /// How many planned NodeClaims that fit a pod are compared for the least added cost (see
 /// `Solver::try_claims`): a bound, so a pod's work stays independent of the number of NodeClaims.
@@ -386,8 +395,14 @@ struct Solver<'a> {
     typical_pod: [f64; 4],
     /// How `Solver::worth_growing` measures the room a larger type adds.
     yardstick: Yardstick,
+    /// How much more per typical pod than the best price `Solver::worth_growing` lets the room
+    /// a larger type adds cost: [`COST_SLACK`] or [`TIGHT_GROWTH_SLACK`].
+    growth_slack: f64,
     /// Whether `Solver::cap_claim` took options away from a NodeClaim in this solve.
     capped: bool,
+    /// Whether `Solver::worth_growing` let a NodeClaim grow at a price [`TIGHT_GROWTH_SLACK`]
+    /// would have refused: if not, a solve with the tighter bound decides the same.
+    close_call: Cell<bool>,
 }
 
 /// How the room a NodeClaim gains by growing into a larger type is counted, in typical pods
@@ -409,39 +424,58 @@ pub fn solve(input: &Input) -> Outcome {
     plan(input).1
 }
 
-/// Solves once, measuring the room NodeClaims gain by growing against their piles
-/// ([`Yardstick::Pile`]); when that capped a NodeClaim's growth, solves again measuring it on
-/// empty nodes ([`Yardstick::EmptyNode`]) and keeps the plan that places more pods, then the
-/// cheaper one. Capping is a bet on the pods still to come: neither yardstick wins on every
-/// input (on `benches/gen-cost.py`'s cases the first alone was up to 7% dearer than the second on
-/// some, the second up to 9% dearer than plain sizing by fit on others), and a solve takes
-/// milliseconds, so both are tried. Without a cap the two solves would be the same.
+/// The ways `plan` solves a round: how `Solver::worth_growing` measures the room a NodeClaim
+/// gains by growing, and how much that room may cost. The first is tried alone when its growth
+/// decisions leave the others nothing to change.
+const STRATEGIES: [(Yardstick, f64); 4] = [
+    (Yardstick::Pile, COST_SLACK),
+    (Yardstick::EmptyNode, COST_SLACK),
+    (Yardstick::Pile, TIGHT_GROWTH_SLACK),
+    (Yardstick::EmptyNode, TIGHT_GROWTH_SLACK),
+];
+
+/// Solves once measuring the room NodeClaims gain by growing against their piles
+/// ([`Yardstick::Pile`]) at [`COST_SLACK`]; when that capped a NodeClaim's growth, or let one grow
+/// at a price the tighter bound refuses, solves with every other of the [`STRATEGIES`] and keeps
+/// the plan that places the most pods, then the cheapest (the earliest on a tie). Capping is a bet
+/// on the pods still to come: no strategy wins on every input (on `benches/gen-cost.py`'s cases
+/// each was the cheapest on some and up to 10% dearer on others), and a solve takes
+/// milliseconds, so all are tried. Without a cap or a close call the solves would be the same.
 ///
-/// Only one plan is held at a time: the first is scored and dropped, and solved again when it
-/// wins (solves are deterministic). Holding both cost a 20,000-pod `simulate` 13 MB.
+/// Only one plan is held at a time: each is scored and dropped, and the winner solved again
+/// unless it was the last (solves are deterministic). Holding two cost a 20,000-pod `simulate`
+/// 13 MB.
 fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     let placed = |o: &Outcome| o.placements.iter().filter(|p| p.is_some()).count();
-    let mut solver = Solver::new(input);
-    let outcome = solver.run();
-    if !solver.capped {
+    let solve_with = |(yardstick, slack): (Yardstick, f64)| {
+        let mut solver = Solver::new(input);
+        solver.yardstick = yardstick;
+        solver.growth_slack = slack;
+        let outcome = solver.run();
+        (solver, outcome)
+    };
+    let (solver, outcome) = solve_with(STRATEGIES[0]);
+    if !solver.capped && !solver.close_call.get() {
         return (solver, outcome);
     }
-    let (count, cost) = (placed(&outcome), solver.plan_cost(&outcome));
+    let mut best = (0, placed(&outcome), solver.plan_cost(&outcome));
     drop((solver, outcome));
-    let mut other = Solver::new(input);
-    other.yardstick = Yardstick::EmptyNode;
-    let alternative = other.run();
-    let better = placed(&alternative)
-        .cmp(&count)
-        .then_with(|| cost.total_cmp(&other.plan_cost(&alternative)))
-        .is_gt();
-    if better {
-        return (other, alternative);
+    for (k, &strategy) in STRATEGIES.iter().enumerate().skip(1) {
+        let (solver, outcome) = solve_with(strategy);
+        let score = (placed(&outcome), solver.plan_cost(&outcome));
+        if score
+            .0
+            .cmp(&best.1)
+            .then_with(|| best.2.total_cmp(&score.1))
+            .is_gt()
+        {
+            best = (k, score.0, score.1);
+            if k + 1 == STRATEGIES.len() {
+                return (solver, outcome);
+            }
+        }
     }
-    drop((other, alternative));
-    let mut solver = Solver::new(input);
-    let outcome = solver.run();
-    (solver, outcome)
+    solve_with(STRATEGIES[best.0])
 }
 
 /// Runs the solver and explains pod `pod` (an index into `Input::pods`): `None` when it was
@@ -874,7 +908,9 @@ impl<'a> Solver<'a> {
             allow_well_known: AllowUndefined::well_known_labels(),
             typical_pod,
             yardstick: Yardstick::Pile,
+            growth_slack: COST_SLACK,
             capped: false,
+            close_call: Cell::new(false),
         }
     }
 
@@ -1323,12 +1359,13 @@ impl<'a> Solver<'a> {
 
     /// Whether a NodeClaim sized by cost whose cheapest option is type `from` should grow into
     /// type `to` for its next pod: yes when `to` costs no more, or when the room it adds costs
-    /// no more per typical pod than [`COST_SLACK`] times the best price per typical pod
+    /// no more per typical pod than `Solver::growth_slack` times the best price per typical pod
     /// (`Claim::best_per_pod`), i.e. no more than opening another NodeClaim of an efficient type
     /// would. Growing a pile that already fills a large type into the one type that is larger
     /// still (6 TiB of memory, or twice the vCPUs behind the same ENI pod limit) often doubles its
     /// price for a sliver of room; a new NodeClaim is cheaper. The room is measured as
-    /// `Solver::yardstick` says.
+    /// `Solver::yardstick` says; a growth the tighter bound would refuse is noted
+    /// (`Solver::close_call`).
     fn worth_growing(&self, claim: &Claim, from: u32, to: u32) -> bool {
         if from == to || !claim.best_per_pod.is_finite() {
             return true;
@@ -1349,7 +1386,15 @@ impl<'a> Solver<'a> {
             }
         };
         let gained = room(to) - room(from);
-        gained > 0.0 && added / gained <= COST_SLACK * claim.best_per_pod
+        if gained <= 0.0 {
+            return false;
+        }
+        let per_pod = added / gained;
+        let worth = per_pod <= self.growth_slack * claim.best_per_pod;
+        if worth && per_pod > TIGHT_GROWTH_SLACK * claim.best_per_pod {
+            self.close_call.set(true);
+        }
+        worth
     }
 
     /// How many more typical pods a node of type `t` would hold on top of the pods planned
