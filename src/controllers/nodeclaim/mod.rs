@@ -654,4 +654,36 @@ mod tests {
             "the Node's own stay"
         );
     }
+
+    #[test]
+    fn initialization_waits_for_node_readiness_controller_taints() {
+        let mut node = node();
+        node.status = Some(
+            serde_json::from_value(json!({
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }))
+            .expect("status"),
+        );
+        let with_taints = |taints: serde_json::Value| -> Node {
+            let mut n = node.clone();
+            n.spec = Some(serde_json::from_value(json!({"taints": taints})).expect("spec"));
+            n
+        };
+        let (initialized, why) = initialization(
+            &claim(),
+            &with_taints(
+                json!([{"key": "readiness.k8s.io/network-ready", "value": "pending", "effect": "NoSchedule"}]),
+            ),
+        );
+        assert!(!initialized);
+        assert_eq!(
+            why,
+            r#"StartupTaint "readiness.k8s.io/network-ready" still exists"#
+        );
+        let (initialized, why) = initialization(
+            &claim(),
+            &with_taints(json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])),
+        );
+        assert!(initialized, "{why}");
+    }
 }
