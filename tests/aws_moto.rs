@@ -2208,3 +2208,91 @@ async fn ip_prefix_count_reaches_the_primary_interface() {
         .collect();
     assert_eq!(primary, [(Some(0), Some(2), None, 1)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_instance_is_named_after_its_node_once() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let c = claim("default-name1", &["m5.large"], &["on-demand"]);
+    let launched = env.provider.create(&c, &class).await.expect("launch");
+    assert!(
+        !tags_of(&instances_of(&env, "default-name1").await[0]).contains_key("Name"),
+        "no Name before the Node registers"
+    );
+    env.provider
+        .tag_registered(
+            &launched.provider_id,
+            "default-name1",
+            "ip-10-0-1-5.ec2.internal",
+        )
+        .await
+        .expect("tag");
+    let tags = tags_of(&instances_of(&env, "default-name1").await[0]);
+    assert_eq!(tags["Name"], "ip-10-0-1-5.ec2.internal");
+    assert_eq!(tags["karpenter.sh/nodeclaim"], "default-name1");
+    assert_eq!(tags["eks:eks-cluster-name"], env.settings.cluster_name);
+    assert_eq!(tags["team"], "platform", "launch tags stay");
+
+    // Everything there already: no write (an armed CreateTags failure stays unused).
+    let writes = moto.calls("CreateTags");
+    moto.fail("CreateTags", 1, "UnauthorizedOperation");
+    env.provider
+        .tag_registered(
+            &launched.provider_id,
+            "default-name1",
+            "ip-10-0-1-5.ec2.internal",
+        )
+        .await
+        .expect("nothing to tag");
+    assert_eq!(moto.calls("CreateTags"), writes);
+    assert!(matches!(
+        env.provider
+            .tag_registered(&launched.provider_id, "default-name1", "other-node")
+            .await,
+        Ok(())
+    ));
+    moto.fail("CreateTags", 0, "");
+
+    // A Name the node class sets at launch is the user's and stays.
+    let mut named = al2023();
+    named.metadata.name = Some("named".into());
+    named
+        .spec
+        .tags
+        .insert("Name".into(), "payments-node".into());
+    let named = ready(&env, named).await;
+    let mut c2 = claim("default-name2", &["m5.large"], &["on-demand"]);
+    c2.spec.node_class_ref.name = "named".into();
+    let launched2 = env.provider.create(&c2, &named).await.expect("launch");
+    env.provider
+        .tag_registered(
+            &launched2.provider_id,
+            "default-name2",
+            "ip-10-0-1-6.ec2.internal",
+        )
+        .await
+        .expect("tag");
+    assert_eq!(
+        tags_of(&instances_of(&env, "default-name2").await[0])["Name"],
+        "payments-node"
+    );
+
+    // A terminated instance is reported gone, for the controller to leave alone.
+    env.provider
+        .delete(&launched.provider_id)
+        .await
+        .expect("delete");
+    assert!(matches!(
+        env.provider
+            .tag_registered(
+                &launched.provider_id,
+                "default-name1",
+                "ip-10-0-1-5.ec2.internal"
+            )
+            .await,
+        Err(CloudError::NotFound(_))
+    ));
+}

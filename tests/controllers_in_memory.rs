@@ -97,6 +97,13 @@ async fn a_nodeclaim_launches_registers_and_initializes_once_its_startup_taint_i
         claim.status.as_ref().and_then(|s| s.node_name.as_deref()),
         Some(node.name_any().as_str())
     );
+    for done in [labels::TAGGED, labels::CLUSTER_NAME_TAGGED] {
+        assert_eq!(
+            claim.annotations().get(done).map(String::as_str),
+            Some("true"),
+            "the registered instance is tagged once: {done}"
+        );
+    }
     assert!(has_label(&node, labels::REGISTERED, "true"));
     assert!(has_label(&node, labels::NODEPOOL, POOL));
     assert_eq!(node.finalizers(), [labels::TERMINATION_FINALIZER]);

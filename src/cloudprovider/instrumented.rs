@@ -125,6 +125,19 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
         observe(self.name(), "List", self.inner.list()).await
     }
 
+    /// Not timed: upstream tags from its own controller, outside the cloud provider interface
+    /// whose calls `karpenter_cloudprovider_duration_seconds` counts.
+    async fn tag_registered(
+        &self,
+        provider_id: &str,
+        nodeclaim: &str,
+        node_name: &str,
+    ) -> Result<(), CloudError> {
+        self.inner
+            .tag_registered(provider_id, nodeclaim, node_name)
+            .await
+    }
+
     async fn instance_types(
         &self,
         nodeclass: &EC2NodeClass,

@@ -219,6 +219,19 @@ pub trait CloudProvider: Send + Sync {
     /// Every instance tagged for this cluster, for garbage collection.
     async fn list(&self) -> Result<Vec<Instance>, CloudError>;
 
+    /// Labels the instance of a registered NodeClaim for people reading the cloud's console: its
+    /// Node's name, the NodeClaim and the cluster, leaving any of those tags the instance already
+    /// carries as they are (a `Name` from the node class's `tags` stays). Nothing by default: a
+    /// cloud without instance tags has nothing to write.
+    async fn tag_registered(
+        &self,
+        _provider_id: &str,
+        _nodeclaim: &str,
+        _node_name: &str,
+    ) -> Result<(), CloudError> {
+        Ok(())
+    }
+
     /// Instance types a node class can launch, with current offerings (exhausted ones marked
     /// unavailable) and the node class's overhead applied.
     async fn instance_types(

@@ -1226,6 +1226,52 @@ impl CloudProvider for AwsProvider {
         Ok(out)
     }
 
+    async fn tag_registered(
+        &self,
+        provider_id: &str,
+        nodeclaim: &str,
+        node_name: &str,
+    ) -> Result<(), CloudError> {
+        let id = provider_id_instance(provider_id).ok_or_else(|| {
+            CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
+        })?;
+        let out = self
+            .ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
+        let instance = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find(|i| {
+                !matches!(
+                    i.state().and_then(|s| s.name()),
+                    Some(InstanceStateName::Terminated)
+                )
+            })
+            .ok_or_else(|| CloudError::NotFound(provider_id.into()))?;
+        let missing = tags::registration_tags(
+            node_name,
+            nodeclaim,
+            &self.settings.cluster_name,
+            &tags::from_ec2(instance.tags()),
+        );
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.ec2
+            .create_tags()
+            .resources(id)
+            .set_tags(Some(tags::to_ec2(&missing)))
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:CreateTags", e))?;
+        Ok(())
+    }
+
     async fn instance_types(
         &self,
         nodeclass: &EC2NodeClass,

@@ -1,7 +1,8 @@
 //! A NodeClaim's life, as upstream runs it: launch through the cloud provider, register the Node
 //! that joins with the same provider ID (labels, taints, owner, finalizer; the
 //! `karpenter.sh/unregistered` taint removed), mark it initialized once Ready with its startup
-//! taints gone, give up on claims that never launch or register, and on deletion drain the Node
+//! taints gone, name the instance after its Node ([`tagging`]), give up on claims that never
+//! launch or register, and on deletion drain the Node
 //! ([`termination`]), terminate the instance and wait for it before letting the NodeClaim go.
 //!
 //! Every step reads what it needs from the objects themselves (provider ID, conditions, taints)
@@ -12,6 +13,7 @@ pub mod disruption;
 pub mod garbage;
 pub mod liveness;
 pub mod registration_health;
+pub mod tagging;
 pub mod termination;
 
 use std::collections::BTreeMap;
@@ -174,6 +176,9 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
         // must not count the same registration twice.
         if newly_registered {
             registration_health::record(&ctx, &claim, true).await;
+        }
+        if let Some(node_name) = tagging::pending(&claim, status.node_name.as_deref()) {
+            tagging::tag(&claim, node_name, &ctx).await?;
         }
         return Ok(if initialized {
             Action::await_change()
