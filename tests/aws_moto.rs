@@ -2296,3 +2296,147 @@ async fn a_registered_instance_is_named_after_its_node_once() {
         Err(CloudError::NotFound(_))
     ));
 }
+
+async fn template_names(env: &Env, class: &str) -> Vec<String> {
+    env.ec2
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                .values(class)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("templates")
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_string))
+        .collect()
+}
+
+async fn profile_exists(env: &Env, name: &str) -> bool {
+    env.iam
+        .get_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_class_takes_its_launch_templates_and_instance_profile_along() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    let mut class = al2023();
+    class.metadata.name = Some("going".into());
+    let class = ready(&env, class).await;
+    let profile = class
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    let mut c = claim("going-1", &["m5.large"], &["on-demand"]);
+    c.spec.node_class_ref.name = "going".into();
+    env.provider.create(&c, &class).await.expect("launch");
+    let keep = ready(&env, al2023()).await;
+    let keep_profile = keep
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    env.provider
+        .create(&claim("default-1", &["m5.large"], &["on-demand"]), &keep)
+        .await
+        .expect("launch");
+    assert_eq!(template_names(&env, "going").await.len(), 1);
+    assert!(profile_exists(&env, &profile).await);
+
+    env.provider
+        .delete_nodeclass_resources(&class)
+        .await
+        .expect("delete");
+    assert!(template_names(&env, "going").await.is_empty());
+    assert!(!profile_exists(&env, &profile).await);
+    assert_eq!(
+        template_names(&env, "default").await.len(),
+        1,
+        "other classes keep theirs"
+    );
+    assert!(profile_exists(&env, &keep_profile).await);
+    env.provider
+        .delete_nodeclass_resources(&class)
+        .await
+        .expect("deleting again finds nothing to delete");
+
+    // The provider forgot the deleted template: a class of that name made again launches.
+    let class = ready(&env, class).await;
+    let mut again = claim("going-2", &["m5.large"], &["on-demand"]);
+    again.spec.node_class_ref.name = "going".into();
+    env.provider.create(&again, &class).await.expect("relaunch");
+    assert_eq!(template_names(&env, "going").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    let mut gone = al2023();
+    gone.metadata.name = Some("gone".into());
+    let gone = ready(&env, gone).await;
+    let gone_profile = gone
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    let mut c = claim("gone-1", &["m5.large"], &["on-demand"]);
+    c.spec.node_class_ref.name = "gone".into();
+    env.provider.create(&c, &gone).await.expect("launch");
+    let keep = ready(&env, al2023()).await;
+    let keep_profile = keep
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    env.provider
+        .create(&claim("default-1", &["m5.large"], &["on-demand"]), &keep)
+        .await
+        .expect("launch");
+    // A profile a user made under the cluster's prefix, not tagged as the controller's own.
+    let user_profile = format!("{}_made-by-hand", env.settings.cluster_name);
+    env.iam
+        .create_instance_profile()
+        .instance_profile_name(&user_profile)
+        .send()
+        .await
+        .expect("user profile");
+
+    let in_use = karpenter_rs::cloudprovider::NodeClassesInUse {
+        nodeclasses: BTreeSet::from(["default".to_string()]),
+        instance_profiles: BTreeSet::new(),
+    };
+    assert_eq!(
+        env.provider
+            .collect_nodeclass_resources(&in_use)
+            .await
+            .expect("collect"),
+        Vec::<String>::new(),
+        "nothing younger than the grace period"
+    );
+    env.clock.advance(chrono::Duration::minutes(6));
+    let deleted = env
+        .provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert_eq!(deleted.len(), 2, "{deleted:?}");
+    assert!(template_names(&env, "gone").await.is_empty());
+    assert!(!profile_exists(&env, &gone_profile).await);
+    assert_eq!(template_names(&env, "default").await.len(), 1);
+    assert!(profile_exists(&env, &keep_profile).await);
+    assert!(profile_exists(&env, &user_profile).await);
+}

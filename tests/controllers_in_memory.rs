@@ -1551,3 +1551,119 @@ async fn two_nodeclaims_that_never_register_make_the_pool_registration_unhealthy
         );
     }
 }
+
+/// The simulated cloud, recording what node-class garbage collection is told is in use.
+struct RecordingCloud {
+    inner: Arc<karpenter_rs::cloudprovider::simulated::SimulatedProvider>,
+    in_use: std::sync::Mutex<Vec<karpenter_rs::cloudprovider::NodeClassesInUse>>,
+}
+
+#[async_trait::async_trait]
+impl karpenter_rs::cloudprovider::CloudProvider for RecordingCloud {
+    fn name(&self) -> &'static str {
+        "simulated"
+    }
+
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &karpenter_rs::apis::EC2NodeClass,
+    ) -> Result<karpenter_rs::cloudprovider::Launched, karpenter_rs::cloudprovider::CloudError>
+    {
+        self.inner.create(claim, nodeclass).await
+    }
+
+    async fn delete(
+        &self,
+        provider_id: &str,
+    ) -> Result<(), karpenter_rs::cloudprovider::CloudError> {
+        self.inner.delete(provider_id).await
+    }
+
+    async fn get(
+        &self,
+        provider_id: &str,
+    ) -> Result<karpenter_rs::cloudprovider::Instance, karpenter_rs::cloudprovider::CloudError>
+    {
+        self.inner.get(provider_id).await
+    }
+
+    async fn list(
+        &self,
+    ) -> Result<Vec<karpenter_rs::cloudprovider::Instance>, karpenter_rs::cloudprovider::CloudError>
+    {
+        self.inner.list().await
+    }
+
+    async fn instance_types(
+        &self,
+        nodeclass: &karpenter_rs::apis::EC2NodeClass,
+    ) -> Result<
+        Arc<Vec<karpenter_rs::scheduling::instance_type::InstanceType>>,
+        karpenter_rs::cloudprovider::CloudError,
+    > {
+        self.inner.instance_types(nodeclass).await
+    }
+
+    async fn resolve(
+        &self,
+        nodeclass: &karpenter_rs::apis::EC2NodeClass,
+    ) -> karpenter_rs::cloudprovider::NodeClassResolution {
+        self.inner.resolve(nodeclass).await
+    }
+
+    async fn collect_nodeclass_resources(
+        &self,
+        in_use: &karpenter_rs::cloudprovider::NodeClassesInUse,
+    ) -> Result<Vec<String>, karpenter_rs::cloudprovider::CloudError> {
+        self.in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(in_use.clone());
+        Ok(Vec::new())
+    }
+}
+
+#[tokio::test]
+async fn node_class_garbage_collection_keeps_what_classes_and_nodeclaims_name() {
+    let env = Env::new().await;
+    let mut old = builders::nodeclaim("old-abcde");
+    old.spec.node_class_ref.name = "deleted-class".into();
+    env.create(&old).await;
+    let cloud = Arc::new(RecordingCloud {
+        inner: env.cloud.clone(),
+        in_use: std::sync::Mutex::new(Vec::new()),
+    });
+    let ctx = karpenter_rs::runtime::Context::new(
+        env.ctx.client.clone(),
+        env.ctx.client.clone(),
+        env.ctx.state.clone(),
+        cloud.clone(),
+        None,
+        env.clock.clone(),
+        EngineOptions::default(),
+    );
+    karpenter_rs::controllers::nodeclass::garbage_pass(&ctx)
+        .await
+        .expect("pass");
+    let seen = cloud
+        .in_use
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0]
+            .nodeclasses
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        [POOL, "deleted-class"]
+    );
+    let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
+    let profile = class
+        .status
+        .and_then(|s| s.instance_profile)
+        .expect("resolved profile");
+    assert!(seen[0].instance_profiles.contains(&profile), "{seen:?}");
+}

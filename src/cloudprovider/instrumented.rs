@@ -15,7 +15,7 @@ use crate::metrics::METRICS;
 use crate::scheduling::instance_type::InstanceType;
 
 use super::interruption::{InterruptionEvent, InterruptionMessage};
-use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution};
+use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution, NodeClassesInUse};
 
 /// Wraps a provider and records metrics around each call.
 pub struct Instrumented<P> {
@@ -123,6 +123,17 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
         observe(self.name(), "List", self.inner.list()).await
+    }
+
+    async fn delete_nodeclass_resources(&self, nodeclass: &EC2NodeClass) -> Result<(), CloudError> {
+        self.inner.delete_nodeclass_resources(nodeclass).await
+    }
+
+    async fn collect_nodeclass_resources(
+        &self,
+        in_use: &NodeClassesInUse,
+    ) -> Result<Vec<String>, CloudError> {
+        self.inner.collect_nodeclass_resources(in_use).await
     }
 
     /// Not timed: upstream tags from its own controller, outside the cloud provider interface

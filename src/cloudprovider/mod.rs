@@ -187,6 +187,17 @@ impl ResolveError {
 /// to the status with readiness conditions.
 pub type NodeClassResolution = Result<EC2NodeClassStatus, ResolveError>;
 
+/// What still needs the cloud resources a provider made for node classes, so their garbage
+/// collection leaves them be.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeClassesInUse {
+    /// The EC2NodeClasses that exist, and those NodeClaims still name.
+    pub nodeclasses: std::collections::BTreeSet<String>,
+    /// The instance profiles EC2NodeClasses name (`spec.instanceProfile`) or resolved
+    /// (`status.instanceProfile`).
+    pub instance_profiles: std::collections::BTreeSet<String>,
+}
+
 /// The operations the controllers need from a cloud.
 ///
 /// Implementations must make [`CloudProvider::create`] idempotent per NodeClaim name: a launch
@@ -230,6 +241,26 @@ pub trait CloudProvider: Send + Sync {
         _node_name: &str,
     ) -> Result<(), CloudError> {
         Ok(())
+    }
+
+    /// Deletes what the provider made for node class `nodeclass` (AWS: its launch templates and
+    /// the instance profile it manages for `spec.role`), once the class is being deleted and no
+    /// NodeClaim uses it. Nothing by default.
+    async fn delete_nodeclass_resources(
+        &self,
+        _nodeclass: &EC2NodeClass,
+    ) -> Result<(), CloudError> {
+        Ok(())
+    }
+
+    /// Deletes what the provider made for node classes nothing uses any more (`in_use` says what
+    /// is used) — left behind when a class went while the controller was down, or its finalizer
+    /// was removed by hand — and says what it deleted. Nothing by default.
+    async fn collect_nodeclass_resources(
+        &self,
+        _in_use: &NodeClassesInUse,
+    ) -> Result<Vec<String>, CloudError> {
+        Ok(Vec::new())
     }
 
     /// Instance types a node class can launch, with current offerings (exhausted ones marked

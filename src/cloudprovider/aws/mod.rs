@@ -15,6 +15,7 @@ pub mod amis;
 pub mod capacity_reservations;
 pub mod cluster;
 pub mod fleet;
+pub mod garbage;
 pub mod instance_profile;
 pub mod instance_types;
 pub mod interruption;
@@ -53,8 +54,8 @@ use crate::scheduling::requirements::Requirements;
 use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
-    ResolveError, claim_requests, claim_requirements, launch_candidates, node_labels,
-    provider_id_instance,
+    NodeClassesInUse, ResolveError, claim_requests, claim_requirements, launch_candidates,
+    node_labels, provider_id_instance,
 };
 use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
@@ -504,6 +505,14 @@ impl AwsProvider {
         let name = launch_templates::ensure(&self.ec2, spec).await?;
         locked(&self.launch_templates).insert(name.clone());
         Ok(name)
+    }
+
+    /// Deletes launch template `name` and forgets it was made, so a launch that needs it again
+    /// makes it again.
+    async fn delete_launch_template(&self, name: &str) -> Result<(), CloudError> {
+        launch_templates::delete(&self.ec2, name).await?;
+        locked(&self.launch_templates).remove(name);
+        Ok(())
     }
 
     /// The kube-dns address when the cluster is IPv6 (its service CIDR is): nodes then get it
@@ -1224,6 +1233,41 @@ impl CloudProvider for AwsProvider {
             );
         }
         Ok(out)
+    }
+
+    async fn delete_nodeclass_resources(&self, nodeclass: &EC2NodeClass) -> Result<(), CloudError> {
+        let class = nodeclass.metadata.name.as_deref().unwrap_or_default();
+        let cluster = &self.settings.cluster_name;
+        if nodeclass.spec.role.is_some() {
+            let profile = instance_profile::managed_name(cluster, &self.settings.region, class);
+            instance_profile::delete(&self.iam, &profile).await?;
+        }
+        for template in launch_templates::list_owned(&self.ec2, cluster).await? {
+            if template.nodeclass == class {
+                self.delete_launch_template(&template.name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn collect_nodeclass_resources(
+        &self,
+        in_use: &NodeClassesInUse,
+    ) -> Result<Vec<String>, CloudError> {
+        let (cluster, region) = (&self.settings.cluster_name, &self.settings.region);
+        let now = self.clock.now();
+        let mut deleted = Vec::new();
+        let templates = launch_templates::list_owned(&self.ec2, cluster).await?;
+        for template in garbage::stale_templates(&templates, in_use, now) {
+            self.delete_launch_template(&template.name).await?;
+            deleted.push(format!("launch template {}", template.name));
+        }
+        let profiles = instance_profile::list_owned(&self.iam, cluster).await?;
+        for profile in garbage::stale_profiles(&profiles, in_use, cluster, region, now) {
+            instance_profile::delete(&self.iam, &profile.name).await?;
+            deleted.push(format!("instance profile {}", profile.name));
+        }
+        Ok(deleted)
     }
 
     async fn tag_registered(
