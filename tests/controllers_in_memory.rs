@@ -1553,15 +1553,44 @@ async fn two_nodeclaims_that_never_register_make_the_pool_registration_unhealthy
 }
 
 /// The simulated cloud, recording what node-class garbage collection is told is in use.
+/// It resolves capacity reservations (the AWS cloud's `ReservedCapacity` gate) when
+/// `reservations` says so.
 struct RecordingCloud {
     inner: Arc<karpenter_rs::cloudprovider::simulated::SimulatedProvider>,
     in_use: std::sync::Mutex<Vec<karpenter_rs::cloudprovider::NodeClassesInUse>>,
+    reservations: bool,
+}
+
+/// A context like `env`'s whose cloud is a [`RecordingCloud`].
+fn recording(
+    env: &Env,
+    reservations: bool,
+) -> (Arc<RecordingCloud>, Arc<karpenter_rs::runtime::Context>) {
+    let cloud = Arc::new(RecordingCloud {
+        inner: env.cloud.clone(),
+        in_use: std::sync::Mutex::new(Vec::new()),
+        reservations,
+    });
+    let ctx = karpenter_rs::runtime::Context::new(
+        env.ctx.client.clone(),
+        env.ctx.client.clone(),
+        env.ctx.state.clone(),
+        cloud.clone(),
+        None,
+        env.clock.clone(),
+        EngineOptions::default(),
+    );
+    (cloud, Arc::new(ctx))
 }
 
 #[async_trait::async_trait]
 impl karpenter_rs::cloudprovider::CloudProvider for RecordingCloud {
     fn name(&self) -> &'static str {
         "simulated"
+    }
+
+    fn resolves_capacity_reservations(&self) -> bool {
+        self.reservations
     }
 
     async fn create(
@@ -1630,19 +1659,7 @@ async fn node_class_garbage_collection_keeps_what_classes_and_nodeclaims_name() 
     let mut old = builders::nodeclaim("old-abcde");
     old.spec.node_class_ref.name = "deleted-class".into();
     env.create(&old).await;
-    let cloud = Arc::new(RecordingCloud {
-        inner: env.cloud.clone(),
-        in_use: std::sync::Mutex::new(Vec::new()),
-    });
-    let ctx = karpenter_rs::runtime::Context::new(
-        env.ctx.client.clone(),
-        env.ctx.client.clone(),
-        env.ctx.state.clone(),
-        cloud.clone(),
-        None,
-        env.clock.clone(),
-        EngineOptions::default(),
-    );
+    let (cloud, ctx) = recording(&env, false);
     karpenter_rs::controllers::nodeclass::garbage_pass(&ctx)
         .await
         .expect("pass");
@@ -1666,4 +1683,46 @@ async fn node_class_garbage_collection_keeps_what_classes_and_nodeclaims_name() 
         .and_then(|s| s.instance_profile)
         .expect("resolved profile");
     assert!(seen[0].instance_profiles.contains(&profile), "{seen:?}");
+}
+
+/// Reconciles the EC2NodeClass with the gate `reservations` and returns the status of its
+/// `CapacityReservationsReady` condition, if reported.
+async fn reservations_ready(env: &Env, reservations: bool) -> Option<String> {
+    let (_, ctx) = recording(env, reservations);
+    let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
+    assert!(class.spec.capacity_reservation_selector_terms.is_empty());
+    karpenter_rs::controllers::nodeclass::reconcile(Arc::new(class), ctx)
+        .await
+        .expect("reconcile");
+    let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
+    let status = class.status.expect("status");
+    assert!(karpenter_rs::apis::conditions::is_true(
+        &status.conditions,
+        READY
+    ));
+    karpenter_rs::apis::conditions::find(
+        &status.conditions,
+        karpenter_rs::apis::ec2nodeclass::NodeClassCondition::CapacityReservationsReady.type_(),
+    )
+    .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+async fn capacity_reservations_ready_is_reported_only_with_the_gate_on() {
+    let env = Env::new().await;
+    assert_eq!(
+        reservations_ready(&env, false).await,
+        None,
+        "gate off: not reported"
+    );
+    assert_eq!(
+        reservations_ready(&env, true).await.as_deref(),
+        Some(TRUE),
+        "gate on: True even with no reservations selected"
+    );
+    assert_eq!(
+        reservations_ready(&env, false).await,
+        None,
+        "the gate turned off again: dropped"
+    );
 }

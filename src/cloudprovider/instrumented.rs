@@ -72,6 +72,10 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
         self.inner.repair_policies()
     }
 
+    fn resolves_capacity_reservations(&self) -> bool {
+        self.inner.resolves_capacity_reservations()
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,

@@ -214,6 +214,13 @@ pub trait CloudProvider: Send + Sync {
         &[]
     }
 
+    /// Whether [`CloudProvider::resolve`] looks up capacity reservations (AWS: the
+    /// `ReservedCapacity` gate), so that the EC2NodeClass reports `CapacityReservationsReady`.
+    /// Not by default: a cloud without reservations says nothing about them.
+    fn resolves_capacity_reservations(&self) -> bool {
+        false
+    }
+
     /// Launches (or finds the already launched) instance for a NodeClaim on its node class.
     async fn create(
         &self,

@@ -62,7 +62,9 @@ fn error_policy(class: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) ->
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// One reconcile of an EC2NodeClass: finalizer, hash, status. Public so the in-memory controller
+/// tests can drive it.
+pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
     let name = class.name_any();
     let has_finalizer = class
@@ -153,12 +155,13 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
             for p in parts {
                 conditions::set(&mut status.conditions, p, TRUE, "", "", now);
             }
-            // Reported only for classes that select reservations (or once did and failed).
+            // As upstream: with the `ReservedCapacity` gate on, every class reports it (True
+            // with no reservations selected, too); with it off, none does.
             let reservations = NodeClassCondition::CapacityReservationsReady.type_();
-            if !class.spec.capacity_reservation_selector_terms.is_empty()
-                || conditions::find(&status.conditions, reservations).is_some()
-            {
+            if ctx.provider.resolves_capacity_reservations() {
                 conditions::set(&mut status.conditions, reservations, TRUE, "", "", now);
+            } else {
+                status.conditions.retain(|c| c.type_ != reservations);
             }
             conditions::set(&mut status.conditions, READY, TRUE, "", "", now);
         }

@@ -952,6 +952,10 @@ impl CloudProvider for AwsProvider {
         &crate::apis::repair::EKS_POLICIES
     }
 
+    fn resolves_capacity_reservations(&self) -> bool {
+        self.settings.reserved_capacity
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,
