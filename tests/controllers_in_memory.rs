@@ -1726,3 +1726,47 @@ async fn capacity_reservations_ready_is_reported_only_with_the_gate_on() {
         "the gate turned off again: dropped"
     );
 }
+
+/// The NodePool as the API server holds it now.
+async fn current_pool(env: &Env) -> Arc<karpenter_rs::apis::NodePool> {
+    Arc::new(env.get(POOL).await.expect("the pool"))
+}
+
+#[tokio::test]
+async fn a_nodepool_status_write_from_a_stale_copy_keeps_node_registration_healthy() {
+    let env = Env::new().await;
+    karpenter_rs::controllers::nodepool::reconcile(current_pool(&env).await, env.ctx.clone())
+        .await
+        .expect("reconcile");
+    assert_eq!(
+        registration_healthy(&env).await.map(|(s, _)| s).as_deref(),
+        Some(UNKNOWN)
+    );
+    // The NodePool controller's cache still holds this copy when the lifecycle records two
+    // NodeClaims that never registered.
+    let stale = current_pool(&env).await;
+    for name in ["default-lost1", "default-lost2"] {
+        env.launched(&builders::nodeclaim(name)).await;
+    }
+    env.advance(REGISTRATION_TIMEOUT + Duration::seconds(2));
+    env.reconcile("default-lost1").await;
+    env.reconcile("default-lost2").await;
+    let unhealthy = Some((FALSE.to_string(), "RegistrationFailed".to_string()));
+    assert_eq!(registration_healthy(&env).await, unhealthy);
+
+    // The stale copy's status differs (two NodeClaims more) and is not written over it; the
+    // reconcile of the current object then writes the usage and keeps the condition.
+    assert_eq!(
+        karpenter_rs::controllers::nodepool::reconcile(stale, env.ctx.clone())
+            .await
+            .expect("reconcile"),
+        Action::requeue(std::time::Duration::from_secs(1))
+    );
+    assert_eq!(registration_healthy(&env).await, unhealthy);
+    karpenter_rs::controllers::nodepool::reconcile(current_pool(&env).await, env.ctx.clone())
+        .await
+        .expect("reconcile");
+    assert_eq!(registration_healthy(&env).await, unhealthy);
+    let current: karpenter_rs::apis::NodePool = env.get(POOL).await.expect("the pool");
+    assert_eq!(current.status.and_then(|s| s.nodes), Some(2));
+}
