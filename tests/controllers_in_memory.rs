@@ -1552,13 +1552,18 @@ async fn two_nodeclaims_that_never_register_make_the_pool_registration_unhealthy
     }
 }
 
-/// The simulated cloud, recording what node-class garbage collection is told is in use.
-/// It resolves capacity reservations (the AWS cloud's `ReservedCapacity` gate) when
-/// `reservations` says so.
+/// The simulated cloud, recording what node-class garbage collection is told is in use. It
+/// resolves capacity reservations (the AWS cloud's `ReservedCapacity` gate) when `reservations`
+/// says so, and refuses to tag instances.
 struct RecordingCloud {
     inner: Arc<karpenter_rs::cloudprovider::simulated::SimulatedProvider>,
     in_use: std::sync::Mutex<Vec<karpenter_rs::cloudprovider::NodeClassesInUse>>,
     reservations: bool,
+}
+
+impl RecordingCloud {
+    /// What `tag_registered` answers, as EC2 refuses CreateTags without the permission.
+    const REFUSE_TAGS: &'static str = "UnauthorizedOperation: not allowed to tag";
 }
 
 /// A context like `env`'s whose cloud is a [`RecordingCloud`].
@@ -1639,6 +1644,17 @@ impl karpenter_rs::cloudprovider::CloudProvider for RecordingCloud {
         nodeclass: &karpenter_rs::apis::EC2NodeClass,
     ) -> karpenter_rs::cloudprovider::NodeClassResolution {
         self.inner.resolve(nodeclass).await
+    }
+
+    async fn tag_registered(
+        &self,
+        _provider_id: &str,
+        _nodeclaim: &str,
+        _node_name: &str,
+    ) -> Result<(), karpenter_rs::cloudprovider::CloudError> {
+        Err(karpenter_rs::cloudprovider::CloudError::Invalid(
+            Self::REFUSE_TAGS.into(),
+        ))
     }
 
     async fn collect_nodeclass_resources(
@@ -1769,4 +1785,34 @@ async fn a_nodepool_status_write_from_a_stale_copy_keeps_node_registration_healt
     assert_eq!(registration_healthy(&env).await, unhealthy);
     let current: karpenter_rs::apis::NodePool = env.get(POOL).await.expect("the pool");
     assert_eq!(current.status.and_then(|s| s.nodes), Some(2));
+}
+
+#[tokio::test]
+async fn an_instance_that_cannot_be_tagged_does_not_hold_the_nodeclaim_up() {
+    let env = Env::new().await;
+    let claim = env.launched(&builders::nodeclaim("default-tags")).await;
+    env.join(&claim).await;
+    let (_, refusing) = recording(&env, false);
+    let action = nodeclaim::reconcile(Arc::new(env.claim("default-tags").await), refusing.clone())
+        .await
+        .expect("a refused tagging is no reconcile error");
+    let claim = env.claim("default-tags").await;
+    assert!(has_condition(&claim, REGISTERED, TRUE));
+    assert!(!claim.annotations().contains_key(labels::TAGGED));
+    assert_eq!(action, Action::requeue(std::time::Duration::from_secs(5)));
+    // Initialized, it is tried again in five minutes rather than every few seconds.
+    let action = nodeclaim::reconcile(Arc::new(claim), refusing)
+        .await
+        .expect("reconcile");
+    assert!(has_condition(
+        &env.claim("default-tags").await,
+        INITIALIZED,
+        TRUE
+    ));
+    assert_eq!(action, Action::requeue(nodeclaim::tagging::RETRY));
+    // Once the cloud takes the tags, the NodeClaim says so and is left alone.
+    assert_eq!(env.reconcile("default-tags").await, Action::await_change());
+    let claim = env.claim("default-tags").await;
+    assert_eq!(claim.annotations()[labels::TAGGED], "true");
+    assert_eq!(claim.annotations()[labels::CLUSTER_NAME_TAGGED], "true");
 }

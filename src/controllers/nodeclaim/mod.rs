@@ -177,13 +177,17 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
         if newly_registered {
             registration_health::record(&ctx, &claim, true).await;
         }
-        if let Some(node_name) = tagging::pending(&claim, status.node_name.as_deref()) {
-            tagging::tag(&claim, node_name, &ctx).await?;
+        let mut tag_retry = None;
+        if let Some(node_name) = tagging::pending(&claim, status.node_name.as_deref())
+            && let Err(e) = tagging::tag(&claim, node_name, &ctx).await
+        {
+            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %e, "could not tag the instance; retrying later");
+            tag_retry = Some(tagging::RETRY);
         }
-        return Ok(if initialized {
-            Action::await_change()
-        } else {
-            Action::requeue(Duration::from_secs(5))
+        return Ok(match (initialized, tag_retry) {
+            (false, _) => Action::requeue(Duration::from_secs(5)),
+            (true, Some(retry)) => Action::requeue(retry),
+            (true, None) => Action::await_change(),
         });
     }
     // Launched, no Node yet: wait for registration, within the timeout.

@@ -2,7 +2,10 @@
 //! `nodeclaim.tagging` controller does: the cloud writes `Name`, `karpenter.sh/nodeclaim` and
 //! `eks:eks-cluster-name` (keeping those the instance already has), and the NodeClaim is annotated
 //! `karpenter.k8s.aws/tagged` and `compatibility.karpenter.k8s.aws/cluster-name-tagged` so the
-//! instance is not looked at again.
+//! instance is not looked at again. A failure is logged and retried ([`RETRY`]); it never holds
+//! the NodeClaim's lifecycle up.
+
+use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -12,6 +15,12 @@ use crate::apis::NodeClaim;
 use crate::apis::labels;
 use crate::cloudprovider::CloudError;
 use crate::runtime::{Context, Error};
+
+/// How soon a failed tagging is tried again once the NodeClaim is initialized (before, the
+/// lifecycle's own 5-second rechecks retry it). The tags are for people reading the console, so a
+/// failure never holds the NodeClaim up, and a missing permission must not become a stream of
+/// calls per node.
+pub const RETRY: Duration = Duration::from_secs(5 * 60);
 
 /// The Node name to tag the NodeClaim's instance with, or `None` when there is nothing to do:
 /// both annotations already say it is done, the Node has not registered yet, or the NodeClaim is
