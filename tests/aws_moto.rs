@@ -2440,3 +2440,70 @@ async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
     assert!(profile_exists(&env, &keep_profile).await);
     assert!(profile_exists(&env, &user_profile).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_template_no_launch_used_for_thirty_minutes_is_deleted() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    let class = ready(&env, al2023()).await;
+    env.provider
+        .create(&claim("default-lt1", &["m5.large"], &["on-demand"]), &class)
+        .await
+        .expect("launch");
+    let used = template_names(&env, "default").await;
+    assert_eq!(used.len(), 1);
+    // A template of the class this process never used (made before a restart, say).
+    env.ec2
+        .create_launch_template()
+        .launch_template_name("karpenter.k8s.aws/from-before")
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id("ami-0123456789abcdef0")
+                .build(),
+        )
+        .tag_specifications(tagged(
+            ResourceType::LaunchTemplate,
+            &[
+                ("eks:eks-cluster-name", env.settings.cluster_name.as_str()),
+                ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ],
+        ))
+        .send()
+        .await
+        .expect("template");
+    let in_use = karpenter_rs::cloudprovider::NodeClassesInUse {
+        nodeclasses: BTreeSet::from(["default".to_string()]),
+        instance_profiles: BTreeSet::new(),
+    };
+    env.clock.advance(chrono::Duration::minutes(20));
+    assert_eq!(
+        env.provider
+            .collect_nodeclass_resources(&in_use)
+            .await
+            .expect("collect"),
+        Vec::<String>::new()
+    );
+    // 35 minutes after the launch, 15 after the collection first saw the other one.
+    env.clock.advance(chrono::Duration::minutes(15));
+    let deleted = env
+        .provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert_eq!(deleted, [format!("unused launch template {}", used[0])]);
+    env.clock.advance(chrono::Duration::minutes(20));
+    env.provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert!(template_names(&env, "default").await.is_empty());
+
+    // The next launch makes its template again.
+    env.provider
+        .create(&claim("default-lt2", &["m5.large"], &["on-demand"]), &class)
+        .await
+        .expect("launch");
+    assert_eq!(template_names(&env, "default").await, used);
+}

@@ -3,6 +3,11 @@
 //! decide: a template belongs to the class its `karpenter.k8s.aws/ec2nodeclass` tag names; a
 //! managed profile is the one [`super::instance_profile::managed_name`] gives a class. What is
 //! younger than [`GRACE`] is left alone — a class created while the collection ran may own it.
+//!
+//! A live class' templates go too once no launch has used them for [`UNUSED`] (its AMI or
+//! configuration changed, so launches use a new one), as upstream deletes a template that drops
+//! out of its cache; one the process has not used since it started counts from when the
+//! collection first saw it.
 
 use chrono::{DateTime, Utc};
 
@@ -27,6 +32,28 @@ pub fn stale_templates<'a>(
     templates
         .iter()
         .filter(|t| !in_use.nodeclasses.contains(&t.nodeclass) && old_enough(t.created, now))
+        .collect()
+}
+
+/// A live class' template no launch has used for this long is deleted.
+pub const UNUSED: chrono::Duration = chrono::Duration::minutes(30);
+
+/// The templates of classes in use that no launch used for [`UNUSED`] (`last_used`: when a
+/// launch last used each, or the collection first saw it).
+pub fn unused_templates<'a>(
+    templates: &'a [OwnedTemplate],
+    in_use: &NodeClassesInUse,
+    last_used: &std::collections::HashMap<String, DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Vec<&'a OwnedTemplate> {
+    templates
+        .iter()
+        .filter(|t| {
+            in_use.nodeclasses.contains(&t.nodeclass)
+                && last_used
+                    .get(&t.name)
+                    .is_some_and(|used| now.signed_duration_since(*used) >= UNUSED)
+        })
         .collect()
 }
 
@@ -82,6 +109,40 @@ mod tests {
             .map(|t| t.name.as_str())
             .collect();
         assert_eq!(stale, ["karpenter.k8s.aws/2"]);
+    }
+
+    #[test]
+    fn a_live_class_template_no_launch_used_for_thirty_minutes_goes() {
+        let now = Utc::now();
+        let t = |name: &str, class: &str| OwnedTemplate {
+            name: name.into(),
+            nodeclass: class.into(),
+            created: Some(now - chrono::Duration::hours(5)),
+        };
+        let templates = [
+            t("karpenter.k8s.aws/old", "default"),
+            t("karpenter.k8s.aws/current", "default"),
+            t("karpenter.k8s.aws/unseen", "default"),
+            t("karpenter.k8s.aws/gone", "gone"),
+        ];
+        let last_used = std::collections::HashMap::from([
+            ("karpenter.k8s.aws/old".to_string(), now - UNUSED),
+            (
+                "karpenter.k8s.aws/current".to_string(),
+                now - chrono::Duration::minutes(29),
+            ),
+            ("karpenter.k8s.aws/gone".to_string(), now - UNUSED),
+        ]);
+        let unused: Vec<&str> =
+            unused_templates(&templates, &in_use(&["default"], &[]), &last_used, now)
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect();
+        assert_eq!(
+            unused,
+            ["karpenter.k8s.aws/old"],
+            "a gone class' template is stale_templates' to delete"
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub mod tags;
 pub mod unavailable;
 pub mod userdata;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -213,7 +213,9 @@ pub struct AwsProvider {
     prices: RwLock<Arc<Prices>>,
     refresh_lock: tokio::sync::Mutex<()>,
     types_cache: Mutex<HashMap<String, TypesCacheEntry>>,
-    launch_templates: Mutex<HashSet<String>>,
+    /// Launch templates known to exist → when a launch last used them (or garbage collection
+    /// first saw them); unused ones go ([`garbage::unused_templates`]).
+    launch_templates: Mutex<HashMap<String, DateTime<Utc>>>,
     /// Instances each selected capacity reservation can still launch.
     reservations: capacity_reservations::Availability,
     batcher: FleetBatcher,
@@ -274,7 +276,7 @@ impl AwsProvider {
             prices: RwLock::new(Arc::new(prices)),
             refresh_lock: tokio::sync::Mutex::new(()),
             types_cache: Mutex::new(HashMap::new()),
-            launch_templates: Mutex::new(HashSet::new()),
+            launch_templates: Mutex::new(HashMap::new()),
             reservations: capacity_reservations::Availability::default(),
             untagged: Mutex::new(HashMap::new()),
             settings,
@@ -499,11 +501,13 @@ impl AwsProvider {
         spec: &LaunchTemplateSpec,
     ) -> Result<String, CloudError> {
         let name = spec.name();
-        if locked(&self.launch_templates).contains(&name) {
+        let now = self.clock.now();
+        if let Some(used) = locked(&self.launch_templates).get_mut(&name) {
+            *used = now;
             return Ok(name);
         }
         let name = launch_templates::ensure(&self.ec2, spec).await?;
-        locked(&self.launch_templates).insert(name.clone());
+        locked(&self.launch_templates).insert(name.clone(), now);
         Ok(name)
     }
 
@@ -1265,6 +1269,23 @@ impl CloudProvider for AwsProvider {
         for template in garbage::stale_templates(&templates, in_use, now) {
             self.delete_launch_template(&template.name).await?;
             deleted.push(format!("launch template {}", template.name));
+        }
+        let unused: Vec<String> = {
+            let mut used = locked(&self.launch_templates);
+            for t in templates
+                .iter()
+                .filter(|t| in_use.nodeclasses.contains(&t.nodeclass))
+            {
+                used.entry(t.name.clone()).or_insert(now);
+            }
+            garbage::unused_templates(&templates, in_use, &used, now)
+                .into_iter()
+                .map(|t| t.name.clone())
+                .collect()
+        };
+        for name in unused {
+            self.delete_launch_template(&name).await?;
+            deleted.push(format!("unused launch template {name}"));
         }
         let profiles = instance_profile::list_owned(&self.iam, cluster).await?;
         for profile in garbage::stale_profiles(&profiles, in_use, cluster, region, now) {
