@@ -2208,3 +2208,302 @@ async fn ip_prefix_count_reaches_the_primary_interface() {
         .collect();
     assert_eq!(primary, [(Some(0), Some(2), None, 1)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_instance_is_named_after_its_node_once() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let c = claim("default-name1", &["m5.large"], &["on-demand"]);
+    let launched = env.provider.create(&c, &class).await.expect("launch");
+    assert!(
+        !tags_of(&instances_of(&env, "default-name1").await[0]).contains_key("Name"),
+        "no Name before the Node registers"
+    );
+    env.provider
+        .tag_registered(
+            &launched.provider_id,
+            "default-name1",
+            "ip-10-0-1-5.ec2.internal",
+        )
+        .await
+        .expect("tag");
+    let tags = tags_of(&instances_of(&env, "default-name1").await[0]);
+    assert_eq!(tags["Name"], "ip-10-0-1-5.ec2.internal");
+    assert_eq!(tags["karpenter.sh/nodeclaim"], "default-name1");
+    assert_eq!(tags["eks:eks-cluster-name"], env.settings.cluster_name);
+    assert_eq!(tags["team"], "platform", "launch tags stay");
+
+    // Everything there already: no write (an armed CreateTags failure stays unused).
+    let writes = moto.calls("CreateTags");
+    moto.fail("CreateTags", 1, "UnauthorizedOperation");
+    env.provider
+        .tag_registered(
+            &launched.provider_id,
+            "default-name1",
+            "ip-10-0-1-5.ec2.internal",
+        )
+        .await
+        .expect("nothing to tag");
+    assert_eq!(moto.calls("CreateTags"), writes);
+    assert!(matches!(
+        env.provider
+            .tag_registered(&launched.provider_id, "default-name1", "other-node")
+            .await,
+        Ok(())
+    ));
+    moto.fail("CreateTags", 0, "");
+
+    // A Name the node class sets at launch is the user's and stays.
+    let mut named = al2023();
+    named.metadata.name = Some("named".into());
+    named
+        .spec
+        .tags
+        .insert("Name".into(), "payments-node".into());
+    let named = ready(&env, named).await;
+    let mut c2 = claim("default-name2", &["m5.large"], &["on-demand"]);
+    c2.spec.node_class_ref.name = "named".into();
+    let launched2 = env.provider.create(&c2, &named).await.expect("launch");
+    env.provider
+        .tag_registered(
+            &launched2.provider_id,
+            "default-name2",
+            "ip-10-0-1-6.ec2.internal",
+        )
+        .await
+        .expect("tag");
+    assert_eq!(
+        tags_of(&instances_of(&env, "default-name2").await[0])["Name"],
+        "payments-node"
+    );
+
+    // A terminated instance is reported gone, for the controller to leave alone.
+    env.provider
+        .delete(&launched.provider_id)
+        .await
+        .expect("delete");
+    assert!(matches!(
+        env.provider
+            .tag_registered(
+                &launched.provider_id,
+                "default-name1",
+                "ip-10-0-1-5.ec2.internal"
+            )
+            .await,
+        Err(CloudError::NotFound(_))
+    ));
+}
+
+async fn template_names(env: &Env, class: &str) -> Vec<String> {
+    env.ec2
+        .describe_launch_templates()
+        .filters(
+            Filter::builder()
+                .name("tag:karpenter.k8s.aws/ec2nodeclass")
+                .values(class)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("templates")
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_string))
+        .collect()
+}
+
+async fn profile_exists(env: &Env, name: &str) -> bool {
+    env.iam
+        .get_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_class_takes_its_launch_templates_and_instance_profile_along() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    let mut class = al2023();
+    class.metadata.name = Some("going".into());
+    let class = ready(&env, class).await;
+    let profile = class
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    let mut c = claim("going-1", &["m5.large"], &["on-demand"]);
+    c.spec.node_class_ref.name = "going".into();
+    env.provider.create(&c, &class).await.expect("launch");
+    let keep = ready(&env, al2023()).await;
+    let keep_profile = keep
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    env.provider
+        .create(&claim("default-1", &["m5.large"], &["on-demand"]), &keep)
+        .await
+        .expect("launch");
+    assert_eq!(template_names(&env, "going").await.len(), 1);
+    assert!(profile_exists(&env, &profile).await);
+
+    env.provider
+        .delete_nodeclass_resources(&class)
+        .await
+        .expect("delete");
+    assert!(template_names(&env, "going").await.is_empty());
+    assert!(!profile_exists(&env, &profile).await);
+    assert_eq!(
+        template_names(&env, "default").await.len(),
+        1,
+        "other classes keep theirs"
+    );
+    assert!(profile_exists(&env, &keep_profile).await);
+    env.provider
+        .delete_nodeclass_resources(&class)
+        .await
+        .expect("deleting again finds nothing to delete");
+
+    // The provider forgot the deleted template: a class of that name made again launches.
+    let class = ready(&env, class).await;
+    let mut again = claim("going-2", &["m5.large"], &["on-demand"]);
+    again.spec.node_class_ref.name = "going".into();
+    env.provider.create(&again, &class).await.expect("relaunch");
+    assert_eq!(template_names(&env, "going").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    let mut gone = al2023();
+    gone.metadata.name = Some("gone".into());
+    let gone = ready(&env, gone).await;
+    let gone_profile = gone
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    let mut c = claim("gone-1", &["m5.large"], &["on-demand"]);
+    c.spec.node_class_ref.name = "gone".into();
+    env.provider.create(&c, &gone).await.expect("launch");
+    let keep = ready(&env, al2023()).await;
+    let keep_profile = keep
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    env.provider
+        .create(&claim("default-1", &["m5.large"], &["on-demand"]), &keep)
+        .await
+        .expect("launch");
+    // A profile a user made under the cluster's prefix, not tagged as the controller's own.
+    let user_profile = format!("{}_made-by-hand", env.settings.cluster_name);
+    env.iam
+        .create_instance_profile()
+        .instance_profile_name(&user_profile)
+        .send()
+        .await
+        .expect("user profile");
+
+    let in_use = karpenter_rs::cloudprovider::NodeClassesInUse {
+        nodeclasses: BTreeSet::from(["default".to_string()]),
+        instance_profiles: BTreeSet::new(),
+    };
+    assert_eq!(
+        env.provider
+            .collect_nodeclass_resources(&in_use)
+            .await
+            .expect("collect"),
+        Vec::<String>::new(),
+        "nothing younger than the grace period"
+    );
+    env.clock.advance(chrono::Duration::minutes(6));
+    let deleted = env
+        .provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert_eq!(deleted.len(), 2, "{deleted:?}");
+    assert!(template_names(&env, "gone").await.is_empty());
+    assert!(!profile_exists(&env, &gone_profile).await);
+    assert_eq!(template_names(&env, "default").await.len(), 1);
+    assert!(profile_exists(&env, &keep_profile).await);
+    assert!(profile_exists(&env, &user_profile).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_template_no_launch_used_for_thirty_minutes_is_deleted() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    let class = ready(&env, al2023()).await;
+    env.provider
+        .create(&claim("default-lt1", &["m5.large"], &["on-demand"]), &class)
+        .await
+        .expect("launch");
+    let used = template_names(&env, "default").await;
+    assert_eq!(used.len(), 1);
+    // A template of the class this process never used (made before a restart, say).
+    env.ec2
+        .create_launch_template()
+        .launch_template_name("karpenter.k8s.aws/from-before")
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id("ami-0123456789abcdef0")
+                .build(),
+        )
+        .tag_specifications(tagged(
+            ResourceType::LaunchTemplate,
+            &[
+                ("eks:eks-cluster-name", env.settings.cluster_name.as_str()),
+                ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ],
+        ))
+        .send()
+        .await
+        .expect("template");
+    let in_use = karpenter_rs::cloudprovider::NodeClassesInUse {
+        nodeclasses: BTreeSet::from(["default".to_string()]),
+        instance_profiles: BTreeSet::new(),
+    };
+    env.clock.advance(chrono::Duration::minutes(20));
+    assert_eq!(
+        env.provider
+            .collect_nodeclass_resources(&in_use)
+            .await
+            .expect("collect"),
+        Vec::<String>::new()
+    );
+    // 35 minutes after the launch, 15 after the collection first saw the other one.
+    env.clock.advance(chrono::Duration::minutes(15));
+    let deleted = env
+        .provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert_eq!(deleted, [format!("unused launch template {}", used[0])]);
+    env.clock.advance(chrono::Duration::minutes(20));
+    env.provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert!(template_names(&env, "default").await.is_empty());
+
+    // The next launch makes its template again.
+    env.provider
+        .create(&claim("default-lt2", &["m5.large"], &["on-demand"]), &class)
+        .await
+        .expect("launch");
+    assert_eq!(template_names(&env, "default").await, used);
+}

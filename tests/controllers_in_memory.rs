@@ -97,6 +97,13 @@ async fn a_nodeclaim_launches_registers_and_initializes_once_its_startup_taint_i
         claim.status.as_ref().and_then(|s| s.node_name.as_deref()),
         Some(node.name_any().as_str())
     );
+    for done in [labels::TAGGED, labels::CLUSTER_NAME_TAGGED] {
+        assert_eq!(
+            claim.annotations().get(done).map(String::as_str),
+            Some("true"),
+            "the registered instance is tagged once: {done}"
+        );
+    }
     assert!(has_label(&node, labels::REGISTERED, "true"));
     assert!(has_label(&node, labels::NODEPOOL, POOL));
     assert_eq!(node.finalizers(), [labels::TERMINATION_FINALIZER]);
@@ -1543,4 +1550,269 @@ async fn two_nodeclaims_that_never_register_make_the_pool_registration_unhealthy
             "after {name}"
         );
     }
+}
+
+/// The simulated cloud, recording what node-class garbage collection is told is in use. It
+/// resolves capacity reservations (the AWS cloud's `ReservedCapacity` gate) when `reservations`
+/// says so, and refuses to tag instances.
+struct RecordingCloud {
+    inner: Arc<karpenter_rs::cloudprovider::simulated::SimulatedProvider>,
+    in_use: std::sync::Mutex<Vec<karpenter_rs::cloudprovider::NodeClassesInUse>>,
+    reservations: bool,
+}
+
+impl RecordingCloud {
+    /// What `tag_registered` answers, as EC2 refuses CreateTags without the permission.
+    const REFUSE_TAGS: &'static str = "UnauthorizedOperation: not allowed to tag";
+}
+
+/// A context like `env`'s whose cloud is a [`RecordingCloud`].
+fn recording(
+    env: &Env,
+    reservations: bool,
+) -> (Arc<RecordingCloud>, Arc<karpenter_rs::runtime::Context>) {
+    let cloud = Arc::new(RecordingCloud {
+        inner: env.cloud.clone(),
+        in_use: std::sync::Mutex::new(Vec::new()),
+        reservations,
+    });
+    let ctx = karpenter_rs::runtime::Context::new(
+        env.ctx.client.clone(),
+        env.ctx.client.clone(),
+        env.ctx.state.clone(),
+        cloud.clone(),
+        None,
+        env.clock.clone(),
+        EngineOptions::default(),
+    );
+    (cloud, Arc::new(ctx))
+}
+
+#[async_trait::async_trait]
+impl karpenter_rs::cloudprovider::CloudProvider for RecordingCloud {
+    fn name(&self) -> &'static str {
+        "simulated"
+    }
+
+    fn resolves_capacity_reservations(&self) -> bool {
+        self.reservations
+    }
+
+    async fn create(
+        &self,
+        claim: &NodeClaim,
+        nodeclass: &karpenter_rs::apis::EC2NodeClass,
+    ) -> Result<karpenter_rs::cloudprovider::Launched, karpenter_rs::cloudprovider::CloudError>
+    {
+        self.inner.create(claim, nodeclass).await
+    }
+
+    async fn delete(
+        &self,
+        provider_id: &str,
+    ) -> Result<(), karpenter_rs::cloudprovider::CloudError> {
+        self.inner.delete(provider_id).await
+    }
+
+    async fn get(
+        &self,
+        provider_id: &str,
+    ) -> Result<karpenter_rs::cloudprovider::Instance, karpenter_rs::cloudprovider::CloudError>
+    {
+        self.inner.get(provider_id).await
+    }
+
+    async fn list(
+        &self,
+    ) -> Result<Vec<karpenter_rs::cloudprovider::Instance>, karpenter_rs::cloudprovider::CloudError>
+    {
+        self.inner.list().await
+    }
+
+    async fn instance_types(
+        &self,
+        nodeclass: &karpenter_rs::apis::EC2NodeClass,
+    ) -> Result<
+        Arc<Vec<karpenter_rs::scheduling::instance_type::InstanceType>>,
+        karpenter_rs::cloudprovider::CloudError,
+    > {
+        self.inner.instance_types(nodeclass).await
+    }
+
+    async fn resolve(
+        &self,
+        nodeclass: &karpenter_rs::apis::EC2NodeClass,
+    ) -> karpenter_rs::cloudprovider::NodeClassResolution {
+        self.inner.resolve(nodeclass).await
+    }
+
+    async fn tag_registered(
+        &self,
+        _provider_id: &str,
+        _nodeclaim: &str,
+        _node_name: &str,
+    ) -> Result<(), karpenter_rs::cloudprovider::CloudError> {
+        Err(karpenter_rs::cloudprovider::CloudError::Invalid(
+            Self::REFUSE_TAGS.into(),
+        ))
+    }
+
+    async fn collect_nodeclass_resources(
+        &self,
+        in_use: &karpenter_rs::cloudprovider::NodeClassesInUse,
+    ) -> Result<Vec<String>, karpenter_rs::cloudprovider::CloudError> {
+        self.in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(in_use.clone());
+        Ok(Vec::new())
+    }
+}
+
+#[tokio::test]
+async fn node_class_garbage_collection_keeps_what_classes_and_nodeclaims_name() {
+    let env = Env::new().await;
+    let mut old = builders::nodeclaim("old-abcde");
+    old.spec.node_class_ref.name = "deleted-class".into();
+    env.create(&old).await;
+    let (cloud, ctx) = recording(&env, false);
+    karpenter_rs::controllers::nodeclass::garbage_pass(&ctx)
+        .await
+        .expect("pass");
+    let seen = cloud
+        .in_use
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0]
+            .nodeclasses
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        [POOL, "deleted-class"]
+    );
+    let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
+    let profile = class
+        .status
+        .and_then(|s| s.instance_profile)
+        .expect("resolved profile");
+    assert!(seen[0].instance_profiles.contains(&profile), "{seen:?}");
+}
+
+/// Reconciles the EC2NodeClass with the gate `reservations` and returns the status of its
+/// `CapacityReservationsReady` condition, if reported.
+async fn reservations_ready(env: &Env, reservations: bool) -> Option<String> {
+    let (_, ctx) = recording(env, reservations);
+    let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
+    assert!(class.spec.capacity_reservation_selector_terms.is_empty());
+    karpenter_rs::controllers::nodeclass::reconcile(Arc::new(class), ctx)
+        .await
+        .expect("reconcile");
+    let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
+    let status = class.status.expect("status");
+    assert!(karpenter_rs::apis::conditions::is_true(
+        &status.conditions,
+        READY
+    ));
+    karpenter_rs::apis::conditions::find(
+        &status.conditions,
+        karpenter_rs::apis::ec2nodeclass::NodeClassCondition::CapacityReservationsReady.type_(),
+    )
+    .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+async fn capacity_reservations_ready_is_reported_only_with_the_gate_on() {
+    let env = Env::new().await;
+    assert_eq!(
+        reservations_ready(&env, false).await,
+        None,
+        "gate off: not reported"
+    );
+    assert_eq!(
+        reservations_ready(&env, true).await.as_deref(),
+        Some(TRUE),
+        "gate on: True even with no reservations selected"
+    );
+    assert_eq!(
+        reservations_ready(&env, false).await,
+        None,
+        "the gate turned off again: dropped"
+    );
+}
+
+/// The NodePool as the API server holds it now.
+async fn current_pool(env: &Env) -> Arc<karpenter_rs::apis::NodePool> {
+    Arc::new(env.get(POOL).await.expect("the pool"))
+}
+
+#[tokio::test]
+async fn a_nodepool_status_write_from_a_stale_copy_keeps_node_registration_healthy() {
+    let env = Env::new().await;
+    karpenter_rs::controllers::nodepool::reconcile(current_pool(&env).await, env.ctx.clone())
+        .await
+        .expect("reconcile");
+    assert_eq!(
+        registration_healthy(&env).await.map(|(s, _)| s).as_deref(),
+        Some(UNKNOWN)
+    );
+    // The NodePool controller's cache still holds this copy when the lifecycle records two
+    // NodeClaims that never registered.
+    let stale = current_pool(&env).await;
+    for name in ["default-lost1", "default-lost2"] {
+        env.launched(&builders::nodeclaim(name)).await;
+    }
+    env.advance(REGISTRATION_TIMEOUT + Duration::seconds(2));
+    env.reconcile("default-lost1").await;
+    env.reconcile("default-lost2").await;
+    let unhealthy = Some((FALSE.to_string(), "RegistrationFailed".to_string()));
+    assert_eq!(registration_healthy(&env).await, unhealthy);
+
+    // The stale copy's status differs (two NodeClaims more) and is not written over it; the
+    // reconcile of the current object then writes the usage and keeps the condition.
+    assert_eq!(
+        karpenter_rs::controllers::nodepool::reconcile(stale, env.ctx.clone())
+            .await
+            .expect("reconcile"),
+        Action::requeue(std::time::Duration::from_secs(1))
+    );
+    assert_eq!(registration_healthy(&env).await, unhealthy);
+    karpenter_rs::controllers::nodepool::reconcile(current_pool(&env).await, env.ctx.clone())
+        .await
+        .expect("reconcile");
+    assert_eq!(registration_healthy(&env).await, unhealthy);
+    let current: karpenter_rs::apis::NodePool = env.get(POOL).await.expect("the pool");
+    assert_eq!(current.status.and_then(|s| s.nodes), Some(2));
+}
+
+#[tokio::test]
+async fn an_instance_that_cannot_be_tagged_does_not_hold_the_nodeclaim_up() {
+    let env = Env::new().await;
+    let claim = env.launched(&builders::nodeclaim("default-tags")).await;
+    env.join(&claim).await;
+    let (_, refusing) = recording(&env, false);
+    let action = nodeclaim::reconcile(Arc::new(env.claim("default-tags").await), refusing.clone())
+        .await
+        .expect("a refused tagging is no reconcile error");
+    let claim = env.claim("default-tags").await;
+    assert!(has_condition(&claim, REGISTERED, TRUE));
+    assert!(!claim.annotations().contains_key(labels::TAGGED));
+    assert_eq!(action, Action::requeue(std::time::Duration::from_secs(5)));
+    // Initialized, it is tried again in five minutes rather than every few seconds.
+    let action = nodeclaim::reconcile(Arc::new(claim), refusing)
+        .await
+        .expect("reconcile");
+    assert!(has_condition(
+        &env.claim("default-tags").await,
+        INITIALIZED,
+        TRUE
+    ));
+    assert_eq!(action, Action::requeue(nodeclaim::tagging::RETRY));
+    // Once the cloud takes the tags, the NodeClaim says so and is left alone.
+    assert_eq!(env.reconcile("default-tags").await, Action::await_change());
+    let claim = env.claim("default-tags").await;
+    assert_eq!(claim.annotations()[labels::TAGGED], "true");
+    assert_eq!(claim.annotations()[labels::CLUSTER_NAME_TAGGED], "true");
 }

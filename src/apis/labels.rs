@@ -186,11 +186,13 @@ pub const PROVIDER_COMPATIBILITY: &str = "compatibility.karpenter.sh/provider";
 pub const EC2NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
 /// Version of the EC2NodeClass hash algorithm.
 pub const EC2NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
-/// Set once the instance carries its post-registration tags.
+/// Set on a NodeClaim once its instance carries its post-registration tags (`Name`, the
+/// NodeClaim, the cluster).
 pub const TAGGED: &str = "karpenter.k8s.aws/tagged";
 /// Name of the instance profile Karpenter manages for an EC2NodeClass `role`.
 pub const INSTANCE_PROFILE_NAME: &str = "karpenter.k8s.aws/instance-profile-name";
-/// Set once an EC2NodeClass' resources are tagged with the cluster name.
+/// Set on a NodeClaim beside [`TAGGED`] once its instance carries `eks:eks-cluster-name` (instances
+/// tagged before that tag existed lack it, so upstream remembers the two apart).
 pub const CLUSTER_NAME_TAGGED: &str = "compatibility.karpenter.k8s.aws/cluster-name-tagged";
 
 // Annotations and keys from earlier API versions, which `convert` rewrites.

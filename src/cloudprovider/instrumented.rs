@@ -15,7 +15,7 @@ use crate::metrics::METRICS;
 use crate::scheduling::instance_type::InstanceType;
 
 use super::interruption::{InterruptionEvent, InterruptionMessage};
-use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution};
+use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution, NodeClassesInUse};
 
 /// Wraps a provider and records metrics around each call.
 pub struct Instrumented<P> {
@@ -72,6 +72,10 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
         self.inner.repair_policies()
     }
 
+    fn resolves_capacity_reservations(&self) -> bool {
+        self.inner.resolves_capacity_reservations()
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,
@@ -123,6 +127,30 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
         observe(self.name(), "List", self.inner.list()).await
+    }
+
+    async fn delete_nodeclass_resources(&self, nodeclass: &EC2NodeClass) -> Result<(), CloudError> {
+        self.inner.delete_nodeclass_resources(nodeclass).await
+    }
+
+    async fn collect_nodeclass_resources(
+        &self,
+        in_use: &NodeClassesInUse,
+    ) -> Result<Vec<String>, CloudError> {
+        self.inner.collect_nodeclass_resources(in_use).await
+    }
+
+    /// Not timed: upstream tags from its own controller, outside the cloud provider interface
+    /// whose calls `karpenter_cloudprovider_duration_seconds` counts.
+    async fn tag_registered(
+        &self,
+        provider_id: &str,
+        nodeclaim: &str,
+        node_name: &str,
+    ) -> Result<(), CloudError> {
+        self.inner
+            .tag_registered(provider_id, nodeclaim, node_name)
+            .await
     }
 
     async fn instance_types(

@@ -187,6 +187,17 @@ impl ResolveError {
 /// to the status with readiness conditions.
 pub type NodeClassResolution = Result<EC2NodeClassStatus, ResolveError>;
 
+/// What still needs the cloud resources a provider made for node classes, so their garbage
+/// collection leaves them be.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeClassesInUse {
+    /// The EC2NodeClasses that exist, and those NodeClaims still name.
+    pub nodeclasses: std::collections::BTreeSet<String>,
+    /// The instance profiles EC2NodeClasses name (`spec.instanceProfile`) or resolved
+    /// (`status.instanceProfile`).
+    pub instance_profiles: std::collections::BTreeSet<String>,
+}
+
 /// The operations the controllers need from a cloud.
 ///
 /// Implementations must make [`CloudProvider::create`] idempotent per NodeClaim name: a launch
@@ -201,6 +212,13 @@ pub trait CloudProvider: Send + Sync {
     /// repaired.
     fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
         &[]
+    }
+
+    /// Whether [`CloudProvider::resolve`] looks up capacity reservations (AWS: the
+    /// `ReservedCapacity` gate), so that the EC2NodeClass reports `CapacityReservationsReady`.
+    /// Not by default: a cloud without reservations says nothing about them.
+    fn resolves_capacity_reservations(&self) -> bool {
+        false
     }
 
     /// Launches (or finds the already launched) instance for a NodeClaim on its node class.
@@ -218,6 +236,39 @@ pub trait CloudProvider: Send + Sync {
 
     /// Every instance tagged for this cluster, for garbage collection.
     async fn list(&self) -> Result<Vec<Instance>, CloudError>;
+
+    /// Labels the instance of a registered NodeClaim for people reading the cloud's console: its
+    /// Node's name, the NodeClaim and the cluster, leaving any of those tags the instance already
+    /// carries as they are (a `Name` from the node class's `tags` stays). Nothing by default: a
+    /// cloud without instance tags has nothing to write.
+    async fn tag_registered(
+        &self,
+        _provider_id: &str,
+        _nodeclaim: &str,
+        _node_name: &str,
+    ) -> Result<(), CloudError> {
+        Ok(())
+    }
+
+    /// Deletes what the provider made for node class `nodeclass` (AWS: its launch templates and
+    /// the instance profile it manages for `spec.role`), once the class is being deleted and no
+    /// NodeClaim uses it. Nothing by default.
+    async fn delete_nodeclass_resources(
+        &self,
+        _nodeclass: &EC2NodeClass,
+    ) -> Result<(), CloudError> {
+        Ok(())
+    }
+
+    /// Deletes what the provider made for node classes nothing uses any more (`in_use` says what
+    /// is used) — left behind when a class went while the controller was down, or its finalizer
+    /// was removed by hand — and says what it deleted. Nothing by default.
+    async fn collect_nodeclass_resources(
+        &self,
+        _in_use: &NodeClassesInUse,
+    ) -> Result<Vec<String>, CloudError> {
+        Ok(Vec::new())
+    }
 
     /// Instance types a node class can launch, with current offerings (exhausted ones marked
     /// unavailable) and the node class's overhead applied.

@@ -162,7 +162,7 @@ async fn lead(
 
 /// Starts every controller of a leader on `tasks`: the provisioner, the NodeClaim lifecycle,
 /// disruption, NodeClaim disruption status, garbage collection, the NodePool and EC2NodeClass
-/// status controllers, the capacity-block expiration drain, static NodePools (with the `StaticCapacity` gate), node repair (with the `NodeRepair` gate), NodeOverlay status (with the `NodeOverlay` gate), the metrics controller, the stand-in kubelet (simulated cloud) and the
+/// status controllers (and the collection of gone EC2NodeClasses' cloud resources), the capacity-block expiration drain, static NodePools (with the `StaticCapacity` gate), node repair (with the `NodeRepair` gate), NodeOverlay status (with the `NodeOverlay` gate), the metrics controller, the stand-in kubelet (simulated cloud) and the
 /// interruption consumer (which ends at once for a cloud without interruption notices). Each task runs under its controller's name, which the
 /// cloud-provider metrics carry. Aborting `tasks` stops them all, as a process kill would; a
 /// fresh [`Context`] restarts them.
@@ -199,6 +199,10 @@ pub fn spawn_controllers(
         ));
     }
     tasks.spawn(in_controller("nodeclass", nodeclass::run(ctx.clone())));
+    tasks.spawn(in_controller(
+        "nodeclass.garbagecollection",
+        nodeclass::collect_garbage(ctx.clone()),
+    ));
     tasks.spawn(in_controller(
         "capacityreservation.expiration",
         capacity_blocks::run(ctx.clone()),

@@ -1,11 +1,14 @@
 //! EC2NodeClass status: what its selectors resolve to in the cloud (subnets, security groups,
 //! AMIs, instance profile) and whether it is ready to launch with, refreshed every five
-//! minutes; and the finalizer that keeps a class while NodeClaims still use it.
+//! minutes; the finalizer that keeps a class while NodeClaims still use it and then deletes what
+//! the cloud provider made for it (launch templates, the instance profile for `spec.role`); and
+//! the garbage collection ([`collect_garbage`]) of what classes that went without their
+//! finalizer left behind.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher;
@@ -16,7 +19,8 @@ use crate::apis::conditions::{self, FALSE, READY, TRUE};
 use crate::apis::ec2nodeclass::NodeClassCondition;
 use crate::apis::hash;
 use crate::apis::{EC2NodeClass, NodeClaim, labels};
-use crate::cloudprovider::{CloudError, ResolveError};
+use crate::cloudprovider::{CloudError, NodeClassesInUse, ResolveError};
+use crate::runtime::panics::guarded_pass;
 use crate::runtime::untyped;
 use crate::runtime::{Context, Error};
 
@@ -58,7 +62,9 @@ fn error_policy(class: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) ->
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// One reconcile of an EC2NodeClass: finalizer, hash, status. Public so the in-memory controller
+/// tests can drive it.
+pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action, Error> {
     let api: Api<EC2NodeClass> = Api::all(ctx.client.clone());
     let name = class.name_any();
     let has_finalizer = class
@@ -88,6 +94,7 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
             .await;
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
+        ctx.provider.delete_nodeclass_resources(&class).await?;
         let finalizers: Vec<String> = class
             .finalizers()
             .iter()
@@ -148,12 +155,13 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
             for p in parts {
                 conditions::set(&mut status.conditions, p, TRUE, "", "", now);
             }
-            // Reported only for classes that select reservations (or once did and failed).
+            // As upstream: with the `ReservedCapacity` gate on, every class reports it (True
+            // with no reservations selected, too); with it off, none does.
             let reservations = NodeClassCondition::CapacityReservationsReady.type_();
-            if !class.spec.capacity_reservation_selector_terms.is_empty()
-                || conditions::find(&status.conditions, reservations).is_some()
-            {
+            if ctx.provider.resolves_capacity_reservations() {
                 conditions::set(&mut status.conditions, reservations, TRUE, "", "", now);
+            } else {
+                status.conditions.retain(|c| c.type_ != reservations);
             }
             conditions::set(&mut status.conditions, READY, TRUE, "", "", now);
         }
@@ -190,6 +198,76 @@ async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Action
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
+/// How often [`collect_garbage`] looks for what gone node classes left (upstream's
+/// instance-profile garbage collection runs every 30 minutes).
+pub const GARBAGE_INTERVAL: Duration = Duration::from_secs(30 * 60);
+
+/// Runs the garbage collection of gone node classes' cloud resources until the process ends.
+pub async fn collect_garbage(ctx: Arc<Context>) {
+    ctx.state.wait_synced().await;
+    loop {
+        tokio::time::sleep(GARBAGE_INTERVAL).await;
+        match guarded_pass("nodeclass.garbagecollection", &ctx, garbage_pass(&ctx)).await {
+            Some(Err(e)) => {
+                tracing::warn!(controller = "nodeclass.garbagecollection", error = %e, "could not collect node class resources");
+            }
+            Some(Ok(deleted)) => {
+                for what in deleted {
+                    tracing::info!(controller = "nodeclass.garbagecollection", deleted = %what, "deleted a resource no EC2NodeClass uses");
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// One garbage collection: what is in use is read from the API server, untyped, so that a
+/// class the cache lags behind or cannot read keeps what it owns; then the cloud provider
+/// deletes the rest. Public so the in-memory tests can run one.
+pub async fn garbage_pass(ctx: &Context) -> Result<Vec<String>, Error> {
+    let list = |resource| {
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+        async move { api.list(&ListParams::default()).await }
+    };
+    let classes = list(untyped::resource::<EC2NodeClass>()).await?.items;
+    let claims = list(untyped::resource::<NodeClaim>()).await?.items;
+    let in_use = in_use(&classes, &claims);
+    Ok(ctx.provider.collect_nodeclass_resources(&in_use).await?)
+}
+
+/// What the listed classes and NodeClaims still use: every class, each class a NodeClaim names,
+/// and the instance profiles classes name or resolved.
+pub fn in_use(classes: &[DynamicObject], claims: &[DynamicObject]) -> NodeClassesInUse {
+    let text = |o: &DynamicObject, path: &[&str]| -> Option<String> {
+        let mut v = &o.data;
+        for key in path {
+            v = v.get(key)?;
+        }
+        v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+    };
+    NodeClassesInUse {
+        nodeclasses: classes
+            .iter()
+            .map(|c| c.name_any())
+            .chain(
+                claims
+                    .iter()
+                    .filter_map(|c| text(c, &["spec", "nodeClassRef", "name"])),
+            )
+            .collect(),
+        instance_profiles: classes
+            .iter()
+            .flat_map(|c| {
+                [
+                    text(c, &["spec", "instanceProfile"]),
+                    text(c, &["status", "instanceProfile"]),
+                ]
+            })
+            .flatten()
+            .collect(),
+    }
+}
+
 async fn publish(ctx: &Context, class: &EC2NodeClass, type_: EventType, reason: &str, note: &str) {
     let e = Event {
         type_,
@@ -200,5 +278,51 @@ async fn publish(ctx: &Context, class: &EC2NodeClass, type_: EventType, reason: 
     };
     if let Err(err) = ctx.recorder.publish(&e, &class.object_ref(&())).await {
         tracing::debug!(error = %err, "could not record event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).expect("object")
+    }
+
+    #[test]
+    fn classes_claims_and_named_profiles_are_in_use() {
+        let classes = [
+            object(json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": "default"},
+                "spec": {"role": "KarpenterNodeRole"},
+                "status": {"instanceProfile": "demo_123"},
+            })),
+            object(json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": "own-profile"},
+                "spec": {"instanceProfile": "my-profile"},
+            })),
+        ];
+        let claims = [object(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "old-abcde"},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "deleted-class"}},
+        }))];
+        let used = in_use(&classes, &claims);
+        assert_eq!(
+            used.nodeclasses
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            ["default", "deleted-class", "own-profile"]
+        );
+        assert_eq!(
+            used.instance_profiles
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            ["demo_123", "my-profile"]
+        );
     }
 }

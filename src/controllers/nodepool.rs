@@ -184,7 +184,9 @@ pub fn runtime_validate(pool: &NodePool) -> Result<(), String> {
     }
 }
 
-async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// One reconcile of a NodePool: hash, usage, conditions. Public so the in-memory controller tests
+/// can drive it.
+pub async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Error> {
     if pool.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -193,23 +195,29 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
     let now = ctx.clock.now();
 
     let hash = pool.static_hash();
-    if pool.annotations().get(labels::NODEPOOL_HASH) != Some(&hash)
+    // The stamped object is the newest there is: the status below starts from it, and its
+    // version makes the status write conditional.
+    let pool = if pool.annotations().get(labels::NODEPOOL_HASH) != Some(&hash)
         || pool
             .annotations()
             .get(labels::NODEPOOL_HASH_VERSION)
             .map(String::as_str)
             != Some(hash::NODEPOOL_HASH_VERSION)
     {
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                labels::NODEPOOL_HASH: hash,
-                labels::NODEPOOL_HASH_VERSION: hash::NODEPOOL_HASH_VERSION,
-            }}})),
+        Arc::new(
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    labels::NODEPOOL_HASH: hash,
+                    labels::NODEPOOL_HASH_VERSION: hash::NODEPOOL_HASH_VERSION,
+                }}})),
+            )
+            .await?,
         )
-        .await?;
-    }
+    } else {
+        pool
+    };
 
     let mut status: NodePoolStatus = pool.status.clone().unwrap_or_default();
     let before = status.clone();
@@ -330,12 +338,24 @@ async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, Err
         );
     }
     if status != before {
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await?;
+        // Conditional on the version read: the conditions list is replaced whole, and the NodeClaim
+        // lifecycle writes `NodeRegistrationHealthy` into it too (`nodeclaim::registration_health`,
+        // conditional the same way). A copy older than that write must not put the old
+        // condition back; the next reconcile starts from the newer object.
+        let patch = json!({
+            "metadata": {"resourceVersion": pool.resource_version()},
+            "status": status,
+        });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }

@@ -286,9 +286,11 @@ fn is_in_flight(cluster: &Snapshot, claim: &crate::apis::NodeClaim) -> bool {
         && claim.metadata.deletion_timestamp.is_none()
 }
 
-/// The taints the scheduler holds against an existing node: its own, less the ephemeral ones
-/// and, until Karpenter marks it initialized, its NodeClaim's startup taints (which something in
-/// the cluster removes once the node is ready).
+/// The taints the scheduler holds against an existing node: its own, less — until Karpenter marks
+/// the node of a NodeClaim initialized — the known ephemeral taints and its NodeClaim's startup
+/// taints (which something in the cluster removes once the node is ready). Once initialized, or
+/// for a node Karpenter does not manage, every taint counts: a taint that comes back later (the
+/// node going not-ready, a startup taint re-added) means what it says.
 fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::nodeclaim::Taint> {
     let initialized = node
         .metadata
@@ -296,12 +298,10 @@ fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::
         .as_ref()
         .and_then(|l| l.get(labels::INITIALIZED))
         .is_some_and(|v| v == "true");
-    let startup: &[crate::apis::nodeclaim::Taint] = if initialized {
-        &[]
+    let coming_up = if initialized {
+        None
     } else {
         super::joins::claim_of(&cluster.nodeclaims, node)
-            .map(|c| c.spec.startup_taints.as_slice())
-            .unwrap_or_default()
     };
     node.spec
         .as_ref()
@@ -309,10 +309,14 @@ fn scheduling_taints(cluster: &Snapshot, node: &core::Node) -> Vec<crate::apis::
         .into_iter()
         .flatten()
         .filter(|t| {
-            !super::taints::is_ephemeral(&t.key, &t.effect)
-                && !startup
-                    .iter()
-                    .any(|s| s.key == t.key && s.effect.as_str() == t.effect)
+            coming_up.is_none_or(|claim| {
+                !super::taints::is_ephemeral(&t.key, &t.effect)
+                    && !claim
+                        .spec
+                        .startup_taints
+                        .iter()
+                        .any(|s| s.key == t.key && s.effect.as_str() == t.effect)
+            })
         })
         .filter_map(|t| taint_from_k8s(t).ok())
         .collect()
@@ -858,6 +862,7 @@ mod tests {
                         {"key": "karpenter.sh/unregistered", "effect": "NoExecute"},
                         {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
                         {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+                        {"key": "readiness.k8s.io/network-ready", "effect": "NoSchedule"},
                         {"key": "example.com/cni-not-ready", "effect": "NoSchedule"},
                         {"key": "dedicated", "value": "db", "effect": "NoSchedule"},
                     ],
@@ -877,19 +882,24 @@ mod tests {
         };
         assert_eq!(
             keys(scheduling_taints(&cluster, &node(false))),
-            [
-                "node.kubernetes.io/not-ready:NoExecute",
-                "dedicated:NoSchedule"
-            ]
+            ["dedicated:NoSchedule"]
         );
         assert_eq!(
             keys(scheduling_taints(&cluster, &node(true))),
             [
+                "karpenter.sh/unregistered:NoExecute",
+                "node.kubernetes.io/not-ready:NoSchedule",
                 "node.kubernetes.io/not-ready:NoExecute",
+                "readiness.k8s.io/network-ready:NoSchedule",
                 "example.com/cni-not-ready:NoSchedule",
                 "dedicated:NoSchedule"
             ],
-            "once initialized, a startup taint still there is a real one"
+            "once initialized, an ephemeral or startup taint still there is a real one"
+        );
+        assert_eq!(
+            scheduling_taints(&Snapshot::default(), &node(false)).len(),
+            6,
+            "a node no NodeClaim owns is held to all its taints"
         );
     }
 }

@@ -153,6 +153,124 @@ pub async fn ensure(
     }
 }
 
+/// Deletes the instance profile `name` (its roles removed first, as IAM requires); one already
+/// gone is fine.
+pub async fn delete(iam: &aws_sdk_iam::Client, name: &str) -> Result<(), CloudError> {
+    let profile = match iam
+        .get_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+    {
+        Ok(out) => out.instance_profile().cloned(),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            return Ok(());
+        }
+        Err(e) => return Err(sdk_error("iam:GetInstanceProfile", e)),
+    };
+    for role in profile.iter().flat_map(|p| p.roles()) {
+        match iam
+            .remove_role_from_instance_profile()
+            .instance_profile_name(name)
+            .role_name(role.role_name())
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_no_such_entity_exception()) => {}
+            Err(e) => return Err(sdk_error("iam:RemoveRoleFromInstanceProfile", e)),
+        }
+    }
+    match iam
+        .delete_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(sdk_error("iam:DeleteInstanceProfile", e)),
+    }
+}
+
+/// An instance profile this cluster's controller made, as garbage collection sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedProfile {
+    /// Its name.
+    pub name: String,
+    /// When IAM created it.
+    pub created: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The instance profiles named like the managed ones of `cluster` (`<cluster>_…`) and tagged as
+/// its own (`kubernetes.io/cluster/<cluster>=owned` and `eks:eks-cluster-name=<cluster>`, as
+/// [`ensure`] tags them): those garbage collection may delete, never one a user made.
+pub async fn list_owned(
+    iam: &aws_sdk_iam::Client,
+    cluster: &str,
+) -> Result<Vec<OwnedProfile>, CloudError> {
+    let prefix = format!("{cluster}_");
+    let mut pages = iam.list_instance_profiles().into_paginator().send();
+    let mut candidates = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| sdk_error("iam:ListInstanceProfiles", e))?;
+        candidates.extend(
+            page.instance_profiles()
+                .iter()
+                .filter(|p| p.instance_profile_name().starts_with(&prefix))
+                .map(|p| OwnedProfile {
+                    name: p.instance_profile_name().to_string(),
+                    created: chrono::DateTime::from_timestamp(
+                        p.create_date().secs(),
+                        p.create_date().subsec_nanos(),
+                    ),
+                }),
+        );
+    }
+    let mut owned = Vec::new();
+    for profile in candidates {
+        // GetInstanceProfile carries the tags (ListInstanceProfiles does not).
+        let found = match iam
+            .get_instance_profile()
+            .instance_profile_name(&profile.name)
+            .send()
+            .await
+        {
+            Ok(out) => out.instance_profile().cloned(),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_no_such_entity_exception()) =>
+            {
+                None
+            }
+            Err(e) => return Err(sdk_error("iam:GetInstanceProfile", e)),
+        };
+        let tag = |key: &str| {
+            found
+                .iter()
+                .flat_map(|p| p.tags())
+                .find(|t| t.key() == key)
+                .map(|t| t.value().to_string())
+        };
+        if tag(&tags::cluster_tag_key(cluster)).as_deref() == Some("owned")
+            && tag(tags::EKS_CLUSTER_NAME).as_deref() == Some(cluster)
+        {
+            owned.push(profile);
+        }
+    }
+    Ok(owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::apis::ec2nodeclass::{AMIFamily, BlockDevice, BlockDeviceMapping, MetadataOptions};
 use crate::apis::hash::fnv1a;
+use crate::apis::labels;
 use crate::cloudprovider::CloudError;
 use crate::scheduling::resources::{self, gib};
 
@@ -274,6 +275,81 @@ pub async fn ensure(
             Ok(name)
         }
         Err(e) => Err(sdk_error("ec2:CreateLaunchTemplate", e)),
+    }
+}
+
+/// A launch template this cluster's controller made, as garbage collection sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedTemplate {
+    /// Its name.
+    pub name: String,
+    /// The EC2NodeClass it was made for (`karpenter.k8s.aws/ec2nodeclass` tag).
+    pub nodeclass: String,
+    /// When EC2 created it.
+    pub created: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The launch templates tagged for `cluster` (`eks:eks-cluster-name`) and an EC2NodeClass, as
+/// every template [`ensure`] makes is.
+pub async fn list_owned(
+    ec2: &aws_sdk_ec2::Client,
+    cluster: &str,
+) -> Result<Vec<OwnedTemplate>, CloudError> {
+    let mut pages = ec2
+        .describe_launch_templates()
+        .filters(filter(
+            &format!("tag:{}", super::tags::EKS_CLUSTER_NAME),
+            [cluster],
+        ))
+        .filters(filter("tag-key", [labels::EC2NODECLASS]))
+        .into_paginator()
+        .send();
+    let mut out = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| sdk_error("ec2:DescribeLaunchTemplates", e))?;
+        for t in page.launch_templates() {
+            let (Some(name), Some(nodeclass)) = (
+                t.launch_template_name(),
+                t.tags()
+                    .iter()
+                    .find(|tag| tag.key() == Some(labels::EC2NODECLASS))
+                    .and_then(|tag| tag.value()),
+            ) else {
+                continue;
+            };
+            out.push(OwnedTemplate {
+                name: name.to_string(),
+                nodeclass: nodeclass.to_string(),
+                created: t
+                    .create_time()
+                    .and_then(|c| chrono::DateTime::from_timestamp(c.secs(), c.subsec_nanos())),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes launch template `name`; one already gone is fine.
+pub async fn delete(ec2: &aws_sdk_ec2::Client, name: &str) -> Result<(), CloudError> {
+    match ec2
+        .delete_launch_template()
+        .launch_template_name(name)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                aws_sdk_ec2::error::ProvideErrorMetadata::code(&e),
+                Some(
+                    "InvalidLaunchTemplateName.NotFoundException"
+                        | "InvalidLaunchTemplateId.NotFound"
+                )
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(sdk_error("ec2:DeleteLaunchTemplate", e)),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod amis;
 pub mod capacity_reservations;
 pub mod cluster;
 pub mod fleet;
+pub mod garbage;
 pub mod instance_profile;
 pub mod instance_types;
 pub mod interruption;
@@ -26,7 +27,7 @@ pub mod tags;
 pub mod unavailable;
 pub mod userdata;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -53,8 +54,8 @@ use crate::scheduling::requirements::Requirements;
 use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
-    ResolveError, claim_requests, claim_requirements, launch_candidates, node_labels,
-    provider_id_instance,
+    NodeClassesInUse, ResolveError, claim_requests, claim_requirements, launch_candidates,
+    node_labels, provider_id_instance,
 };
 use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
@@ -212,7 +213,9 @@ pub struct AwsProvider {
     prices: RwLock<Arc<Prices>>,
     refresh_lock: tokio::sync::Mutex<()>,
     types_cache: Mutex<HashMap<String, TypesCacheEntry>>,
-    launch_templates: Mutex<HashSet<String>>,
+    /// Launch templates known to exist → when a launch last used them (or garbage collection
+    /// first saw them); unused ones go ([`garbage::unused_templates`]).
+    launch_templates: Mutex<HashMap<String, DateTime<Utc>>>,
     /// Instances each selected capacity reservation can still launch.
     reservations: capacity_reservations::Availability,
     batcher: FleetBatcher,
@@ -273,7 +276,7 @@ impl AwsProvider {
             prices: RwLock::new(Arc::new(prices)),
             refresh_lock: tokio::sync::Mutex::new(()),
             types_cache: Mutex::new(HashMap::new()),
-            launch_templates: Mutex::new(HashSet::new()),
+            launch_templates: Mutex::new(HashMap::new()),
             reservations: capacity_reservations::Availability::default(),
             untagged: Mutex::new(HashMap::new()),
             settings,
@@ -498,12 +501,22 @@ impl AwsProvider {
         spec: &LaunchTemplateSpec,
     ) -> Result<String, CloudError> {
         let name = spec.name();
-        if locked(&self.launch_templates).contains(&name) {
+        let now = self.clock.now();
+        if let Some(used) = locked(&self.launch_templates).get_mut(&name) {
+            *used = now;
             return Ok(name);
         }
         let name = launch_templates::ensure(&self.ec2, spec).await?;
-        locked(&self.launch_templates).insert(name.clone());
+        locked(&self.launch_templates).insert(name.clone(), now);
         Ok(name)
+    }
+
+    /// Deletes launch template `name` and forgets it was made, so a launch that needs it again
+    /// makes it again.
+    async fn delete_launch_template(&self, name: &str) -> Result<(), CloudError> {
+        launch_templates::delete(&self.ec2, name).await?;
+        locked(&self.launch_templates).remove(name);
+        Ok(())
     }
 
     /// The kube-dns address when the cluster is IPv6 (its service CIDR is): nodes then get it
@@ -943,6 +956,10 @@ impl CloudProvider for AwsProvider {
         &crate::apis::repair::EKS_POLICIES
     }
 
+    fn resolves_capacity_reservations(&self) -> bool {
+        self.settings.reserved_capacity
+    }
+
     async fn create(
         &self,
         claim: &NodeClaim,
@@ -1224,6 +1241,104 @@ impl CloudProvider for AwsProvider {
             );
         }
         Ok(out)
+    }
+
+    async fn delete_nodeclass_resources(&self, nodeclass: &EC2NodeClass) -> Result<(), CloudError> {
+        let class = nodeclass.metadata.name.as_deref().unwrap_or_default();
+        let cluster = &self.settings.cluster_name;
+        if nodeclass.spec.role.is_some() {
+            let profile = instance_profile::managed_name(cluster, &self.settings.region, class);
+            instance_profile::delete(&self.iam, &profile).await?;
+        }
+        for template in launch_templates::list_owned(&self.ec2, cluster).await? {
+            if template.nodeclass == class {
+                self.delete_launch_template(&template.name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn collect_nodeclass_resources(
+        &self,
+        in_use: &NodeClassesInUse,
+    ) -> Result<Vec<String>, CloudError> {
+        let (cluster, region) = (&self.settings.cluster_name, &self.settings.region);
+        let now = self.clock.now();
+        let mut deleted = Vec::new();
+        let templates = launch_templates::list_owned(&self.ec2, cluster).await?;
+        for template in garbage::stale_templates(&templates, in_use, now) {
+            self.delete_launch_template(&template.name).await?;
+            deleted.push(format!("launch template {}", template.name));
+        }
+        let unused: Vec<String> = {
+            let mut used = locked(&self.launch_templates);
+            for t in templates
+                .iter()
+                .filter(|t| in_use.nodeclasses.contains(&t.nodeclass))
+            {
+                used.entry(t.name.clone()).or_insert(now);
+            }
+            garbage::unused_templates(&templates, in_use, &used, now)
+                .into_iter()
+                .map(|t| t.name.clone())
+                .collect()
+        };
+        for name in unused {
+            self.delete_launch_template(&name).await?;
+            deleted.push(format!("unused launch template {name}"));
+        }
+        let profiles = instance_profile::list_owned(&self.iam, cluster).await?;
+        for profile in garbage::stale_profiles(&profiles, in_use, cluster, region, now) {
+            instance_profile::delete(&self.iam, &profile.name).await?;
+            deleted.push(format!("instance profile {}", profile.name));
+        }
+        Ok(deleted)
+    }
+
+    async fn tag_registered(
+        &self,
+        provider_id: &str,
+        nodeclaim: &str,
+        node_name: &str,
+    ) -> Result<(), CloudError> {
+        let id = provider_id_instance(provider_id).ok_or_else(|| {
+            CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
+        })?;
+        let out = self
+            .ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
+        let instance = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find(|i| {
+                !matches!(
+                    i.state().and_then(|s| s.name()),
+                    Some(InstanceStateName::Terminated)
+                )
+            })
+            .ok_or_else(|| CloudError::NotFound(provider_id.into()))?;
+        let missing = tags::registration_tags(
+            node_name,
+            nodeclaim,
+            &self.settings.cluster_name,
+            &tags::from_ec2(instance.tags()),
+        );
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.ec2
+            .create_tags()
+            .resources(id)
+            .set_tags(Some(tags::to_ec2(&missing)))
+            .send()
+            .await
+            .map_err(|e| sdk_error("ec2:CreateTags", e))?;
+        Ok(())
     }
 
     async fn instance_types(

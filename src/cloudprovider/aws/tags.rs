@@ -43,6 +43,29 @@ pub fn launch_tags(owner: &Owner<'_>, user: &BTreeMap<String, String>) -> BTreeM
     out
 }
 
+/// `Name=<node name>`: what the EC2 console shows for an instance.
+pub const NAME: &str = "Name";
+
+/// The tags a registered NodeClaim's instance gets (its Node's name as `Name`, the NodeClaim, the
+/// cluster), less those it already carries (`existing`): a `Name` the node class's `tags` set at
+/// launch, or a tag another writer put there, is not overwritten.
+pub fn registration_tags(
+    node_name: &str,
+    nodeclaim: &str,
+    cluster: &str,
+    existing: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    [
+        (NAME, node_name),
+        (NODECLAIM, nodeclaim),
+        (EKS_CLUSTER_NAME, cluster),
+    ]
+    .into_iter()
+    .filter(|(k, _)| !existing.contains_key(*k))
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 /// Tags as the EC2 API takes them.
 pub fn to_ec2(tags: &BTreeMap<String, String>) -> Vec<Tag> {
     tags.iter()
@@ -106,6 +129,32 @@ mod tests {
         assert_eq!(tags[EKS_CLUSTER_NAME], "demo");
         assert_eq!(tags[labels::EC2NODECLASS], "general");
         assert_eq!(from_ec2(&to_ec2(&tags)), tags);
+    }
+
+    #[test]
+    fn registration_tags_leave_the_ones_the_instance_has() {
+        let all = registration_tags(
+            "ip-10-0-0-1.ec2.internal",
+            "default-x",
+            "demo",
+            &BTreeMap::new(),
+        );
+        assert_eq!(
+            all,
+            BTreeMap::from([
+                (NAME.to_string(), "ip-10-0-0-1.ec2.internal".to_string()),
+                (NODECLAIM.to_string(), "default-x".to_string()),
+                (EKS_CLUSTER_NAME.to_string(), "demo".to_string()),
+            ])
+        );
+        let existing = BTreeMap::from([
+            (NAME.to_string(), "from-the-node-class".to_string()),
+            (NODECLAIM.to_string(), "default-x".to_string()),
+        ]);
+        assert_eq!(
+            registration_tags("ip-10-0-0-1.ec2.internal", "default-x", "demo", &existing),
+            BTreeMap::from([(EKS_CLUSTER_NAME.to_string(), "demo".to_string())])
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A NodeClaim's life, as upstream runs it: launch through the cloud provider, register the Node
 //! that joins with the same provider ID (labels, taints, owner, finalizer; the
 //! `karpenter.sh/unregistered` taint removed), mark it initialized once Ready with its startup
-//! taints gone, give up on claims that never launch or register, and on deletion drain the Node
+//! taints gone, name the instance after its Node ([`tagging`]), give up on claims that never
+//! launch or register, and on deletion drain the Node
 //! ([`termination`]), terminate the instance and wait for it before letting the NodeClaim go.
 //!
 //! Every step reads what it needs from the objects themselves (provider ID, conditions, taints)
@@ -12,6 +13,7 @@ pub mod disruption;
 pub mod garbage;
 pub mod liveness;
 pub mod registration_health;
+pub mod tagging;
 pub mod termination;
 
 use std::collections::BTreeMap;
@@ -175,10 +177,17 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
         if newly_registered {
             registration_health::record(&ctx, &claim, true).await;
         }
-        return Ok(if initialized {
-            Action::await_change()
-        } else {
-            Action::requeue(Duration::from_secs(5))
+        let mut tag_retry = None;
+        if let Some(node_name) = tagging::pending(&claim, status.node_name.as_deref())
+            && let Err(e) = tagging::tag(&claim, node_name, &ctx).await
+        {
+            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %e, "could not tag the instance; retrying later");
+            tag_retry = Some(tagging::RETRY);
+        }
+        return Ok(match (initialized, tag_retry) {
+            (false, _) => Action::requeue(Duration::from_secs(5)),
+            (true, Some(retry)) => Action::requeue(retry),
+            (true, None) => Action::await_change(),
         });
     }
     // Launched, no Node yet: wait for registration, within the timeout.
@@ -653,5 +662,37 @@ mod tests {
             a["node.alpha.kubernetes.io/ttl"], "0",
             "the Node's own stay"
         );
+    }
+
+    #[test]
+    fn initialization_waits_for_node_readiness_controller_taints() {
+        let mut node = node();
+        node.status = Some(
+            serde_json::from_value(json!({
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }))
+            .expect("status"),
+        );
+        let with_taints = |taints: serde_json::Value| -> Node {
+            let mut n = node.clone();
+            n.spec = Some(serde_json::from_value(json!({"taints": taints})).expect("spec"));
+            n
+        };
+        let (initialized, why) = initialization(
+            &claim(),
+            &with_taints(
+                json!([{"key": "readiness.k8s.io/network-ready", "value": "pending", "effect": "NoSchedule"}]),
+            ),
+        );
+        assert!(!initialized);
+        assert_eq!(
+            why,
+            r#"StartupTaint "readiness.k8s.io/network-ready" still exists"#
+        );
+        let (initialized, why) = initialization(
+            &claim(),
+            &with_taints(json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}])),
+        );
+        assert!(initialized, "{why}");
     }
 }
