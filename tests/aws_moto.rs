@@ -17,7 +17,7 @@ use base64::Engine as _;
 use chrono::Utc;
 use karpenter_rs::apis::conditions::{self, Condition};
 use karpenter_rs::apis::ec2nodeclass::NodeClassCondition;
-use karpenter_rs::apis::{EC2NodeClass, NodeClaim};
+use karpenter_rs::apis::{EC2NodeClass, NodeClaim, labels};
 use karpenter_rs::clock::FakeClock;
 use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
 use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, cluster};
@@ -1400,6 +1400,7 @@ async fn drift_is_judged_on_the_ami_subnet_and_security_groups_ec2_reports() {
                 subnet_id: instance.subnet_id.as_deref(),
                 security_groups: instance.security_groups.as_deref(),
                 capacity_reservation_id: instance.capacity_reservation_id.as_deref(),
+                placement_group: None,
             };
             drift::instance_drift(&class, &observed).map(|(reason, _)| reason.as_str())
         }
@@ -1664,6 +1665,13 @@ fn observed(i: &karpenter_rs::cloudprovider::Instance) -> drift::Observed<'_> {
         subnet_id: i.subnet_id.as_deref(),
         security_groups: i.security_groups.as_deref(),
         capacity_reservation_id: i.capacity_reservation_id.as_deref(),
+        placement_group: i
+            .placement_group
+            .as_ref()
+            .map(|g| drift::ObservedPlacementGroup {
+                id: g.id.as_deref(),
+                name: g.name.as_deref(),
+            }),
     }
 }
 
@@ -2207,4 +2215,228 @@ async fn ip_prefix_count_reaches_the_primary_interface() {
         })
         .collect();
     assert_eq!(primary, [(Some(0), Some(2), None, 1)]);
+}
+
+/// Makes placement group `name` with `strategy` (3 partitions for `partition`); its ID.
+async fn create_placement_group(env: &Env, name: &str, strategy: &str) -> String {
+    let mut request = env
+        .ec2
+        .create_placement_group()
+        .group_name(name)
+        .strategy(aws_sdk_ec2::types::PlacementStrategy::from(strategy));
+    if strategy == "partition" {
+        request = request.partition_count(3);
+    }
+    request
+        .send()
+        .await
+        .expect("placement group")
+        .placement_group()
+        .and_then(|g| g.group_id())
+        .expect("group id")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_group_is_resolved_launched_into_and_labelled() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let group = create_placement_group(&env, "kafka", "partition").await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: kafka}\n",
+    );
+    let class = ready(&env, class).await;
+    // Every type of the class carries the group, so requirements on the label select it.
+    let types = env
+        .provider
+        .instance_types(&class)
+        .await
+        .expect("instance types");
+    assert!(!types.is_empty());
+    assert!(
+        types
+            .iter()
+            .all(|it| it.labels.get(labels::PLACEMENT_GROUP_ID) == Some(&group)),
+        "every type labelled with {group}"
+    );
+    let launched = env
+        .provider
+        .create(
+            &claim("default-pg001", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    assert_eq!(
+        launched.labels.get(labels::PLACEMENT_GROUP_ID),
+        Some(&group)
+    );
+    assert_eq!(
+        launched.labels.get(labels::PLACEMENT_GROUP_PARTITION),
+        Some(&"1".to_string()),
+        "EC2 picked the first partition"
+    );
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert_eq!(
+        data.placement().and_then(|p| p.group_id()),
+        Some(group.as_str()),
+        "{data:?}"
+    );
+    let instance = &instances_of(&env, "default-pg001").await[0];
+    assert_eq!(
+        instance.placement().and_then(|p| p.group_name()),
+        Some("kafka")
+    );
+    let seen = env
+        .provider
+        .get(&launched.provider_id)
+        .await
+        .expect("instance");
+    assert_eq!(seen.placement_group.and_then(|g| g.id), Some(group.clone()));
+
+    // A class without a selector launches outside any group, with a template of its own.
+    let plain = ready(&env, al2023()).await;
+    let outside = env
+        .provider
+        .create(
+            &claim("default-pg002", &["m5.large"], &["on-demand"]),
+            &plain,
+        )
+        .await
+        .expect("launch");
+    assert_eq!(outside.labels.get(labels::PLACEMENT_GROUP_ID), None);
+    let instance = &instances_of(&env, "default-pg002").await[0];
+    assert_eq!(
+        instance
+            .placement()
+            .and_then(|p| p.group_id())
+            .filter(|g| !g.is_empty()),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_placement_group_keeps_the_class_from_launching() {
+    let Some(moto) = Moto::start() else { return };
+    let env = env(&moto, None).await;
+    for selector in ["{name: missing}", "{id: pg-0123456789abcdef0}"] {
+        let class = nodeclass(
+            "default",
+            &format!(
+                "  amiSelectorTerms: [{{alias: al2023@latest}}]\n  placementGroupSelector: {selector}\n"
+            ),
+        );
+        let err = env
+            .provider
+            .resolve(&class)
+            .await
+            .expect_err("unknown placement group");
+        assert_eq!(
+            (err.condition, err.reason),
+            (
+                NodeClassCondition::PlacementGroupReady,
+                "PlacementGroupNotFound"
+            ),
+            "{selector}: {err}"
+        );
+        assert!(
+            err.to_string().contains("spec.placementGroupSelector"),
+            "{err}"
+        );
+    }
+    // A class resolved while its group existed does not launch outside it once it is gone.
+    create_placement_group(&env, "etcd", "spread").await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: etcd}\n",
+    );
+    let class = ready(&env, class).await;
+    env.ec2
+        .delete_placement_group()
+        .group_name("etcd")
+        .send()
+        .await
+        .expect("delete group");
+    env.provider.resolve(&class).await.expect_err("group gone");
+    let err = env
+        .provider
+        .create(
+            &claim("default-pg003", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect_err("no group, no launch");
+    assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
+    assert!(instances_of(&env, "default-pg003").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_outside_the_selected_placement_group_drifts() {
+    let Some(moto) = Moto::start() else { return };
+    let env = env(&moto, None).await;
+    let kafka = create_placement_group(&env, "kafka", "cluster").await;
+    create_placement_group(&env, "etcd", "spread").await;
+    let selecting = |selector: &str| {
+        nodeclass(
+            "default",
+            &format!("  amiSelectorTerms: [{{alias: al2023@latest}}]\n{selector}"),
+        )
+    };
+    let class = ready(&env, selecting("  placementGroupSelector: {name: kafka}\n")).await;
+    let launched = env
+        .provider
+        .create(
+            &claim("default-pgd01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let instance = env
+        .provider
+        .get(&launched.provider_id)
+        .await
+        .expect("instance");
+    let reason = |class: &EC2NodeClass| {
+        drift::instance_drift(class, &observed(&instance)).map(|(r, _)| r.as_str())
+    };
+    assert_eq!(reason(&class), None);
+    let by_id = ready(
+        &env,
+        selecting(&format!("  placementGroupSelector: {{id: {kafka}}}\n")),
+    )
+    .await;
+    assert_eq!(reason(&by_id), None, "the same group by ID");
+    let moved = ready(&env, selecting("  placementGroupSelector: {name: etcd}\n")).await;
+    assert_eq!(reason(&moved), Some("PlacementGroupDrift"));
+    let removed = ready(&env, al2023()).await;
+    assert_eq!(reason(&removed), Some("PlacementGroupDrift"));
+
+    // And the other way: an instance in no group drifts once its class selects one.
+    let plain = env
+        .provider
+        .create(
+            &claim("default-pgd02", &["m5.large"], &["on-demand"]),
+            &removed,
+        )
+        .await
+        .expect("launch");
+    let outside = env
+        .provider
+        .get(&plain.provider_id)
+        .await
+        .expect("instance");
+    assert_eq!(drift::instance_drift(&removed, &observed(&outside)), None);
+    assert_eq!(
+        drift::instance_drift(&class, &observed(&outside)).map(|(r, _)| r.as_str()),
+        Some("PlacementGroupDrift")
+    );
 }

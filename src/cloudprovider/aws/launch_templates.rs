@@ -15,8 +15,9 @@ use aws_sdk_ec2::types::{
     LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    MarketType, RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
+    LaunchTemplatesMonitoringRequest, MarketType, RequestLaunchTemplateData, ResourceType,
+    TagSpecification, VolumeType,
 };
 use serde::Serialize;
 
@@ -55,6 +56,10 @@ pub struct LaunchTemplateSpec {
     /// `spec.ipPrefixCount`: prefixes assigned to the primary interface (IPv4 /28s, or IPv6 /80s
     /// in an IPv6 cluster).
     pub ip_prefix_count: Option<i32>,
+    /// The placement group (ID) instances launch into (`Placement.GroupId`); left out of the
+    /// name's hash when unset, so templates without one keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<String>,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
     /// Which capacity reservations instances of the template may run in.
@@ -203,6 +208,13 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
     } else {
         data.set_security_group_ids(Some(spec.security_groups.clone()))
     };
+    if let Some(group) = &spec.placement_group {
+        data = data.placement(
+            LaunchTemplatePlacementRequest::builder()
+                .group_id(group)
+                .build(),
+        );
+    }
     data = match &spec.reservations {
         ReservationTargeting::Open => data,
         ReservationTargeting::Avoid => data.capacity_reservation_specification(
@@ -294,6 +306,7 @@ mod tests {
             associate_public_ip: None,
             ipv6: false,
             ip_prefix_count: None,
+            placement_group: None,
             tags: BTreeMap::new(),
             reservations: ReservationTargeting::Open,
         }

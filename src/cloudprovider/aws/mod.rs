@@ -19,6 +19,7 @@ pub mod instance_profile;
 pub mod instance_types;
 pub mod interruption;
 pub mod launch_templates;
+pub mod placement_groups;
 pub mod pricing;
 pub mod security_groups;
 pub mod subnets;
@@ -38,7 +39,9 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 use crate::apis::ec2nodeclass::NodeClassCondition;
-use crate::apis::ec2nodeclass::{AMIFamily, BlockDeviceMapping, EC2NodeClassStatus};
+use crate::apis::ec2nodeclass::{
+    AMIFamily, BlockDeviceMapping, EC2NodeClassStatus, PlacementGroupSelector,
+};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Taint, TaintEffect};
 use crate::apis::{EC2NodeClass, NodeClaim};
@@ -60,6 +63,7 @@ use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig}
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
 use interruption::InterruptionQueue;
 use launch_templates::{LaunchTemplateSpec, ReservationTargeting};
+use placement_groups::PlacementGroup;
 use pricing::Prices;
 use unavailable::{OfferingKey, UnavailableOfferings};
 
@@ -218,6 +222,9 @@ pub struct AwsProvider {
     batcher: FleetBatcher,
     /// NodeClaim → instance launched for it that could be neither tagged nor terminated.
     untagged: Mutex<HashMap<String, String>>,
+    /// EC2NodeClass → its `placementGroupSelector` and the group it resolved to (upstream keeps
+    /// it in memory too: the status has no field for it).
+    placement_groups: Mutex<HashMap<String, (PlacementGroupSelector, PlacementGroup)>>,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -276,6 +283,7 @@ impl AwsProvider {
             launch_templates: Mutex::new(HashSet::new()),
             reservations: capacity_reservations::Availability::default(),
             untagged: Mutex::new(HashMap::new()),
+            placement_groups: Mutex::new(HashMap::new()),
             settings,
             clock,
         })
@@ -378,9 +386,44 @@ impl AwsProvider {
         settings
     }
 
+    /// The placement group `nodeclass` launches into: none without a selector; else the group
+    /// its last resolution found, or (a restarted controller may launch before the EC2NodeClass
+    /// controller resolves again) the group DescribePlacementGroups finds now. A selector that
+    /// finds no available group fails: launching outside the group would defeat it.
+    async fn placement_group(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Option<PlacementGroup>, CloudError> {
+        let name = nodeclass.metadata.name.clone().unwrap_or_default();
+        let Some(selector) = &nodeclass.spec.placement_group_selector else {
+            locked(&self.placement_groups).remove(&name);
+            return Ok(None);
+        };
+        if let Some((known, group)) = locked(&self.placement_groups).get(&name)
+            && known == selector
+        {
+            return Ok(Some(group.clone()));
+        }
+        let group = placement_groups::resolve(&self.ec2, selector)
+            .await?
+            .ok_or_else(|| {
+                CloudError::NodeClassNotReady(format!(
+                    "EC2NodeClass {name}: spec.placementGroupSelector matches no available placement group (by {}); create it or fix the selector",
+                    placement_groups::describe(selector)
+                ))
+            })?;
+        locked(&self.placement_groups).insert(name, (selector.clone(), group.clone()));
+        Ok(Some(group))
+    }
+
     /// The node class' instance types from the catalogue as last refreshed (never refreshing
-    /// here: [`AwsProvider::run_refresh`] does that off the launch path).
-    fn types_for(&self, nodeclass: &EC2NodeClass) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+    /// here: [`AwsProvider::run_refresh`] does that off the launch path), labelled with the
+    /// placement group the class launches into.
+    fn types_for(
+        &self,
+        nodeclass: &EC2NodeClass,
+        placement_group: Option<&PlacementGroup>,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
         if read(&self.catalogue).fetched_at.is_none() {
             return Err(CloudError::Transient(
                 "EC2 instance types have not been loaded yet (the first refresh has not completed)"
@@ -395,8 +438,9 @@ impl AwsProvider {
             .unwrap_or_default();
         zones.sort();
         zones.dedup();
+        let group_id = placement_group.map(|g| g.id.as_str());
         let key = format!(
-            "{:?}|{:?}|{}|{}|{zones:?}",
+            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}",
             settings.ami_family,
             settings.kubelet,
             settings.ephemeral_storage,
@@ -413,13 +457,21 @@ impl AwsProvider {
                     e.types.clone()
                 }
                 _ => {
-                    let types = Arc::new(instance_types::build(
+                    let mut types = instance_types::build(
                         &catalogue,
                         &prices,
                         &zones,
                         &settings,
                         &self.settings.region,
-                    ));
+                    );
+                    // Every node of the class runs in the group: the label is the type's, so
+                    // requirements on it select the class' types and the launch labels the node.
+                    if let Some(id) = group_id {
+                        for it in &mut types {
+                            it.labels.insert(labels::PLACEMENT_GROUP_ID, id.to_string());
+                        }
+                    }
+                    let types = Arc::new(types);
                     cache.insert(
                         key,
                         TypesCacheEntry {
@@ -758,6 +810,17 @@ fn reservation_of(i: &aws_sdk_ec2::types::Instance, reserved_capacity: bool) -> 
         .flatten()
 }
 
+/// The placement group EC2 reports an instance in (all `None` when it runs in none).
+fn placement_group_of(i: &aws_sdk_ec2::types::Instance) -> super::InstancePlacementGroup {
+    let placement = i.placement();
+    let non_empty = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+    super::InstancePlacementGroup {
+        id: non_empty(placement.and_then(|p| p.group_id())),
+        name: non_empty(placement.and_then(|p| p.group_name())),
+        partition: placement.and_then(|p| p.partition_number()),
+    }
+}
+
 /// Converts an EC2 instance; `None` without an ID, type or zone. An instance EC2 reports no
 /// launch time for is taken as launched `now`: garbage collection must not judge it old.
 /// `reserved_capacity` is the `ReservedCapacity` gate: with it on, an instance launched into a
@@ -796,6 +859,7 @@ fn to_instance(
         image_id: i.image_id().map(str::to_string),
         subnet_id: i.subnet_id().map(str::to_string),
         capacity_reservation_id: reservation,
+        placement_group: Some(placement_group_of(i)),
         security_groups: Some(
             i.security_groups()
                 .iter()
@@ -921,6 +985,13 @@ fn launched(
     let mut node = node_labels(it, offering, reqs);
     node.insert(labels::INSTANCE_TYPE.into(), it.name.to_string());
     node.insert(labels::EC2NODECLASS.into(), nodeclass.to_string());
+    // EC2 picks the partition of a partition placement group; the instance reports it.
+    if let Some(partition) = instance.placement_group.as_ref().and_then(|g| g.partition) {
+        node.insert(
+            labels::PLACEMENT_GROUP_PARTITION.into(),
+            partition.to_string(),
+        );
+    }
     Launched {
         provider_id: instance.provider_id.clone(),
         image_id: instance.image_id.clone(),
@@ -951,7 +1022,8 @@ impl CloudProvider for AwsProvider {
         let status = super::nodeclass_ready(nodeclass)?;
         let name = claim.metadata.name.clone().unwrap_or_default();
         let class = nodeclass.metadata.name.clone().unwrap_or_default();
-        let types = self.types_for(nodeclass)?;
+        let placement_group = self.placement_group(nodeclass).await?;
+        let types = self.types_for(nodeclass, placement_group.as_ref())?;
         let reqs = claim_requirements(claim);
         // An instance an earlier attempt launched but could not tag is tagged (and found below)
         // or terminated before anything new is launched.
@@ -1089,6 +1161,7 @@ impl CloudProvider for AwsProvider {
                 associate_public_ip: nodeclass.spec.associate_public_ip_address,
                 ipv6: self.ipv6_kube_dns().is_some(),
                 ip_prefix_count: nodeclass.spec.ip_prefix_count,
+                placement_group: placement_group.as_ref().map(|g| g.id.clone()),
                 tags: launch_tags.clone(),
                 reservations,
             };
@@ -1133,6 +1206,7 @@ impl CloudProvider for AwsProvider {
                 subnet_id: None,
                 security_groups: None,
                 capacity_reservation_id: reservation.map(str::to_string),
+                placement_group: None,
                 state: InstanceState::Pending,
                 launch_time: self.clock.now(),
             },
@@ -1230,7 +1304,8 @@ impl CloudProvider for AwsProvider {
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
-        self.types_for(nodeclass)
+        let placement_group = self.placement_group(nodeclass).await?;
+        self.types_for(nodeclass, placement_group.as_ref())
     }
 
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
@@ -1301,6 +1376,37 @@ impl CloudProvider for AwsProvider {
             self.reservations.sync(&resolved.available);
             resolved.reservations
         };
+        // Looked up afresh on every resolution (a group deleted and made again under its name
+        // gets a new ID) and kept for the launches.
+        let class_name = nodeclass.metadata.name.clone().unwrap_or_default();
+        match &spec.placement_group_selector {
+            None => {
+                locked(&self.placement_groups).remove(&class_name);
+            }
+            Some(selector) => {
+                let group = placement_groups::resolve(&self.ec2, selector)
+                    .await
+                    .map_err(|e| {
+                        ResolveError::new(
+                            C::PlacementGroupReady,
+                            "PlacementGroupResolutionFailed",
+                            e,
+                        )
+                    })?
+                    .ok_or_else(|| {
+                        locked(&self.placement_groups).remove(&class_name);
+                        ResolveError::new(
+                            C::PlacementGroupReady,
+                            "PlacementGroupNotFound",
+                            CloudError::NodeClassNotReady(format!(
+                                "spec.placementGroupSelector matches no available placement group (by {}); create it or fix the selector",
+                                placement_groups::describe(selector)
+                            )),
+                        )
+                    })?;
+                locked(&self.placement_groups).insert(class_name, (selector.clone(), group));
+            }
+        }
         // User data is rendered for every launch; rendering it here (with the boot taint and no
         // NodeClaim labels) reports a spec.userData that cannot be merged on the node class,
         // before any NodeClaim tries it.
