@@ -28,6 +28,7 @@ use karpenter_rs::cloudprovider::{
 use karpenter_rs::disruption::drift;
 use karpenter_rs::metrics::METRICS;
 use karpenter_rs::scheduling::instance_type::CapacityType;
+use karpenter_rs::scheduling::resources;
 
 use harness::{Moto, sdk_config};
 
@@ -2438,5 +2439,70 @@ async fn an_instance_outside_the_selected_placement_group_drifts() {
     assert_eq!(
         drift::instance_drift(&class, &observed(&outside)).map(|(r, _)| r.as_str()),
         Some("PlacementGroupDrift")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efa_network_interfaces_reach_the_launch_template_and_the_efa_capacity() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  networkInterfaces:\n  - {networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}\n  - {networkCardIndex: 0, deviceIndex: 1, interfaceType: efa-only}\n",
+    );
+    let class = ready(&env, class).await;
+    let types = env
+        .provider
+        .instance_types(&class)
+        .await
+        .expect("instance types");
+    let efa = |name: &str| {
+        types
+            .iter()
+            .find(|it| &*it.name == name)
+            .map(|it| it.capacity.get(resources::EFA))
+    };
+    assert_eq!(efa("m5.large"), None, "no EFA: not offered to this class");
+    assert_eq!(efa("c5n.18xlarge"), Some(1));
+    assert_eq!(
+        efa("p4d.24xlarge"),
+        Some(1),
+        "one device per efa-only interface, not the type's four"
+    );
+    env.provider
+        .create(
+            &claim("default-efa01", &["c5n.18xlarge"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let got: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.network_card_index(),
+                n.device_index(),
+                n.interface_type().map(str::to_string),
+                n.groups().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(0), Some(0), None, 1),
+            (Some(0), Some(1), Some("efa-only".to_string()), 1)
+        ]
     );
 }

@@ -440,11 +440,12 @@ impl AwsProvider {
         zones.dedup();
         let group_id = placement_group.map(|g| g.id.as_str());
         let key = format!(
-            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}",
+            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}|{:?}",
             settings.ami_family,
             settings.kubelet,
             settings.ephemeral_storage,
-            settings.instance_store_raid0
+            settings.instance_store_raid0,
+            settings.network_interfaces
         );
         let catalogue = read(&self.catalogue);
         let prices = read(&self.prices);
@@ -1162,6 +1163,7 @@ impl CloudProvider for AwsProvider {
                 ipv6: self.ipv6_kube_dns().is_some(),
                 ip_prefix_count: nodeclass.spec.ip_prefix_count,
                 placement_group: placement_group.as_ref().map(|g| g.id.clone()),
+                network_interfaces: nodeclass.spec.network_interfaces.clone(),
                 tags: launch_tags.clone(),
                 reservations,
             };
