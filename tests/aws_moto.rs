@@ -148,6 +148,8 @@ async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut Aws
         interruption_queue: queue.map(str::to_string),
         region: "us-east-1".into(),
         reserved_capacity: true,
+        // The dry-run authorization checks have tests of their own (tests/aws_moto.rs).
+        disable_dry_run: true,
     };
     adjust(&mut settings);
     let provider = AwsProvider::new(settings.clone(), &config, clock.clone()).expect("provider");
@@ -2505,4 +2507,77 @@ async fn efa_network_interfaces_reach_the_launch_template_and_the_efa_capacity()
             (Some(0), Some(1), Some("efa-only".to_string()), 1)
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_check_the_launch_permissions_during_validation() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env_with(&moto, None, |s| s.disable_dry_run = false).await;
+    let dry_runs = |moto: &mut Moto| {
+        ["CreateFleet", "CreateLaunchTemplate", "RunInstances"].map(|a| moto.calls(a))
+    };
+    env.provider.resolve(&al2023()).await.expect("allowed");
+    assert_eq!(dry_runs(&mut moto), [1, 1, 1]);
+    // Dry runs make nothing.
+    let all = env
+        .ec2
+        .describe_instances()
+        .send()
+        .await
+        .expect("instances");
+    assert!(all.reservations().is_empty(), "{all:?}");
+    let templates = env
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("templates");
+    assert!(templates.launch_templates().is_empty());
+    // A verdict is kept while the class resolves the same.
+    env.provider.resolve(&al2023()).await.expect("allowed");
+    assert_eq!(dry_runs(&mut moto), [1, 1, 1]);
+
+    let class = |name: &str| nodeclass(name, "  amiSelectorTerms: [{alias: al2023@latest}]\n");
+    moto.fail("CreateLaunchTemplate", 1, "UnauthorizedOperation");
+    let err = env
+        .provider
+        .resolve(&class("denied"))
+        .await
+        .expect_err("not authorized");
+    assert_eq!(
+        (err.condition, err.reason),
+        (
+            NodeClassCondition::ValidationSucceeded,
+            "CreateLaunchTemplateAuthCheckFailed"
+        )
+    );
+    assert!(matches!(err.error, CloudError::Invalid(_)), "{err}");
+    assert!(
+        err.to_string().contains("ec2:CreateLaunchTemplate"),
+        "{err}"
+    );
+    assert_eq!(dry_runs(&mut moto), [2, 2, 1], "stops at the first refusal");
+
+    moto.fail("RunInstances", 1, "UnauthorizedOperation");
+    let err = env
+        .provider
+        .resolve(&class("no-run"))
+        .await
+        .expect_err("not authorized");
+    assert_eq!(err.reason, "RunInstancesAuthCheckFailed");
+
+    // Throttled: no verdict, tried again at the next resolution.
+    moto.fail("CreateFleet", 1, "RequestLimitExceeded");
+    let err = env
+        .provider
+        .resolve(&class("throttled"))
+        .await
+        .expect_err("throttled");
+    assert!(matches!(err.error, CloudError::Transient(_)), "{err}");
+    env.provider
+        .resolve(&class("throttled"))
+        .await
+        .expect("allowed once EC2 answers");
 }

@@ -26,6 +26,7 @@ pub mod subnets;
 pub mod tags;
 pub mod unavailable;
 pub mod userdata;
+pub mod validation;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -96,6 +97,8 @@ pub struct AwsSettings {
     /// The `ReservedCapacity` feature gate: capacity reservations are resolved, offered as
     /// `reserved` capacity and launched into, and other launches stay out of them.
     pub reserved_capacity: bool,
+    /// `DISABLE_DRY_RUN`: skip the dry-run authorization checks of EC2NodeClass validation.
+    pub disable_dry_run: bool,
 }
 
 /// An SDK config loader with the HTTP client and retry policy every client here uses: rustls on
@@ -120,7 +123,7 @@ pub fn config_loader(region: &str) -> aws_config::ConfigLoader {
 }
 
 /// Error codes that mean "slow down or try again" rather than "this cannot work".
-const TRANSIENT_CODES: &[&str] = &[
+pub(crate) const TRANSIENT_CODES: &[&str] = &[
     "Throttling",
     "ThrottlingException",
     "RequestLimitExceeded",
@@ -225,6 +228,8 @@ pub struct AwsProvider {
     /// EC2NodeClass → its `placementGroupSelector` and the group it resolved to (upstream keeps
     /// it in memory too: the status has no field for it).
     placement_groups: Mutex<HashMap<String, (PlacementGroupSelector, PlacementGroup)>>,
+    /// The dry-run authorization verdicts per EC2NodeClass, kept while their inputs hold.
+    validations: Mutex<validation::Verdicts>,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -284,6 +289,7 @@ impl AwsProvider {
             reservations: capacity_reservations::Availability::default(),
             untagged: Mutex::new(HashMap::new()),
             placement_groups: Mutex::new(HashMap::new()),
+            validations: Mutex::new(validation::Verdicts::new()),
             settings,
             clock,
         })
@@ -414,6 +420,98 @@ impl AwsProvider {
             })?;
         locked(&self.placement_groups).insert(name, (selector.clone(), group.clone()));
         Ok(Some(group))
+    }
+
+    /// Upstream's dry-run authorization checks ([`validation::check`]) on one launch of the
+    /// class as it resolved: its first instance type an AMI serves, that AMI, its first subnet.
+    /// A verdict is kept for [`validation::VERDICT_TTL`] while nothing it was reached on changes.
+    async fn check_authorization(
+        &self,
+        nodeclass: &EC2NodeClass,
+        subnets: &[subnets::SubnetInfo],
+        security_groups: &[crate::apis::ec2nodeclass::SecurityGroup],
+        amis: &[crate::apis::ec2nodeclass::AMI],
+        instance_profile: &str,
+    ) -> Result<(), ResolveError> {
+        let condition = NodeClassCondition::ValidationSucceeded;
+        let transient = |e: CloudError| ResolveError::new(condition, "DependenciesNotReady", e);
+        let class = nodeclass.metadata.name.clone().unwrap_or_default();
+        let placement_group = self.placement_group(nodeclass).await.map_err(transient)?;
+        let types = self
+            .types_for(nodeclass, placement_group.as_ref())
+            .map_err(transient)?;
+        let Some((it, ami)) = types.iter().find_map(|it| {
+            let type_labels: BTreeMap<String, String> = it
+                .labels
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.clone()))
+                .collect();
+            amis::ami_for(amis, &type_labels).map(|ami| (it, ami))
+        }) else {
+            // Nothing to launch yet; the launch itself will say why.
+            return Ok(());
+        };
+        let Some(subnet) = subnets.first() else {
+            return Ok(());
+        };
+        let owner = tags::Owner {
+            cluster: &self.settings.cluster_name,
+            nodepool: "",
+            nodeclass: &class,
+        };
+        let probe = validation::Probe {
+            template: LaunchTemplateSpec {
+                image_id: ami.id.clone(),
+                user_data: String::new(),
+                block_devices: block_devices(nodeclass),
+                metadata: nodeclass.spec.metadata_options.clone(),
+                instance_profile: instance_profile.to_string(),
+                security_groups: security_groups.iter().map(|g| g.id.clone()).collect(),
+                detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
+                associate_public_ip: nodeclass.spec.associate_public_ip_address,
+                ipv6: self.ipv6_kube_dns().is_some(),
+                ip_prefix_count: nodeclass.spec.ip_prefix_count,
+                placement_group: placement_group.map(|g| g.id),
+                network_interfaces: nodeclass.spec.network_interfaces.clone(),
+                tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
+                reservations: ReservationTargeting::Open,
+            },
+            instance_type: &it.name,
+            subnet_id: &subnet.id,
+        };
+        let key = probe.key();
+        let now = self.clock.now();
+        let cached = locked(&self.validations)
+            .get(&class)
+            .filter(|v| v.key == key && now - v.at < validation::VERDICT_TTL)
+            .copied();
+        let failed = match cached {
+            Some(v) => v.failed,
+            None => {
+                let failed = validation::check(&self.ec2, &probe)
+                    .await
+                    .map_err(transient)?;
+                locked(&self.validations).insert(
+                    class,
+                    validation::Verdict {
+                        key,
+                        at: now,
+                        failed,
+                    },
+                );
+                failed
+            }
+        };
+        match failed {
+            None => Ok(()),
+            Some((reason, message)) => Err(ResolveError::new(
+                condition,
+                reason,
+                CloudError::Invalid(format!(
+                    "{message}: grant it to the controller's role (see the IAM permissions in the README), or set DISABLE_DRY_RUN=true to skip the check"
+                )),
+            )),
+        }
     }
 
     /// The node class' instance types from the catalogue as last refreshed (never refreshing
@@ -1425,6 +1523,16 @@ impl CloudProvider for AwsProvider {
                     CloudError::Invalid(e.to_string()),
                 )
             })?;
+        if !self.settings.disable_dry_run {
+            self.check_authorization(
+                nodeclass,
+                &subnets,
+                &security_groups,
+                &amis,
+                &instance_profile,
+            )
+            .await?;
+        }
         Ok(EC2NodeClassStatus {
             subnets: subnets.iter().map(subnets::SubnetInfo::status).collect(),
             security_groups,
