@@ -422,6 +422,32 @@ impl AwsProvider {
         Ok(Some(group))
     }
 
+    /// The launch template of a launch of `nodeclass`: what the launch decides (`launch`) and
+    /// what the node class says (volumes, metadata options, monitoring, public IP, prefixes,
+    /// network interfaces) and the cluster (IPv6).
+    fn template_spec(&self, nodeclass: &EC2NodeClass, launch: Launch<'_>) -> LaunchTemplateSpec {
+        LaunchTemplateSpec {
+            image_id: launch.image_id,
+            user_data: launch.user_data,
+            block_devices: block_devices(nodeclass),
+            metadata: nodeclass.spec.metadata_options.clone(),
+            instance_profile: launch.instance_profile,
+            security_groups: launch
+                .security_groups
+                .iter()
+                .map(|g| g.id.clone())
+                .collect(),
+            detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
+            associate_public_ip: nodeclass.spec.associate_public_ip_address,
+            ipv6: self.ipv6_kube_dns().is_some(),
+            ip_prefix_count: nodeclass.spec.ip_prefix_count,
+            placement_group: launch.placement_group.map(|g| g.id.clone()),
+            network_interfaces: nodeclass.spec.network_interfaces.clone(),
+            tags: launch.tags,
+            reservations: launch.reservations,
+        }
+    }
+
     /// Upstream's dry-run authorization checks ([`validation::check`]) on one launch of the
     /// class as it resolved: its first instance type an AMI serves, that AMI, its first subnet.
     /// A verdict is kept for [`validation::VERDICT_TTL`] while nothing it was reached on changes.
@@ -460,22 +486,18 @@ impl AwsProvider {
             nodeclass: &class,
         };
         let probe = validation::Probe {
-            template: LaunchTemplateSpec {
-                image_id: ami.id.clone(),
-                user_data: String::new(),
-                block_devices: block_devices(nodeclass),
-                metadata: nodeclass.spec.metadata_options.clone(),
-                instance_profile: instance_profile.to_string(),
-                security_groups: security_groups.iter().map(|g| g.id.clone()).collect(),
-                detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
-                associate_public_ip: nodeclass.spec.associate_public_ip_address,
-                ipv6: self.ipv6_kube_dns().is_some(),
-                ip_prefix_count: nodeclass.spec.ip_prefix_count,
-                placement_group: placement_group.map(|g| g.id),
-                network_interfaces: nodeclass.spec.network_interfaces.clone(),
-                tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
-                reservations: ReservationTargeting::Open,
-            },
+            template: self.template_spec(
+                nodeclass,
+                Launch {
+                    image_id: ami.id.clone(),
+                    user_data: String::new(),
+                    instance_profile: instance_profile.to_string(),
+                    security_groups,
+                    placement_group: placement_group.as_ref(),
+                    tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
+                    reservations: ReservationTargeting::Open,
+                },
+            ),
             instance_type: &it.name,
             subnet_id: &subnet.id,
         };
@@ -909,6 +931,18 @@ fn reservation_of(i: &aws_sdk_ec2::types::Instance, reserved_capacity: bool) -> 
         .flatten()
 }
 
+/// What one launch decides about its launch template (see [`AwsProvider::template_spec`]).
+struct Launch<'a> {
+    image_id: String,
+    /// Base64.
+    user_data: String,
+    instance_profile: String,
+    security_groups: &'a [crate::apis::ec2nodeclass::SecurityGroup],
+    placement_group: Option<&'a PlacementGroup>,
+    tags: BTreeMap<String, String>,
+    reservations: ReservationTargeting,
+}
+
 /// The placement group EC2 reports an instance in (all `None` when it runs in none).
 fn placement_group_of(i: &aws_sdk_ec2::types::Instance) -> super::InstancePlacementGroup {
     let placement = i.placement();
@@ -1245,26 +1279,18 @@ impl CloudProvider for AwsProvider {
                 .ec2nodeclasses_userdata_bytes
                 .with_label_values(&[class.as_str()])
                 .set(user_data.len() as f64);
-            let spec = LaunchTemplateSpec {
-                image_id,
-                user_data: base64::engine::general_purpose::STANDARD.encode(user_data),
-                block_devices: block_devices(nodeclass),
-                metadata: nodeclass.spec.metadata_options.clone(),
-                instance_profile: instance_profile.clone(),
-                security_groups: status
-                    .security_groups
-                    .iter()
-                    .map(|g| g.id.clone())
-                    .collect(),
-                detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
-                associate_public_ip: nodeclass.spec.associate_public_ip_address,
-                ipv6: self.ipv6_kube_dns().is_some(),
-                ip_prefix_count: nodeclass.spec.ip_prefix_count,
-                placement_group: placement_group.as_ref().map(|g| g.id.clone()),
-                network_interfaces: nodeclass.spec.network_interfaces.clone(),
-                tags: launch_tags.clone(),
-                reservations,
-            };
+            let spec = self.template_spec(
+                nodeclass,
+                Launch {
+                    image_id,
+                    user_data: base64::engine::general_purpose::STANDARD.encode(user_data),
+                    instance_profile: instance_profile.clone(),
+                    security_groups: &status.security_groups,
+                    placement_group: placement_group.as_ref(),
+                    tags: launch_tags.clone(),
+                    reservations,
+                },
+            );
             specs.push((spec, overrides));
         }
         let started = self
