@@ -2581,3 +2581,53 @@ async fn dry_runs_check_the_launch_permissions_during_validation() {
         .await
         .expect("allowed once EC2 answers");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeclaim_asking_for_efa_gets_an_efa_interface_per_device() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let mut c = claim("default-efa02", &["p4d.24xlarge"], &["on-demand"]);
+    let requests = c
+        .spec
+        .resources
+        .as_mut()
+        .and_then(|r| r.requests.as_mut())
+        .expect("requests");
+    requests.insert(
+        resources::EFA.into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+    );
+    env.provider.create(&c, &class).await.expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    let got: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.network_card_index(),
+                n.device_index(),
+                n.interface_type().map(str::to_string),
+            )
+        })
+        .collect();
+    let efa = Some("efa".to_string());
+    assert_eq!(
+        got,
+        [
+            (Some(0), Some(0), efa.clone()),
+            (Some(1), Some(1), efa.clone()),
+            (Some(2), Some(1), efa.clone()),
+            (Some(3), Some(1), efa)
+        ],
+        "p4d.24xlarge offers four EFA devices"
+    );
+}

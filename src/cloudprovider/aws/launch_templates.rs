@@ -67,6 +67,11 @@ pub struct LaunchTemplateSpec {
     /// left out of the name's hash when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub network_interfaces: Vec<NetworkInterface>,
+    /// Without `network_interfaces`: EFA interfaces to attach, one per network card (a NodeClaim
+    /// that asks for `vpc.amazonaws.com/efa` gets as many as its type offers, as upstream); left
+    /// out of the name's hash when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub efa_interfaces: i32,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
     /// Which capacity reservations instances of the template may run in.
@@ -205,6 +210,20 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                 .map(|n| network_interface(spec, n))
                 .collect(),
         ))
+    } else if spec.efa_interfaces > 0 {
+        // Upstream's layout: card i, device 0 on the first card and 1 on the others (so the
+        // first card's interface stays the primary), each an EFA (ENA + EFA) interface.
+        data.set_network_interfaces(Some(
+            (0..spec.efa_interfaces)
+                .map(|card| {
+                    primary_interface(spec)
+                        .network_card_index(card)
+                        .device_index(if card == 0 { 0 } else { 1 })
+                        .interface_type("efa")
+                        .build()
+                })
+                .collect(),
+        ))
     } else if spec.associate_public_ip.is_some() || spec.ipv6 || spec.ip_prefix_count.is_some() {
         data.network_interfaces(primary_interface(spec).build())
     } else {
@@ -249,6 +268,10 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
         }
     };
     Ok(data.build())
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// The primary interface (device 0): the security groups, the public IP choice, the prefixes
@@ -351,6 +374,7 @@ mod tests {
             ip_prefix_count: None,
             placement_group: None,
             network_interfaces: Vec::new(),
+            efa_interfaces: 0,
             tags: BTreeMap::new(),
             reservations: ReservationTargeting::Open,
         }
@@ -529,6 +553,33 @@ mod tests {
                 (Some(0), Some(0), None, groups.clone(), Some(false)),
                 (Some(0), Some(1), Some(EFA_ONLY), groups.clone(), None),
                 (Some(1), Some(0), Some(EFA_ONLY), groups, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn efa_devices_asked_for_become_one_efa_interface_per_card() {
+        let mut with = spec();
+        with.efa_interfaces = 2;
+        assert_ne!(with.name(), spec().name());
+        let data = request_data(&with).expect("data");
+        let got: Vec<_> = data
+            .network_interfaces()
+            .iter()
+            .map(|n| {
+                (
+                    n.network_card_index(),
+                    n.device_index(),
+                    n.interface_type(),
+                    n.groups().len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(0), Some(0), Some("efa"), 1),
+                (Some(1), Some(1), Some("efa"), 1)
             ]
         );
     }

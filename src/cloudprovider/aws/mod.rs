@@ -53,6 +53,7 @@ use crate::scheduling::instance_type::{
     CapacityType, InstanceType, NodeClassSettings, Offering, add_reserved_offerings,
 };
 use crate::scheduling::requirements::Requirements;
+use crate::scheduling::resources;
 
 use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
 use super::{
@@ -443,6 +444,7 @@ impl AwsProvider {
             ip_prefix_count: nodeclass.spec.ip_prefix_count,
             placement_group: launch.placement_group.map(|g| g.id.clone()),
             network_interfaces: nodeclass.spec.network_interfaces.clone(),
+            efa_interfaces: launch.efa_interfaces,
             tags: launch.tags,
             reservations: launch.reservations,
         }
@@ -494,6 +496,7 @@ impl AwsProvider {
                     instance_profile: instance_profile.to_string(),
                     security_groups,
                     placement_group: placement_group.as_ref(),
+                    efa_interfaces: 0,
                     tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
                     reservations: ReservationTargeting::Open,
                 },
@@ -939,6 +942,8 @@ struct Launch<'a> {
     instance_profile: String,
     security_groups: &'a [crate::apis::ec2nodeclass::SecurityGroup],
     placement_group: Option<&'a PlacementGroup>,
+    /// EFA interfaces the NodeClaim needs (0: none asked for).
+    efa_interfaces: i32,
     tags: BTreeMap<String, String>,
     reservations: ReservationTargeting,
 }
@@ -1226,10 +1231,14 @@ impl CloudProvider for AwsProvider {
                 "EC2NodeClass {class} has no instance profile yet"
             ))
         })?;
-        // One launch template per (AMI, max pods, reservation): the user data states the pod
-        // limit the scheduler planned with, and a reserved launch targets each reservation from
-        // its own template.
-        let mut groups: Vec<((String, i64, ReservationTargeting), Vec<Override>)> = Vec::new();
+        // One launch template per (AMI, max pods, EFA interfaces, reservation): the user data
+        // states the pod limit the scheduler planned with, a NodeClaim that asks for EFA devices
+        // (and whose class lists no interfaces) gets one EFA interface per device its type
+        // offers, as upstream, and a reserved launch targets each reservation from its own
+        // template.
+        let efa_requested = claim_requests(claim).get(resources::EFA) > 0
+            && nodeclass.spec.network_interfaces.is_empty();
+        let mut groups: Vec<((String, i64, i64, ReservationTargeting), Vec<Override>)> = Vec::new();
         for (rank, (it, o)) in candidates.iter().enumerate() {
             let type_labels: BTreeMap<String, String> = it
                 .labels
@@ -1251,7 +1260,12 @@ impl CloudProvider for AwsProvider {
                 None if self.settings.reserved_capacity => ReservationTargeting::Avoid,
                 None => ReservationTargeting::Open,
             };
-            let key = (ami.id.clone(), it.capacity.pods, targeting);
+            let efas = if efa_requested {
+                it.capacity.get(resources::EFA)
+            } else {
+                0
+            };
+            let key = (ami.id.clone(), it.capacity.pods, efas, targeting);
             let entry = Override {
                 instance_type: it.name.to_string(),
                 zone: o.zone.to_string(),
@@ -1271,7 +1285,7 @@ impl CloudProvider for AwsProvider {
         let node_labels_ = kubelet_labels(claim, &reqs);
         let taints = boot_taints(claim);
         let mut specs = Vec::with_capacity(groups.len());
-        for ((image_id, max_pods, reservations), overrides) in groups {
+        for ((image_id, max_pods, efa_interfaces, reservations), overrides) in groups {
             let user_data = self
                 .render_user_data(nodeclass, &node_labels_, &taints, Some(max_pods))
                 .map_err(|e| CloudError::Invalid(format!("EC2NodeClass {class}: {e}")))?;
@@ -1287,6 +1301,7 @@ impl CloudProvider for AwsProvider {
                     instance_profile: instance_profile.clone(),
                     security_groups: &status.security_groups,
                     placement_group: placement_group.as_ref(),
+                    efa_interfaces: i32::try_from(efa_interfaces).unwrap_or(0),
                     tags: launch_tags.clone(),
                     reservations,
                 },
