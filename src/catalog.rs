@@ -312,6 +312,7 @@ impl Catalog {
                         ipv4_per_eni: t.ipv4_per_eni,
                         branch_enis: if t.trunking { t.branch_enis } else { 0 },
                         max_efa_interfaces: t.max_efa_interfaces,
+                        network_cards: Vec::new(),
                     },
                     on_demand: t.usage_classes.iter().any(|u| u == "on-demand"),
                     on_demand_price: t.on_demand_price,
@@ -364,6 +365,7 @@ impl Catalog {
     pub fn instance_types(&self, settings: &NodeClassSettings) -> Vec<InstanceType> {
         self.entries
             .iter()
+            .filter(|e| instance_type::supports_interfaces(&e.info, &settings.network_interfaces))
             .map(|e| {
                 let mut offerings = Vec::with_capacity(e.offerings.len() * 2);
                 for (zone, spot) in &e.offerings {

@@ -291,6 +291,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     interruption_queue: non_empty(&settings.interruption_queue),
                     region: region.clone(),
                     reserved_capacity: settings.feature_gates.reserved_capacity,
+                    disable_dry_run: settings.disable_dry_run,
                 };
                 let cloud = Arc::new(
                     aws::AwsProvider::new(aws_settings, &sdk, clock.clone())

@@ -121,6 +121,8 @@ async fn provider(moto: &Moto, queue: Option<&str>, clock: Arc<FakeClock>) -> Ar
         interruption_queue: queue.map(str::to_string),
         region: "us-east-1".into(),
         reserved_capacity: true,
+        // The dry-run authorization checks have tests of their own (tests/aws_moto.rs).
+        disable_dry_run: true,
     };
     let provider = AwsProvider::new(settings, &config, clock).expect("provider");
     provider.refresh().await.expect("instance types");

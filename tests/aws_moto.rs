@@ -17,7 +17,7 @@ use base64::Engine as _;
 use chrono::Utc;
 use karpenter_rs::apis::conditions::{self, Condition};
 use karpenter_rs::apis::ec2nodeclass::NodeClassCondition;
-use karpenter_rs::apis::{EC2NodeClass, NodeClaim};
+use karpenter_rs::apis::{EC2NodeClass, NodeClaim, labels};
 use karpenter_rs::clock::FakeClock;
 use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
 use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, cluster};
@@ -28,6 +28,7 @@ use karpenter_rs::cloudprovider::{
 use karpenter_rs::disruption::drift;
 use karpenter_rs::metrics::METRICS;
 use karpenter_rs::scheduling::instance_type::CapacityType;
+use karpenter_rs::scheduling::resources;
 
 use harness::{Moto, sdk_config};
 
@@ -147,6 +148,8 @@ async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut Aws
         interruption_queue: queue.map(str::to_string),
         region: "us-east-1".into(),
         reserved_capacity: true,
+        // The dry-run authorization checks have tests of their own (tests/aws_moto.rs).
+        disable_dry_run: true,
     };
     adjust(&mut settings);
     let provider = AwsProvider::new(settings.clone(), &config, clock.clone()).expect("provider");
@@ -1400,6 +1403,7 @@ async fn drift_is_judged_on_the_ami_subnet_and_security_groups_ec2_reports() {
                 subnet_id: instance.subnet_id.as_deref(),
                 security_groups: instance.security_groups.as_deref(),
                 capacity_reservation_id: instance.capacity_reservation_id.as_deref(),
+                placement_group: None,
             };
             drift::instance_drift(&class, &observed).map(|(reason, _)| reason.as_str())
         }
@@ -1664,6 +1668,13 @@ fn observed(i: &karpenter_rs::cloudprovider::Instance) -> drift::Observed<'_> {
         subnet_id: i.subnet_id.as_deref(),
         security_groups: i.security_groups.as_deref(),
         capacity_reservation_id: i.capacity_reservation_id.as_deref(),
+        placement_group: i
+            .placement_group
+            .as_ref()
+            .map(|g| drift::ObservedPlacementGroup {
+                id: g.id.as_deref(),
+                name: g.name.as_deref(),
+            }),
     }
 }
 
@@ -2506,4 +2517,416 @@ async fn a_launch_template_no_launch_used_for_thirty_minutes_is_deleted() {
         .await
         .expect("launch");
     assert_eq!(template_names(&env, "default").await, used);
+}
+
+/// Makes placement group `name` with `strategy` (3 partitions for `partition`); its ID.
+async fn create_placement_group(env: &Env, name: &str, strategy: &str) -> String {
+    let mut request = env
+        .ec2
+        .create_placement_group()
+        .group_name(name)
+        .strategy(aws_sdk_ec2::types::PlacementStrategy::from(strategy));
+    if strategy == "partition" {
+        request = request.partition_count(3);
+    }
+    request
+        .send()
+        .await
+        .expect("placement group")
+        .placement_group()
+        .and_then(|g| g.group_id())
+        .expect("group id")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_group_is_resolved_launched_into_and_labelled() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let group = create_placement_group(&env, "kafka", "partition").await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: kafka}\n",
+    );
+    let class = ready(&env, class).await;
+    // Every type of the class carries the group, so requirements on the label select it.
+    let types = env
+        .provider
+        .instance_types(&class)
+        .await
+        .expect("instance types");
+    assert!(!types.is_empty());
+    assert!(
+        types
+            .iter()
+            .all(|it| it.labels.get(labels::PLACEMENT_GROUP_ID) == Some(&group)),
+        "every type labelled with {group}"
+    );
+    let launched = env
+        .provider
+        .create(
+            &claim("default-pg001", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    assert_eq!(
+        launched.labels.get(labels::PLACEMENT_GROUP_ID),
+        Some(&group)
+    );
+    assert_eq!(
+        launched.labels.get(labels::PLACEMENT_GROUP_PARTITION),
+        Some(&"1".to_string()),
+        "EC2 picked the first partition"
+    );
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert_eq!(
+        data.placement().and_then(|p| p.group_id()),
+        Some(group.as_str()),
+        "{data:?}"
+    );
+    let instance = &instances_of(&env, "default-pg001").await[0];
+    assert_eq!(
+        instance.placement().and_then(|p| p.group_name()),
+        Some("kafka")
+    );
+    let seen = env
+        .provider
+        .get(&launched.provider_id)
+        .await
+        .expect("instance");
+    assert_eq!(seen.placement_group.and_then(|g| g.id), Some(group.clone()));
+
+    // A class without a selector launches outside any group, with a template of its own.
+    let plain = ready(&env, al2023()).await;
+    let outside = env
+        .provider
+        .create(
+            &claim("default-pg002", &["m5.large"], &["on-demand"]),
+            &plain,
+        )
+        .await
+        .expect("launch");
+    assert_eq!(outside.labels.get(labels::PLACEMENT_GROUP_ID), None);
+    let instance = &instances_of(&env, "default-pg002").await[0];
+    assert_eq!(
+        instance
+            .placement()
+            .and_then(|p| p.group_id())
+            .filter(|g| !g.is_empty()),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_placement_group_keeps_the_class_from_launching() {
+    let Some(moto) = Moto::start() else { return };
+    let env = env(&moto, None).await;
+    for selector in ["{name: missing}", "{id: pg-0123456789abcdef0}"] {
+        let class = nodeclass(
+            "default",
+            &format!(
+                "  amiSelectorTerms: [{{alias: al2023@latest}}]\n  placementGroupSelector: {selector}\n"
+            ),
+        );
+        let err = env
+            .provider
+            .resolve(&class)
+            .await
+            .expect_err("unknown placement group");
+        assert_eq!(
+            (err.condition, err.reason),
+            (
+                NodeClassCondition::PlacementGroupReady,
+                "PlacementGroupNotFound"
+            ),
+            "{selector}: {err}"
+        );
+        assert!(
+            err.to_string().contains("spec.placementGroupSelector"),
+            "{err}"
+        );
+    }
+    // A class resolved while its group existed does not launch outside it once it is gone.
+    create_placement_group(&env, "etcd", "spread").await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: etcd}\n",
+    );
+    let class = ready(&env, class).await;
+    env.ec2
+        .delete_placement_group()
+        .group_name("etcd")
+        .send()
+        .await
+        .expect("delete group");
+    env.provider.resolve(&class).await.expect_err("group gone");
+    let err = env
+        .provider
+        .create(
+            &claim("default-pg003", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect_err("no group, no launch");
+    assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
+    assert!(instances_of(&env, "default-pg003").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_outside_the_selected_placement_group_drifts() {
+    let Some(moto) = Moto::start() else { return };
+    let env = env(&moto, None).await;
+    let kafka = create_placement_group(&env, "kafka", "cluster").await;
+    create_placement_group(&env, "etcd", "spread").await;
+    let selecting = |selector: &str| {
+        nodeclass(
+            "default",
+            &format!("  amiSelectorTerms: [{{alias: al2023@latest}}]\n{selector}"),
+        )
+    };
+    let class = ready(&env, selecting("  placementGroupSelector: {name: kafka}\n")).await;
+    let launched = env
+        .provider
+        .create(
+            &claim("default-pgd01", &["m5.large"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let instance = env
+        .provider
+        .get(&launched.provider_id)
+        .await
+        .expect("instance");
+    let reason = |class: &EC2NodeClass| {
+        drift::instance_drift(class, &observed(&instance)).map(|(r, _)| r.as_str())
+    };
+    assert_eq!(reason(&class), None);
+    let by_id = ready(
+        &env,
+        selecting(&format!("  placementGroupSelector: {{id: {kafka}}}\n")),
+    )
+    .await;
+    assert_eq!(reason(&by_id), None, "the same group by ID");
+    let moved = ready(&env, selecting("  placementGroupSelector: {name: etcd}\n")).await;
+    assert_eq!(reason(&moved), Some("PlacementGroupDrift"));
+    let removed = ready(&env, al2023()).await;
+    assert_eq!(reason(&removed), Some("PlacementGroupDrift"));
+
+    // And the other way: an instance in no group drifts once its class selects one.
+    let plain = env
+        .provider
+        .create(
+            &claim("default-pgd02", &["m5.large"], &["on-demand"]),
+            &removed,
+        )
+        .await
+        .expect("launch");
+    let outside = env
+        .provider
+        .get(&plain.provider_id)
+        .await
+        .expect("instance");
+    assert_eq!(drift::instance_drift(&removed, &observed(&outside)), None);
+    assert_eq!(
+        drift::instance_drift(&class, &observed(&outside)).map(|(r, _)| r.as_str()),
+        Some("PlacementGroupDrift")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efa_network_interfaces_reach_the_launch_template_and_the_efa_capacity() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  networkInterfaces:\n  - {networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}\n  - {networkCardIndex: 0, deviceIndex: 1, interfaceType: efa-only}\n",
+    );
+    let class = ready(&env, class).await;
+    let types = env
+        .provider
+        .instance_types(&class)
+        .await
+        .expect("instance types");
+    let efa = |name: &str| {
+        types
+            .iter()
+            .find(|it| &*it.name == name)
+            .map(|it| it.capacity.get(resources::EFA))
+    };
+    assert_eq!(efa("m5.large"), None, "no EFA: not offered to this class");
+    assert_eq!(efa("c5n.18xlarge"), Some(1));
+    assert_eq!(
+        efa("p4d.24xlarge"),
+        Some(1),
+        "one device per efa-only interface, not the type's four"
+    );
+    env.provider
+        .create(
+            &claim("default-efa01", &["c5n.18xlarge"], &["on-demand"]),
+            &class,
+        )
+        .await
+        .expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert!(data.security_group_ids().is_empty(), "{data:?}");
+    let got: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.network_card_index(),
+                n.device_index(),
+                n.interface_type().map(str::to_string),
+                n.groups().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(0), Some(0), None, 1),
+            (Some(0), Some(1), Some("efa-only".to_string()), 1)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_check_the_launch_permissions_during_validation() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env_with(&moto, None, |s| s.disable_dry_run = false).await;
+    let dry_runs = |moto: &mut Moto| {
+        ["CreateFleet", "CreateLaunchTemplate", "RunInstances"].map(|a| moto.calls(a))
+    };
+    env.provider.resolve(&al2023()).await.expect("allowed");
+    assert_eq!(dry_runs(&mut moto), [1, 1, 1]);
+    // Dry runs make nothing.
+    let all = env
+        .ec2
+        .describe_instances()
+        .send()
+        .await
+        .expect("instances");
+    assert!(all.reservations().is_empty(), "{all:?}");
+    let templates = env
+        .ec2
+        .describe_launch_templates()
+        .send()
+        .await
+        .expect("templates");
+    assert!(templates.launch_templates().is_empty());
+    // A verdict is kept while the class resolves the same.
+    env.provider.resolve(&al2023()).await.expect("allowed");
+    assert_eq!(dry_runs(&mut moto), [1, 1, 1]);
+
+    let class = |name: &str| nodeclass(name, "  amiSelectorTerms: [{alias: al2023@latest}]\n");
+    moto.fail("CreateLaunchTemplate", 1, "UnauthorizedOperation");
+    let err = env
+        .provider
+        .resolve(&class("denied"))
+        .await
+        .expect_err("not authorized");
+    assert_eq!(
+        (err.condition, err.reason),
+        (
+            NodeClassCondition::ValidationSucceeded,
+            "CreateLaunchTemplateAuthCheckFailed"
+        )
+    );
+    assert!(matches!(err.error, CloudError::Invalid(_)), "{err}");
+    assert!(
+        err.to_string().contains("ec2:CreateLaunchTemplate"),
+        "{err}"
+    );
+    assert_eq!(dry_runs(&mut moto), [2, 2, 1], "stops at the first refusal");
+
+    moto.fail("RunInstances", 1, "UnauthorizedOperation");
+    let err = env
+        .provider
+        .resolve(&class("no-run"))
+        .await
+        .expect_err("not authorized");
+    assert_eq!(err.reason, "RunInstancesAuthCheckFailed");
+
+    // Throttled: no verdict, tried again at the next resolution.
+    moto.fail("CreateFleet", 1, "RequestLimitExceeded");
+    let err = env
+        .provider
+        .resolve(&class("throttled"))
+        .await
+        .expect_err("throttled");
+    assert!(matches!(err.error, CloudError::Transient(_)), "{err}");
+    env.provider
+        .resolve(&class("throttled"))
+        .await
+        .expect("allowed once EC2 answers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeclaim_asking_for_efa_gets_an_efa_interface_per_device() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let mut c = claim("default-efa02", &["p4d.24xlarge"], &["on-demand"]);
+    let requests = c
+        .spec
+        .resources
+        .as_mut()
+        .and_then(|r| r.requests.as_mut())
+        .expect("requests");
+    requests.insert(
+        resources::EFA.into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+    );
+    env.provider.create(&c, &class).await.expect("launch");
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    let got: Vec<_> = data
+        .network_interfaces()
+        .iter()
+        .map(|n| {
+            (
+                n.network_card_index(),
+                n.device_index(),
+                n.interface_type().map(str::to_string),
+            )
+        })
+        .collect();
+    let efa = Some("efa".to_string());
+    assert_eq!(
+        got,
+        [
+            (Some(0), Some(0), efa.clone()),
+            (Some(1), Some(1), efa.clone()),
+            (Some(2), Some(1), efa.clone()),
+            (Some(3), Some(1), efa)
+        ],
+        "p4d.24xlarge offers four EFA devices"
+    );
 }

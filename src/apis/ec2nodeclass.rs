@@ -553,6 +553,8 @@ pub enum NodeClassCondition {
     InstanceProfileReady,
     /// `spec.capacityReservationSelectorTerms`.
     CapacityReservationsReady,
+    /// `spec.placementGroupSelector` (reported only while the class selects a placement group).
+    PlacementGroupReady,
     /// Everything else a launch needs, e.g. user data that renders.
     ValidationSucceeded,
 }
@@ -566,6 +568,7 @@ impl NodeClassCondition {
             Self::AMIsReady => "AMIsReady",
             Self::InstanceProfileReady => "InstanceProfileReady",
             Self::CapacityReservationsReady => "CapacityReservationsReady",
+            Self::PlacementGroupReady => "PlacementGroupReady",
             Self::ValidationSucceeded => "ValidationSucceeded",
         }
     }

@@ -62,7 +62,7 @@ impl NodePool {
 impl EC2NodeClass {
     /// The static hash (`karpenter.k8s.aws/ec2nodeclass-hash`): the fields that shape a launch
     /// but are not re-resolved dynamically (selectors are: their results drift through AMIs,
-    /// subnets and security groups).
+    /// subnets, security groups, capacity reservations and the placement group).
     pub fn static_hash(&self) -> String {
         let mut spec = serde_json::to_value(&self.spec).unwrap_or(Value::Null);
         if let Some(map) = spec.as_object_mut() {
@@ -71,6 +71,7 @@ impl EC2NodeClass {
                 "securityGroupSelectorTerms",
                 "amiSelectorTerms",
                 "capacityReservationSelectorTerms",
+                "placementGroupSelector",
                 "ipPrefixCount",
             ] {
                 map.remove(dynamic);

@@ -100,10 +100,25 @@ pub struct Instance {
     pub security_groups: Option<Vec<String>>,
     /// The capacity reservation a `reserved` instance runs in (None for spot and on-demand).
     pub capacity_reservation_id: Option<String>,
+    /// The placement group it runs in, when the cloud reports placement (`None`: not reported,
+    /// which never drifts).
+    pub placement_group: Option<InstancePlacementGroup>,
     /// Lifecycle state.
     pub state: InstanceState,
     /// When it was launched: garbage collection leaves young instances alone.
     pub launch_time: DateTime<Utc>,
+}
+
+/// The placement group an instance runs in as the cloud reports it; all `None` when it runs in
+/// none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstancePlacementGroup {
+    /// The group's ID (`pg-...`).
+    pub id: Option<String>,
+    /// The group's name.
+    pub name: Option<String>,
+    /// The partition, in a partition placement group.
+    pub partition: Option<i32>,
 }
 
 /// Why a cloud call failed, sorted by what the controller should do about it.

@@ -411,6 +411,7 @@ impl CloudProvider for SimulatedProvider {
                         .collect::<Vec<_>>(),
                 )
                 .filter(|g| !g.is_empty()),
+                placement_group: None,
                 capacity_reservation_id: offering.reservation.as_ref().map(|r| r.id.to_string()),
                 state: InstanceState::Running,
                 launch_time: self.clock.now(),

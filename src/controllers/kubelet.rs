@@ -160,6 +160,7 @@ pub fn adopt_instances(cloud: &SimulatedProvider, claims: &[Arc<NodeClaim>]) {
             // Not recorded on the NodeClaim: unknown after a restart, so never a drift verdict.
             subnet_id: None,
             security_groups: None,
+            placement_group: None,
             capacity_reservation_id: l
                 .get(labels::CAPACITY_TYPE)
                 .filter(|c| *c == labels::CAPACITY_TYPE_RESERVED)

@@ -163,6 +163,13 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
             } else {
                 status.conditions.retain(|c| c.type_ != reservations);
             }
+            // As upstream: reported while the class selects a placement group, removed after.
+            let placement = NodeClassCondition::PlacementGroupReady.type_();
+            if class.spec.placement_group_selector.is_some() {
+                conditions::set(&mut status.conditions, placement, TRUE, "", "", now);
+            } else {
+                status.conditions.retain(|c| c.type_ != placement);
+            }
             conditions::set(&mut status.conditions, READY, TRUE, "", "", now);
         }
         Err(ResolveError {

@@ -37,6 +37,9 @@ pub enum DriftReason {
     /// The capacity reservation a reserved instance runs in is no longer selected by the
     /// EC2NodeClass (or no longer active).
     CapacityReservationDrift,
+    /// The instance runs in another placement group than the EC2NodeClass'
+    /// `placementGroupSelector` names (or in one when it names none, or in none when it does).
+    PlacementGroupDrift,
 }
 
 impl DriftReason {
@@ -51,6 +54,7 @@ impl DriftReason {
             Self::SubnetDrift => "SubnetDrift",
             Self::SecurityGroupDrift => "SecurityGroupDrift",
             Self::CapacityReservationDrift => "CapacityReservationDrift",
+            Self::PlacementGroupDrift => "PlacementGroupDrift",
         }
     }
 }
@@ -64,6 +68,7 @@ impl DriftReason {
             "SubnetDrift" => Some(Self::SubnetDrift),
             "SecurityGroupDrift" => Some(Self::SecurityGroupDrift),
             "CapacityReservationDrift" => Some(Self::CapacityReservationDrift),
+            "PlacementGroupDrift" => Some(Self::PlacementGroupDrift),
             _ => None,
         }
     }
@@ -82,9 +87,9 @@ pub struct DriftInput<'a> {
     pub instance_types: &'a [InstanceType],
 }
 
-/// What an instance runs with: the inputs of AMI, subnet, security-group and capacity
-/// reservation drift. The engine knows the image from the NodeClaim's status; the NodeClaim
-/// controller asks the cloud provider for all four. `None` means unknown (or, for the
+/// What an instance runs with: the inputs of AMI, subnet, security-group, capacity reservation
+/// and placement group drift. The engine knows the image from the NodeClaim's status; the
+/// NodeClaim controller asks the cloud provider for all five. `None` means unknown (or, for the
 /// reservation, not a reserved instance), which never drifts.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Observed<'a> {
@@ -96,6 +101,18 @@ pub struct Observed<'a> {
     pub security_groups: Option<&'a [String]>,
     /// The capacity reservation a reserved instance runs in.
     pub capacity_reservation_id: Option<&'a str>,
+    /// The placement group the instance runs in.
+    pub placement_group: Option<ObservedPlacementGroup<'a>>,
+}
+
+/// The placement group an instance runs in, as the cloud reports it: both `None` when it runs in
+/// none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObservedPlacementGroup<'a> {
+    /// The group's ID.
+    pub id: Option<&'a str>,
+    /// The group's name.
+    pub name: Option<&'a str>,
 }
 
 /// What drift detection decided.
@@ -273,6 +290,11 @@ pub fn instance_drift(
             ),
         ));
     }
+    if let Some(group) = observed.placement_group
+        && let Some(why) = placement_group_drift(class, group)
+    {
+        return Some((DriftReason::PlacementGroupDrift, why));
+    }
     if let Some(subnet) = observed.subnet_id
         && !status.subnets.is_empty()
         && !status.subnets.iter().any(|s| s.id == subnet)
@@ -305,6 +327,35 @@ pub fn instance_drift(
                 want.join(", ")
             ),
         )
+    })
+}
+
+/// Whether an instance in placement group `group` left the one its class selects: a selector by
+/// ID must match the group's ID, one by name its name, and no selector means no group (as
+/// upstream compares the node's `placement-group-id` with the group the class resolves to).
+fn placement_group_drift(
+    class: &EC2NodeClass,
+    group: ObservedPlacementGroup<'_>,
+) -> Option<String> {
+    let class_name = class.metadata.name.as_deref().unwrap_or_default();
+    let current = group.id.or(group.name);
+    let Some(selector) = &class.spec.placement_group_selector else {
+        return current.map(|g| {
+            format!("it runs in placement group {g}, but EC2NodeClass {class_name} selects none")
+        });
+    };
+    let (wanted, member) = match (&selector.id, &selector.name) {
+        (Some(id), _) => (id, group.id == Some(id.as_str())),
+        (None, Some(name)) => (name, group.name == Some(name.as_str())),
+        (None, None) => return None,
+    };
+    (!member).then(|| match current {
+        Some(g) => format!(
+            "it runs in placement group {g}, but EC2NodeClass {class_name} selects placement group {wanted}"
+        ),
+        None => format!(
+            "it runs in no placement group, but EC2NodeClass {class_name} selects placement group {wanted}"
+        ),
     })
 }
 
@@ -496,6 +547,64 @@ mod tests {
     }
 
     #[test]
+    fn leaving_the_selected_placement_group_drifts() {
+        let class = |selector: serde_json::Value| -> EC2NodeClass {
+            let mut spec = json!({"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]});
+            if !selector.is_null() {
+                spec["placementGroupSelector"] = selector;
+            }
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+                "spec": spec, "status": {}
+            }))
+            .expect("class")
+        };
+        let in_group = |id: Option<&'static str>, name: Option<&'static str>| Observed {
+            placement_group: Some(ObservedPlacementGroup { id, name }),
+            ..Observed::default()
+        };
+        let reason = |class: &EC2NodeClass, observed: &Observed<'_>| {
+            instance_drift(class, observed).map(|(r, _)| r)
+        };
+        let a = in_group(Some("pg-a"), Some("a"));
+        let outside = in_group(None, None);
+        let by_name = class(json!({"name": "a"}));
+        let by_id = class(json!({"id": "pg-a"}));
+        let none = class(serde_json::Value::Null);
+        assert_eq!(reason(&by_name, &a), None);
+        assert_eq!(reason(&by_id, &a), None);
+        assert_eq!(reason(&none, &outside), None);
+        let drifted = Some(DriftReason::PlacementGroupDrift);
+        assert_eq!(
+            reason(&class(json!({"name": "b"})), &a),
+            drifted,
+            "selector changed"
+        );
+        assert_eq!(
+            reason(&class(json!({"id": "pg-b"})), &a),
+            drifted,
+            "ID changed"
+        );
+        assert_eq!(reason(&by_name, &outside), drifted, "selector added");
+        assert_eq!(reason(&none, &a), drifted, "selector removed");
+        assert_eq!(
+            reason(&by_name, &Observed::default()),
+            None,
+            "placement unknown"
+        );
+        let (_, why) = instance_drift(&by_id, &outside).expect("drifted");
+        assert!(
+            why.contains("no placement group") && why.contains("pg-a"),
+            "{why}"
+        );
+        assert_eq!(
+            DriftReason::from_provider("PlacementGroupDrift"),
+            Some(DriftReason::PlacementGroupDrift)
+        );
+    }
+
+    #[test]
     fn subnet_and_security_group_changes_drift() {
         let class: EC2NodeClass = serde_json::from_value(json!({
             "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
@@ -516,6 +625,7 @@ mod tests {
                 subnet_id: subnet,
                 security_groups: groups,
                 capacity_reservation_id: None,
+                placement_group: None,
             },
             instance_types: &[],
         };

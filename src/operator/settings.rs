@@ -332,8 +332,8 @@ pub struct Settings {
         allow_negative_numbers = true
     )]
     pub reserved_enis: i64,
-    /// Skip the EC2 dry-run authorization checks when validating EC2NodeClasses; accepted for
-    /// compatibility, no effect yet (no dry-run checks are made).
+    /// Skip the EC2 dry-run authorization checks (CreateFleet, CreateLaunchTemplate,
+    /// RunInstances) when validating EC2NodeClasses.
     #[arg(long, env = "DISABLE_DRY_RUN", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub disable_dry_run: bool,
     /// Stop launching into availability zones under an ARC zonal shift; accepted for

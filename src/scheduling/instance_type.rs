@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::apis::ec2nodeclass::{AMIFamily, KubeletConfiguration};
+use crate::apis::ec2nodeclass::{AMIFamily, KubeletConfiguration, NetworkInterface};
 use crate::apis::labels;
 
 use super::resources::{self, Resources, gib, mib};
@@ -239,6 +239,9 @@ pub struct InstanceTypeInfo {
     pub branch_enis: i64,
     /// EFA interfaces.
     pub max_efa_interfaces: i64,
+    /// Maximum network interfaces per network card, by card index; empty when unknown (the
+    /// bundled catalog has no per-card data, EC2's DescribeInstanceTypes has).
+    pub network_cards: Vec<i64>,
 }
 
 /// A GPU or accelerator kind and how many the type has.
@@ -270,6 +273,8 @@ pub struct NodeClassSettings {
     pub vm_memory_overhead_percent: f64,
     /// ENIs kept out of pod networking (`RESERVED_ENIS`).
     pub reserved_enis: i64,
+    /// `spec.networkInterfaces`: the interfaces every node gets (empty: the primary only).
+    pub network_interfaces: Vec<NetworkInterface>,
 }
 
 impl NodeClassSettings {
@@ -286,6 +291,7 @@ impl NodeClassSettings {
             instance_store_raid0: false,
             vm_memory_overhead_percent: 0.075,
             reserved_enis: 0,
+            network_interfaces: Vec::new(),
         }
     }
 
@@ -299,6 +305,7 @@ impl NodeClassSettings {
         }
         settings.instance_store_raid0 = nodeclass.spec.instance_store_policy
             == Some(crate::apis::ec2nodeclass::InstanceStorePolicy::RAID0);
+        settings.network_interfaces = nodeclass.spec.network_interfaces.clone();
         let ephemeral_device = match family {
             AMIFamily::Bottlerocket => "/dev/xvdb",
             AMIFamily::Windows2019 | AMIFamily::Windows2022 | AMIFamily::Windows2025 => "/dev/sda1",
@@ -414,10 +421,47 @@ pub fn capacity(info: &InstanceTypeInfo, settings: &NodeClassSettings) -> Resour
     if info.branch_enis > 0 && !settings.is_windows() {
         c.set("vpc.amazonaws.com/pod-eni", info.branch_enis);
     }
-    if info.max_efa_interfaces > 0 {
-        c.set("vpc.amazonaws.com/efa", info.max_efa_interfaces);
+    // As upstream: a node class that lists its interfaces offers one EFA device per
+    // `efa-only` interface it attaches; otherwise the type's maximum.
+    let efas = if settings.network_interfaces.is_empty() {
+        info.max_efa_interfaces
+    } else {
+        efa_only_interfaces(&settings.network_interfaces)
+    };
+    if efas > 0 {
+        c.set(resources::EFA, efas);
     }
     c
+}
+
+/// How many of `interfaces` are `efa-only`.
+fn efa_only_interfaces(interfaces: &[NetworkInterface]) -> i64 {
+    let count = interfaces
+        .iter()
+        .filter(|n| n.interface_type == EFA_ONLY)
+        .count();
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// `interfaceType` of an interface that carries only EFA traffic.
+pub const EFA_ONLY: &str = "efa-only";
+
+/// Whether a type can carry a node class' `networkInterfaces` (upstream's compatibility check):
+/// each interface's network card exists and has room for its device index, and the type offers
+/// as many EFA interfaces as the `efa-only` ones asked for. Per-card limits are checked only
+/// where the type's cards are known (EC2's data; not the bundled catalog's).
+pub fn supports_interfaces(info: &InstanceTypeInfo, interfaces: &[NetworkInterface]) -> bool {
+    if interfaces.is_empty() {
+        return true;
+    }
+    let cards_fit = info.network_cards.is_empty()
+        || interfaces.iter().all(|n| {
+            usize::try_from(n.network_card_index)
+                .ok()
+                .and_then(|card| info.network_cards.get(card))
+                .is_some_and(|max| i64::from(n.device_index) < *max)
+        });
+    cards_fit && efa_only_interfaces(interfaces) <= info.max_efa_interfaces
 }
 
 /// What a node of this type keeps for itself under a node class.
@@ -828,5 +872,78 @@ mod tests {
         assert_eq!(it.allocatable.get(resources::NVIDIA_GPU), 1);
         assert_eq!(it.labels[labels::INSTANCE_GPU_NAME], "t4");
         assert_eq!(it.labels[labels::INSTANCE_GPU_COUNT], "1");
+    }
+
+    fn interfaces(list: &[(i32, i32, &str)]) -> Vec<NetworkInterface> {
+        list.iter()
+            .map(|(card, device, kind)| NetworkInterface {
+                network_card_index: *card,
+                device_index: *device,
+                interface_type: (*kind).to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn listed_interfaces_set_the_efa_devices_and_need_room_on_the_cards() {
+        let p4d = InstanceTypeInfo {
+            name: "p4d.24xlarge".into(),
+            max_efa_interfaces: 4,
+            network_cards: vec![15, 15, 15, 15],
+            ..m5_large()
+        };
+        let two_efas = interfaces(&[(0, 0, "interface"), (0, 1, EFA_ONLY), (1, 0, EFA_ONLY)]);
+        assert!(supports_interfaces(&p4d, &two_efas));
+        let mut settings = NodeClassSettings::for_family(AMIFamily::AL2023);
+        assert_eq!(
+            capacity(&p4d, &settings).get(resources::EFA),
+            4,
+            "no list: the type's maximum"
+        );
+        settings.network_interfaces = two_efas.clone();
+        assert_eq!(
+            capacity(&p4d, &settings).get(resources::EFA),
+            2,
+            "one device per efa-only interface"
+        );
+        settings.network_interfaces = interfaces(&[(0, 0, "interface")]);
+        assert_eq!(capacity(&p4d, &settings).get(resources::EFA), 0);
+
+        let m5 = InstanceTypeInfo {
+            network_cards: vec![3],
+            ..m5_large()
+        };
+        assert!(supports_interfaces(&m5, &[]));
+        assert!(supports_interfaces(
+            &m5,
+            &interfaces(&[(0, 0, "interface"), (0, 2, "interface")])
+        ));
+        assert!(
+            !supports_interfaces(&m5, &interfaces(&[(0, 3, "interface")])),
+            "device 3 of 3"
+        );
+        assert!(
+            !supports_interfaces(&m5, &interfaces(&[(1, 0, "interface")])),
+            "no second card"
+        );
+        assert!(
+            !supports_interfaces(&m5, &interfaces(&[(0, 1, EFA_ONLY)])),
+            "no EFA"
+        );
+        let two_cards = InstanceTypeInfo {
+            max_efa_interfaces: 1,
+            network_cards: vec![15, 15],
+            ..m5_large()
+        };
+        assert!(
+            !supports_interfaces(&two_cards, &two_efas),
+            "two EFAs on a one-EFA type"
+        );
+        // Cards unknown (the bundled catalog): only the EFA count is checked.
+        let unknown = InstanceTypeInfo {
+            max_efa_interfaces: 4,
+            ..m5_large()
+        };
+        assert!(supports_interfaces(&unknown, &two_efas));
     }
 }

@@ -18,6 +18,8 @@ pub const PODS: &str = "pods";
 pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 /// NVIDIA GPUs, the most common extended resource.
 pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
+/// Elastic Fabric Adapter devices (the EFA device plugin's resource).
+pub const EFA: &str = "vpc.amazonaws.com/efa";
 
 /// Why a quantity could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

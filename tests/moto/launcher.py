@@ -17,6 +17,9 @@ enough for the Rust SDK. What it lacks, and what this file adds:
   CreateFleet launches whose launch template targets a reservation land in it while it has room
   and fail the pool with ReservationCapacityExceeded once it is full; the capacity-block target
   capacity type launches like on-demand.
+* Placement groups (placement_groups.py): Create/Describe/DeletePlacementGroup, and CreateFleet
+  instances land in the group their launch template's Placement names (with a partition in a
+  partition group); a template naming an unknown group fails the pool.
 * Pricing: moto has no Price List service; GetProducts is answered from the hand-written fixture
   tests/fixtures/aws/pricing-get-products.json (filtered by the tenancy filter, paged by
   NextToken).
@@ -56,6 +59,7 @@ from moto.ssm.models import Parameter, ParameterDict  # noqa: E402
 
 sys.path.insert(0, HERE)
 import capacity_reservations  # noqa: E402  (registers the capacity reservation calls)
+import placement_groups  # noqa: E402  (registers the placement group calls)
 
 PRICING_FIXTURE = os.path.join(HERE, "..", "fixtures", "aws", "pricing-get-products.json")
 PUBLIC_PREFIXES = ("/aws/service/eks/", "/aws/service/bottlerocket/", "/aws/service/ami-windows-latest/")
@@ -140,6 +144,10 @@ def _get_launch_spec_counts(self, weight_to_add):
             fail(spec, "InsufficientInstanceCapacity", f"We currently do not have sufficient {spec.instance_type} capacity in the Availability Zone you requested ({zone}).")
             continue
         count = int((weight_to_add - added) // spec.weighted_capacity)
+        unknown_group = placement_groups.missing_group(self.ec2_backend, spec.launch_template_spec)
+        if unknown_group:
+            fail(spec, *unknown_group)
+            continue
         reservation, market = capacity_reservations.fleet_target(self.ec2_backend, spec.launch_template_spec)
         if reservation is not None:
             count, error = capacity_reservations.room(self.ec2_backend, reservation, market, capacity, spec.instance_type, zone, count)
@@ -169,7 +177,11 @@ def _backend_create_fleet(self, on_demand_options, spot_options, target_capacity
         fleet = _original_backend_create_fleet(self, on_demand_options, spot_options, spec, *args, **kwargs)
     finally:
         _REQUESTED.value = None
+    for request in fleet.spot_requests:
+        if getattr(request, "launch_spec", None) is not None:
+            placement_groups.place(self, request.instance, request.launch_spec.launch_template_spec)
     for item in fleet.on_demand_instances:
+        placement_groups.place(self, item["instance"], item["launch_spec"].launch_template_spec)
         reservation = getattr(fleet, "karpenter_reserved", {}).get(item.get("launch_spec"))
         if reservation is not None:
             capacity_reservations.place(item["instance"], reservation)

@@ -81,6 +81,23 @@ pub fn info_from_ec2(
     let max_enis = default_card
         .or_else(|| network.and_then(|n| n.maximum_network_interfaces()))
         .unwrap_or(0);
+    // Per card, by index (a card EC2 lists out of order or leaves a gap before has 0).
+    let mut network_cards: Vec<i64> = Vec::new();
+    for card in network.map(|n| n.network_cards()).unwrap_or_default() {
+        let (Some(index), Some(max)) = (
+            card.network_card_index()
+                .and_then(|i| usize::try_from(i).ok()),
+            card.maximum_network_interfaces(),
+        ) else {
+            continue;
+        };
+        if index < 64 {
+            if network_cards.len() <= index {
+                network_cards.resize(index + 1, 0);
+            }
+            network_cards[index] = i64::from(max);
+        }
+    }
     let single_gpu = t.gpu_info().and_then(|g| match g.gpus() {
         [d] => Some(Device {
             name: d.name().unwrap_or_default().to_lowercase(),
@@ -166,6 +183,7 @@ pub fn info_from_ec2(
                     .and_then(|e| e.maximum_efa_interfaces())
                     .unwrap_or(0),
             ),
+            network_cards,
         },
         on_demand: usage.contains(&UsageClassType::OnDemand),
         spot: usage.contains(&UsageClassType::Spot),
@@ -255,6 +273,9 @@ pub fn build(
         .collect();
     let mut out = Vec::with_capacity(catalogue.types.len());
     for entry in &catalogue.types {
+        if !instance_type::supports_interfaces(&entry.info, &settings.network_interfaces) {
+            continue;
+        }
         let name = entry.info.name.as_str();
         let Some(type_zones) = catalogue.zones.get(name) else {
             continue;

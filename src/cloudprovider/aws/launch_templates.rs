@@ -15,15 +15,19 @@ use aws_sdk_ec2::types::{
     LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    MarketType, RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
+    LaunchTemplatesMonitoringRequest, MarketType, RequestLaunchTemplateData, ResourceType,
+    TagSpecification, VolumeType,
 };
 use serde::Serialize;
 
-use crate::apis::ec2nodeclass::{AMIFamily, BlockDevice, BlockDeviceMapping, MetadataOptions};
+use crate::apis::ec2nodeclass::{
+    AMIFamily, BlockDevice, BlockDeviceMapping, MetadataOptions, NetworkInterface,
+};
 use crate::apis::hash::fnv1a;
 use crate::apis::labels;
 use crate::cloudprovider::CloudError;
+use crate::scheduling::instance_type::EFA_ONLY;
 use crate::scheduling::resources::{self, gib};
 
 use super::sdk_error;
@@ -56,6 +60,19 @@ pub struct LaunchTemplateSpec {
     /// `spec.ipPrefixCount`: prefixes assigned to the primary interface (IPv4 /28s, or IPv6 /80s
     /// in an IPv6 cluster).
     pub ip_prefix_count: Option<i32>,
+    /// The placement group (ID) instances launch into (`Placement.GroupId`); left out of the
+    /// name's hash when unset, so templates without one keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<String>,
+    /// `spec.networkInterfaces`: every interface the instance gets (empty: the primary only);
+    /// left out of the name's hash when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// Without `network_interfaces`: EFA interfaces to attach, one per network card (a NodeClaim
+    /// that asks for `vpc.amazonaws.com/efa` gets as many as its type offers, as upstream); left
+    /// out of the name's hash when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub efa_interfaces: i32,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
     /// Which capacity reservations instances of the template may run in.
@@ -187,23 +204,39 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                 .enabled(spec.detailed_monitoring)
                 .build(),
         );
-    data = if spec.associate_public_ip.is_some() || spec.ipv6 || spec.ip_prefix_count.is_some() {
-        let mut interface = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-            .device_index(0)
-            .set_associate_public_ip_address(spec.associate_public_ip)
-            .set_groups(Some(spec.security_groups.clone()));
-        if spec.ipv6 {
-            interface = interface
-                .primary_ipv6(true)
-                .ipv6_address_count(1)
-                .set_ipv6_prefix_count(spec.ip_prefix_count);
-        } else {
-            interface = interface.set_ipv4_prefix_count(spec.ip_prefix_count);
-        }
-        data.network_interfaces(interface.build())
+    data = if !spec.network_interfaces.is_empty() {
+        data.set_network_interfaces(Some(
+            spec.network_interfaces
+                .iter()
+                .map(|n| network_interface(spec, n))
+                .collect(),
+        ))
+    } else if spec.efa_interfaces > 0 {
+        // Upstream's layout: card i, device 0 on the first card and 1 on the others (so the
+        // first card's interface stays the primary), each an EFA (ENA + EFA) interface.
+        data.set_network_interfaces(Some(
+            (0..spec.efa_interfaces)
+                .map(|card| {
+                    primary_interface(spec)
+                        .network_card_index(card)
+                        .device_index(if card == 0 { 0 } else { 1 })
+                        .interface_type("efa")
+                        .build()
+                })
+                .collect(),
+        ))
+    } else if spec.associate_public_ip.is_some() || spec.ipv6 || spec.ip_prefix_count.is_some() {
+        data.network_interfaces(primary_interface(spec).build())
     } else {
         data.set_security_group_ids(Some(spec.security_groups.clone()))
     };
+    if let Some(group) = &spec.placement_group {
+        data = data.placement(
+            LaunchTemplatePlacementRequest::builder()
+                .group_id(group)
+                .build(),
+        );
+    }
     data = match &spec.reservations {
         ReservationTargeting::Open => data,
         ReservationTargeting::Avoid => data.capacity_reservation_specification(
@@ -236,6 +269,51 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
         }
     };
     Ok(data.build())
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// The primary interface (device 0): the security groups, the public IP choice, the prefixes
+/// and, in an IPv6 cluster, a primary IPv6 address.
+fn primary_interface(
+    spec: &LaunchTemplateSpec,
+) -> aws_sdk_ec2::types::builders::LaunchTemplateInstanceNetworkInterfaceSpecificationRequestBuilder
+{
+    let interface = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+        .device_index(0)
+        .set_associate_public_ip_address(spec.associate_public_ip)
+        .set_groups(Some(spec.security_groups.clone()));
+    if spec.ipv6 {
+        interface
+            .primary_ipv6(true)
+            .ipv6_address_count(1)
+            .set_ipv6_prefix_count(spec.ip_prefix_count)
+    } else {
+        interface.set_ipv4_prefix_count(spec.ip_prefix_count)
+    }
+}
+
+/// One of `spec.networkInterfaces`: the primary (card 0, device 0) as without the list; every
+/// other interface on its card and device with the security groups, `efa-only` ones as such
+/// (EFA traffic only, no IP address) and `interface` ones as ordinary ENA interfaces.
+fn network_interface(
+    spec: &LaunchTemplateSpec,
+    n: &NetworkInterface,
+) -> LaunchTemplateInstanceNetworkInterfaceSpecificationRequest {
+    if n.network_card_index == 0 && n.device_index == 0 {
+        return primary_interface(spec).network_card_index(0).build();
+    }
+    let interface = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+        .network_card_index(n.network_card_index)
+        .device_index(n.device_index)
+        .set_groups(Some(spec.security_groups.clone()));
+    if n.interface_type == EFA_ONLY {
+        interface.interface_type(EFA_ONLY).build()
+    } else {
+        interface.build()
+    }
 }
 
 /// Makes sure the template exists (creating it when EC2 has none by that name) and returns its
@@ -370,6 +448,9 @@ mod tests {
             associate_public_ip: None,
             ipv6: false,
             ip_prefix_count: None,
+            placement_group: None,
+            network_interfaces: Vec::new(),
+            efa_interfaces: 0,
             tags: BTreeMap::new(),
             reservations: ReservationTargeting::Open,
         }
@@ -511,5 +592,71 @@ mod tests {
             .map(|s| s.name())
             .collect();
         assert_eq!(names.len(), 4, "each targeting is its own template");
+    }
+
+    #[test]
+    fn listed_interfaces_each_reach_their_card_and_device() {
+        let mut with = spec();
+        with.associate_public_ip = Some(false);
+        with.network_interfaces = [(0, 0, "interface"), (0, 1, EFA_ONLY), (1, 0, EFA_ONLY)]
+            .into_iter()
+            .map(|(card, device, kind)| NetworkInterface {
+                network_card_index: card,
+                device_index: device,
+                interface_type: kind.into(),
+            })
+            .collect();
+        assert_ne!(with.name(), spec().name());
+        let data = request_data(&with).expect("data");
+        assert!(data.security_group_ids().is_empty());
+        let got: Vec<_> = data
+            .network_interfaces()
+            .iter()
+            .map(|n| {
+                (
+                    n.network_card_index(),
+                    n.device_index(),
+                    n.interface_type(),
+                    n.groups().to_vec(),
+                    n.associate_public_ip_address(),
+                )
+            })
+            .collect();
+        let groups = vec!["sg-1".to_string()];
+        assert_eq!(
+            got,
+            [
+                (Some(0), Some(0), None, groups.clone(), Some(false)),
+                (Some(0), Some(1), Some(EFA_ONLY), groups.clone(), None),
+                (Some(1), Some(0), Some(EFA_ONLY), groups, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn efa_devices_asked_for_become_one_efa_interface_per_card() {
+        let mut with = spec();
+        with.efa_interfaces = 2;
+        assert_ne!(with.name(), spec().name());
+        let data = request_data(&with).expect("data");
+        let got: Vec<_> = data
+            .network_interfaces()
+            .iter()
+            .map(|n| {
+                (
+                    n.network_card_index(),
+                    n.device_index(),
+                    n.interface_type(),
+                    n.groups().len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(0), Some(0), Some("efa"), 1),
+                (Some(1), Some(1), Some("efa"), 1)
+            ]
+        );
     }
 }

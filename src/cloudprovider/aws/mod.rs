@@ -20,12 +20,14 @@ pub mod instance_profile;
 pub mod instance_types;
 pub mod interruption;
 pub mod launch_templates;
+pub mod placement_groups;
 pub mod pricing;
 pub mod security_groups;
 pub mod subnets;
 pub mod tags;
 pub mod unavailable;
 pub mod userdata;
+pub mod validation;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -39,7 +41,9 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 use crate::apis::ec2nodeclass::NodeClassCondition;
-use crate::apis::ec2nodeclass::{AMIFamily, BlockDeviceMapping, EC2NodeClassStatus};
+use crate::apis::ec2nodeclass::{
+    AMIFamily, BlockDeviceMapping, EC2NodeClassStatus, PlacementGroupSelector,
+};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Taint, TaintEffect};
 use crate::apis::{EC2NodeClass, NodeClaim};
@@ -50,6 +54,7 @@ use crate::scheduling::instance_type::{
     CapacityType, InstanceType, NodeClassSettings, Offering, add_reserved_offerings,
 };
 use crate::scheduling::requirements::Requirements;
+use crate::scheduling::resources;
 
 use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
 use super::{
@@ -61,6 +66,7 @@ use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig}
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
 use interruption::InterruptionQueue;
 use launch_templates::{LaunchTemplateSpec, ReservationTargeting};
+use placement_groups::PlacementGroup;
 use pricing::Prices;
 use unavailable::{OfferingKey, UnavailableOfferings};
 
@@ -93,6 +99,8 @@ pub struct AwsSettings {
     /// The `ReservedCapacity` feature gate: capacity reservations are resolved, offered as
     /// `reserved` capacity and launched into, and other launches stay out of them.
     pub reserved_capacity: bool,
+    /// `DISABLE_DRY_RUN`: skip the dry-run authorization checks of EC2NodeClass validation.
+    pub disable_dry_run: bool,
 }
 
 /// An SDK config loader with the HTTP client and retry policy every client here uses: rustls on
@@ -117,7 +125,7 @@ pub fn config_loader(region: &str) -> aws_config::ConfigLoader {
 }
 
 /// Error codes that mean "slow down or try again" rather than "this cannot work".
-const TRANSIENT_CODES: &[&str] = &[
+pub(crate) const TRANSIENT_CODES: &[&str] = &[
     "Throttling",
     "ThrottlingException",
     "RequestLimitExceeded",
@@ -221,6 +229,11 @@ pub struct AwsProvider {
     batcher: FleetBatcher,
     /// NodeClaim → instance launched for it that could be neither tagged nor terminated.
     untagged: Mutex<HashMap<String, String>>,
+    /// EC2NodeClass → its `placementGroupSelector` and the group it resolved to (upstream keeps
+    /// it in memory too: the status has no field for it).
+    placement_groups: Mutex<HashMap<String, (PlacementGroupSelector, PlacementGroup)>>,
+    /// The dry-run authorization verdicts per EC2NodeClass, kept while their inputs hold.
+    validations: Mutex<validation::Verdicts>,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -279,6 +292,8 @@ impl AwsProvider {
             launch_templates: Mutex::new(HashMap::new()),
             reservations: capacity_reservations::Availability::default(),
             untagged: Mutex::new(HashMap::new()),
+            placement_groups: Mutex::new(HashMap::new()),
+            validations: Mutex::new(validation::Verdicts::new()),
             settings,
             clock,
         })
@@ -381,9 +396,160 @@ impl AwsProvider {
         settings
     }
 
+    /// The placement group `nodeclass` launches into: none without a selector; else the group
+    /// its last resolution found, or (a restarted controller may launch before the EC2NodeClass
+    /// controller resolves again) the group DescribePlacementGroups finds now. A selector that
+    /// finds no available group fails: launching outside the group would defeat it.
+    async fn placement_group(
+        &self,
+        nodeclass: &EC2NodeClass,
+    ) -> Result<Option<PlacementGroup>, CloudError> {
+        let name = nodeclass.metadata.name.clone().unwrap_or_default();
+        let Some(selector) = &nodeclass.spec.placement_group_selector else {
+            locked(&self.placement_groups).remove(&name);
+            return Ok(None);
+        };
+        if let Some((known, group)) = locked(&self.placement_groups).get(&name)
+            && known == selector
+        {
+            return Ok(Some(group.clone()));
+        }
+        let group = placement_groups::resolve(&self.ec2, selector)
+            .await?
+            .ok_or_else(|| {
+                CloudError::NodeClassNotReady(format!(
+                    "EC2NodeClass {name}: spec.placementGroupSelector matches no available placement group (by {}); create it or fix the selector",
+                    placement_groups::describe(selector)
+                ))
+            })?;
+        locked(&self.placement_groups).insert(name, (selector.clone(), group.clone()));
+        Ok(Some(group))
+    }
+
+    /// The launch template of a launch of `nodeclass`: what the launch decides (`launch`) and
+    /// what the node class says (volumes, metadata options, monitoring, public IP, prefixes,
+    /// network interfaces) and the cluster (IPv6).
+    fn template_spec(&self, nodeclass: &EC2NodeClass, launch: Launch<'_>) -> LaunchTemplateSpec {
+        LaunchTemplateSpec {
+            image_id: launch.image_id,
+            user_data: launch.user_data,
+            block_devices: block_devices(nodeclass),
+            metadata: nodeclass.spec.metadata_options.clone(),
+            instance_profile: launch.instance_profile,
+            security_groups: launch
+                .security_groups
+                .iter()
+                .map(|g| g.id.clone())
+                .collect(),
+            detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
+            associate_public_ip: nodeclass.spec.associate_public_ip_address,
+            ipv6: self.ipv6_kube_dns().is_some(),
+            ip_prefix_count: nodeclass.spec.ip_prefix_count,
+            placement_group: launch.placement_group.map(|g| g.id.clone()),
+            network_interfaces: nodeclass.spec.network_interfaces.clone(),
+            efa_interfaces: launch.efa_interfaces,
+            tags: launch.tags,
+            reservations: launch.reservations,
+        }
+    }
+
+    /// Upstream's dry-run authorization checks ([`validation::check`]) on one launch of the
+    /// class as it resolved: its first instance type an AMI serves, that AMI, its first subnet.
+    /// A verdict is kept for [`validation::VERDICT_TTL`] while nothing it was reached on changes.
+    async fn check_authorization(
+        &self,
+        nodeclass: &EC2NodeClass,
+        subnets: &[subnets::SubnetInfo],
+        security_groups: &[crate::apis::ec2nodeclass::SecurityGroup],
+        amis: &[crate::apis::ec2nodeclass::AMI],
+        instance_profile: &str,
+    ) -> Result<(), ResolveError> {
+        let condition = NodeClassCondition::ValidationSucceeded;
+        let transient = |e: CloudError| ResolveError::new(condition, "DependenciesNotReady", e);
+        let class = nodeclass.metadata.name.clone().unwrap_or_default();
+        let placement_group = self.placement_group(nodeclass).await.map_err(transient)?;
+        let types = self
+            .types_for(nodeclass, placement_group.as_ref())
+            .map_err(transient)?;
+        let Some((it, ami)) = types.iter().find_map(|it| {
+            let type_labels: BTreeMap<String, String> = it
+                .labels
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.clone()))
+                .collect();
+            amis::ami_for(amis, &type_labels).map(|ami| (it, ami))
+        }) else {
+            // Nothing to launch yet; the launch itself will say why.
+            return Ok(());
+        };
+        let Some(subnet) = subnets.first() else {
+            return Ok(());
+        };
+        let owner = tags::Owner {
+            cluster: &self.settings.cluster_name,
+            nodepool: "",
+            nodeclass: &class,
+        };
+        let probe = validation::Probe {
+            template: self.template_spec(
+                nodeclass,
+                Launch {
+                    image_id: ami.id.clone(),
+                    user_data: String::new(),
+                    instance_profile: instance_profile.to_string(),
+                    security_groups,
+                    placement_group: placement_group.as_ref(),
+                    efa_interfaces: 0,
+                    tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
+                    reservations: ReservationTargeting::Open,
+                },
+            ),
+            instance_type: &it.name,
+            subnet_id: &subnet.id,
+        };
+        let key = probe.key();
+        let now = self.clock.now();
+        let cached = locked(&self.validations)
+            .get(&class)
+            .filter(|v| v.key == key && now - v.at < validation::VERDICT_TTL)
+            .copied();
+        let failed = match cached {
+            Some(v) => v.failed,
+            None => {
+                let failed = validation::check(&self.ec2, &probe)
+                    .await
+                    .map_err(transient)?;
+                locked(&self.validations).insert(
+                    class,
+                    validation::Verdict {
+                        key,
+                        at: now,
+                        failed,
+                    },
+                );
+                failed
+            }
+        };
+        match failed {
+            None => Ok(()),
+            Some((reason, message)) => Err(ResolveError::new(
+                condition,
+                reason,
+                CloudError::Invalid(format!(
+                    "{message}: grant it to the controller's role (see the IAM permissions in the README), or set DISABLE_DRY_RUN=true to skip the check"
+                )),
+            )),
+        }
+    }
+
     /// The node class' instance types from the catalogue as last refreshed (never refreshing
-    /// here: [`AwsProvider::run_refresh`] does that off the launch path).
-    fn types_for(&self, nodeclass: &EC2NodeClass) -> Result<Arc<Vec<InstanceType>>, CloudError> {
+    /// here: [`AwsProvider::run_refresh`] does that off the launch path), labelled with the
+    /// placement group the class launches into.
+    fn types_for(
+        &self,
+        nodeclass: &EC2NodeClass,
+        placement_group: Option<&PlacementGroup>,
+    ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
         if read(&self.catalogue).fetched_at.is_none() {
             return Err(CloudError::Transient(
                 "EC2 instance types have not been loaded yet (the first refresh has not completed)"
@@ -398,12 +564,14 @@ impl AwsProvider {
             .unwrap_or_default();
         zones.sort();
         zones.dedup();
+        let group_id = placement_group.map(|g| g.id.as_str());
         let key = format!(
-            "{:?}|{:?}|{}|{}|{zones:?}",
+            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}|{:?}",
             settings.ami_family,
             settings.kubelet,
             settings.ephemeral_storage,
-            settings.instance_store_raid0
+            settings.instance_store_raid0,
+            settings.network_interfaces
         );
         let catalogue = read(&self.catalogue);
         let prices = read(&self.prices);
@@ -416,13 +584,21 @@ impl AwsProvider {
                     e.types.clone()
                 }
                 _ => {
-                    let types = Arc::new(instance_types::build(
+                    let mut types = instance_types::build(
                         &catalogue,
                         &prices,
                         &zones,
                         &settings,
                         &self.settings.region,
-                    ));
+                    );
+                    // Every node of the class runs in the group: the label is the type's, so
+                    // requirements on it select the class' types and the launch labels the node.
+                    if let Some(id) = group_id {
+                        for it in &mut types {
+                            it.labels.insert(labels::PLACEMENT_GROUP_ID, id.to_string());
+                        }
+                    }
+                    let types = Arc::new(types);
                     cache.insert(
                         key,
                         TypesCacheEntry {
@@ -771,6 +947,31 @@ fn reservation_of(i: &aws_sdk_ec2::types::Instance, reserved_capacity: bool) -> 
         .flatten()
 }
 
+/// What one launch decides about its launch template (see [`AwsProvider::template_spec`]).
+struct Launch<'a> {
+    image_id: String,
+    /// Base64.
+    user_data: String,
+    instance_profile: String,
+    security_groups: &'a [crate::apis::ec2nodeclass::SecurityGroup],
+    placement_group: Option<&'a PlacementGroup>,
+    /// EFA interfaces the NodeClaim needs (0: none asked for).
+    efa_interfaces: i32,
+    tags: BTreeMap<String, String>,
+    reservations: ReservationTargeting,
+}
+
+/// The placement group EC2 reports an instance in (all `None` when it runs in none).
+fn placement_group_of(i: &aws_sdk_ec2::types::Instance) -> super::InstancePlacementGroup {
+    let placement = i.placement();
+    let non_empty = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+    super::InstancePlacementGroup {
+        id: non_empty(placement.and_then(|p| p.group_id())),
+        name: non_empty(placement.and_then(|p| p.group_name())),
+        partition: placement.and_then(|p| p.partition_number()),
+    }
+}
+
 /// Converts an EC2 instance; `None` without an ID, type or zone. An instance EC2 reports no
 /// launch time for is taken as launched `now`: garbage collection must not judge it old.
 /// `reserved_capacity` is the `ReservedCapacity` gate: with it on, an instance launched into a
@@ -809,6 +1010,7 @@ fn to_instance(
         image_id: i.image_id().map(str::to_string),
         subnet_id: i.subnet_id().map(str::to_string),
         capacity_reservation_id: reservation,
+        placement_group: Some(placement_group_of(i)),
         security_groups: Some(
             i.security_groups()
                 .iter()
@@ -934,6 +1136,13 @@ fn launched(
     let mut node = node_labels(it, offering, reqs);
     node.insert(labels::INSTANCE_TYPE.into(), it.name.to_string());
     node.insert(labels::EC2NODECLASS.into(), nodeclass.to_string());
+    // EC2 picks the partition of a partition placement group; the instance reports it.
+    if let Some(partition) = instance.placement_group.as_ref().and_then(|g| g.partition) {
+        node.insert(
+            labels::PLACEMENT_GROUP_PARTITION.into(),
+            partition.to_string(),
+        );
+    }
     Launched {
         provider_id: instance.provider_id.clone(),
         image_id: instance.image_id.clone(),
@@ -968,7 +1177,8 @@ impl CloudProvider for AwsProvider {
         let status = super::nodeclass_ready(nodeclass)?;
         let name = claim.metadata.name.clone().unwrap_or_default();
         let class = nodeclass.metadata.name.clone().unwrap_or_default();
-        let types = self.types_for(nodeclass)?;
+        let placement_group = self.placement_group(nodeclass).await?;
+        let types = self.types_for(nodeclass, placement_group.as_ref())?;
         let reqs = claim_requirements(claim);
         // An instance an earlier attempt launched but could not tag is tagged (and found below)
         // or terminated before anything new is launched.
@@ -1038,10 +1248,14 @@ impl CloudProvider for AwsProvider {
                 "EC2NodeClass {class} has no instance profile yet"
             ))
         })?;
-        // One launch template per (AMI, max pods, reservation): the user data states the pod
-        // limit the scheduler planned with, and a reserved launch targets each reservation from
-        // its own template.
-        let mut groups: Vec<((String, i64, ReservationTargeting), Vec<Override>)> = Vec::new();
+        // One launch template per (AMI, max pods, EFA interfaces, reservation): the user data
+        // states the pod limit the scheduler planned with, a NodeClaim that asks for EFA devices
+        // (and whose class lists no interfaces) gets one EFA interface per device its type
+        // offers, as upstream, and a reserved launch targets each reservation from its own
+        // template.
+        let efa_requested = claim_requests(claim).get(resources::EFA) > 0
+            && nodeclass.spec.network_interfaces.is_empty();
+        let mut groups: Vec<((String, i64, i64, ReservationTargeting), Vec<Override>)> = Vec::new();
         for (rank, (it, o)) in candidates.iter().enumerate() {
             let type_labels: BTreeMap<String, String> = it
                 .labels
@@ -1063,7 +1277,12 @@ impl CloudProvider for AwsProvider {
                 None if self.settings.reserved_capacity => ReservationTargeting::Avoid,
                 None => ReservationTargeting::Open,
             };
-            let key = (ami.id.clone(), it.capacity.pods, targeting);
+            let efas = if efa_requested {
+                it.capacity.get(resources::EFA)
+            } else {
+                0
+            };
+            let key = (ami.id.clone(), it.capacity.pods, efas, targeting);
             let entry = Override {
                 instance_type: it.name.to_string(),
                 zone: o.zone.to_string(),
@@ -1083,7 +1302,7 @@ impl CloudProvider for AwsProvider {
         let node_labels_ = kubelet_labels(claim, &reqs);
         let taints = boot_taints(claim);
         let mut specs = Vec::with_capacity(groups.len());
-        for ((image_id, max_pods, reservations), overrides) in groups {
+        for ((image_id, max_pods, efa_interfaces, reservations), overrides) in groups {
             let user_data = self
                 .render_user_data(nodeclass, &node_labels_, &taints, Some(max_pods))
                 .map_err(|e| CloudError::Invalid(format!("EC2NodeClass {class}: {e}")))?;
@@ -1091,24 +1310,19 @@ impl CloudProvider for AwsProvider {
                 .ec2nodeclasses_userdata_bytes
                 .with_label_values(&[class.as_str()])
                 .set(user_data.len() as f64);
-            let spec = LaunchTemplateSpec {
-                image_id,
-                user_data: base64::engine::general_purpose::STANDARD.encode(user_data),
-                block_devices: block_devices(nodeclass),
-                metadata: nodeclass.spec.metadata_options.clone(),
-                instance_profile: instance_profile.clone(),
-                security_groups: status
-                    .security_groups
-                    .iter()
-                    .map(|g| g.id.clone())
-                    .collect(),
-                detailed_monitoring: nodeclass.spec.detailed_monitoring.unwrap_or(false),
-                associate_public_ip: nodeclass.spec.associate_public_ip_address,
-                ipv6: self.ipv6_kube_dns().is_some(),
-                ip_prefix_count: nodeclass.spec.ip_prefix_count,
-                tags: launch_tags.clone(),
-                reservations,
-            };
+            let spec = self.template_spec(
+                nodeclass,
+                Launch {
+                    image_id,
+                    user_data: base64::engine::general_purpose::STANDARD.encode(user_data),
+                    instance_profile: instance_profile.clone(),
+                    security_groups: &status.security_groups,
+                    placement_group: placement_group.as_ref(),
+                    efa_interfaces: i32::try_from(efa_interfaces).unwrap_or(0),
+                    tags: launch_tags.clone(),
+                    reservations,
+                },
+            );
             specs.push((spec, overrides));
         }
         let started = self
@@ -1150,6 +1364,7 @@ impl CloudProvider for AwsProvider {
                 subnet_id: None,
                 security_groups: None,
                 capacity_reservation_id: reservation.map(str::to_string),
+                placement_group: None,
                 state: InstanceState::Pending,
                 launch_time: self.clock.now(),
             },
@@ -1345,7 +1560,8 @@ impl CloudProvider for AwsProvider {
         &self,
         nodeclass: &EC2NodeClass,
     ) -> Result<Arc<Vec<InstanceType>>, CloudError> {
-        self.types_for(nodeclass)
+        let placement_group = self.placement_group(nodeclass).await?;
+        self.types_for(nodeclass, placement_group.as_ref())
     }
 
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
@@ -1416,6 +1632,37 @@ impl CloudProvider for AwsProvider {
             self.reservations.sync(&resolved.available);
             resolved.reservations
         };
+        // Looked up afresh on every resolution (a group deleted and made again under its name
+        // gets a new ID) and kept for the launches.
+        let class_name = nodeclass.metadata.name.clone().unwrap_or_default();
+        match &spec.placement_group_selector {
+            None => {
+                locked(&self.placement_groups).remove(&class_name);
+            }
+            Some(selector) => {
+                let group = placement_groups::resolve(&self.ec2, selector)
+                    .await
+                    .map_err(|e| {
+                        ResolveError::new(
+                            C::PlacementGroupReady,
+                            "PlacementGroupResolutionFailed",
+                            e,
+                        )
+                    })?
+                    .ok_or_else(|| {
+                        locked(&self.placement_groups).remove(&class_name);
+                        ResolveError::new(
+                            C::PlacementGroupReady,
+                            "PlacementGroupNotFound",
+                            CloudError::NodeClassNotReady(format!(
+                                "spec.placementGroupSelector matches no available placement group (by {}); create it or fix the selector",
+                                placement_groups::describe(selector)
+                            )),
+                        )
+                    })?;
+                locked(&self.placement_groups).insert(class_name, (selector.clone(), group));
+            }
+        }
         // User data is rendered for every launch; rendering it here (with the boot taint and no
         // NodeClaim labels) reports a spec.userData that cannot be merged on the node class,
         // before any NodeClaim tries it.
@@ -1432,6 +1679,16 @@ impl CloudProvider for AwsProvider {
                     CloudError::Invalid(e.to_string()),
                 )
             })?;
+        if !self.settings.disable_dry_run {
+            self.check_authorization(
+                nodeclass,
+                &subnets,
+                &security_groups,
+                &amis,
+                &instance_profile,
+            )
+            .await?;
+        }
         Ok(EC2NodeClassStatus {
             subnets: subnets.iter().map(subnets::SubnetInfo::status).collect(),
             security_groups,

@@ -199,7 +199,7 @@ pub async fn run(ctx: Arc<Context>) {
 
 /// Asks the cloud provider, at most every five minutes per NodeClaim, whether launched
 /// NodeClaims drifted in ways only it can see: the cloud reports what the instance runs with
-/// (image, subnet, security groups, capacity reservation) and [`drift::instance_drift`] judges it, as the engine
+/// (image, subnet, security groups, capacity reservation, placement group) and [`drift::instance_drift`] judges it, as the engine
 /// judges what the snapshot shows.
 async fn ask_provider(
     ctx: &Context,
@@ -230,6 +230,12 @@ async fn ask_provider(
                     subnet_id: instance.subnet_id.as_deref(),
                     security_groups: instance.security_groups.as_deref(),
                     capacity_reservation_id: instance.capacity_reservation_id.as_deref(),
+                    placement_group: instance.placement_group.as_ref().map(|g| {
+                        drift::ObservedPlacementGroup {
+                            id: g.id.as_deref(),
+                            name: g.name.as_deref(),
+                        }
+                    }),
                 };
                 match drift::instance_drift(class, &observed) {
                     Some((reason, why)) => {

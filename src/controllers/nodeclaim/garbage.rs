@@ -299,6 +299,7 @@ mod tests {
             image_id: None,
             subnet_id: None,
             security_groups: None,
+            placement_group: None,
             capacity_reservation_id: None,
             state,
             launch_time: t(launched),
