@@ -59,6 +59,14 @@ const COST_SLACK: f64 = 1.5;
 /// again); 1.1 and 1.3 were no better. Neither bound wins everywhere, so both are solved.
 const TIGHT_GROWTH_SLACK: f64 = 1.2;
 
+/// The most pods a round may have for `plan` to try [`TIGHT_GROWTH_SLACK`]. Its solves open more
+/// NodeClaims whose cheapest option no longer holds the next pod, so each pod compares a full
+/// placement window: on 20,000 diverse pods (`benches/gen-diverse-manifest.py`) a tight solve took
+/// ~6 s against ~0.6 s, for a plan of $84.89/h instead of $175.19/h. Until that is made fast,
+/// larger rounds keep the two [`COST_SLACK`] solves (all of `benches/gen-cost.py`'s cases, up to
+/// 3,000 pods, get both).
+const TIGHT_SOLVE_MAX_PODS: usize = 3_000;
+
 /// How many planned NodeClaims that fit a pod are compared for the least added cost (see
 /// `Solver::try_claims`): a bound, so a pod's work stays independent of the number of NodeClaims.
 const PLACEMENT_WINDOW: usize = 8;
@@ -437,7 +445,8 @@ const STRATEGIES: [(Yardstick, f64); 4] = [
 /// Solves once measuring the room NodeClaims gain by growing against their piles
 /// ([`Yardstick::Pile`]) at [`COST_SLACK`]; when that capped a NodeClaim's growth, or let one grow
 /// at a price the tighter bound refuses, solves with every other of the [`STRATEGIES`] and keeps
-/// the plan that places the most pods, then the cheapest (the earliest on a tie). Capping is a bet
+/// the plan that places the most pods, then the cheapest (the earliest on a tie); rounds of more
+/// than [`TIGHT_SOLVE_MAX_PODS`] pods try the first two only. Capping is a bet
 /// on the pods still to come: no strategy wins on every input (on `benches/gen-cost.py`'s cases
 /// each was the cheapest on some and up to 10% dearer on others), and a solve takes
 /// milliseconds, so all are tried. Without a cap or a close call the solves would be the same.
@@ -455,12 +464,15 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
         (solver, outcome)
     };
     let (solver, outcome) = solve_with(STRATEGIES[0]);
-    if !solver.capped && !solver.close_call.get() {
+    let tight = input.pods.len() <= TIGHT_SOLVE_MAX_PODS;
+    let retry = solver.capped || (tight && solver.close_call.get());
+    if !retry {
         return (solver, outcome);
     }
+    let tried = if tight { STRATEGIES.len() } else { 2 };
     let mut best = (0, placed(&outcome), solver.plan_cost(&outcome));
     drop((solver, outcome));
-    for (k, &strategy) in STRATEGIES.iter().enumerate().skip(1) {
+    for (k, &strategy) in STRATEGIES.iter().enumerate().take(tried).skip(1) {
         let (solver, outcome) = solve_with(strategy);
         let score = (placed(&outcome), solver.plan_cost(&outcome));
         if score
@@ -470,7 +482,7 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
             .is_gt()
         {
             best = (k, score.0, score.1);
-            if k + 1 == STRATEGIES.len() {
+            if k + 1 == tried {
                 return (solver, outcome);
             }
         }
