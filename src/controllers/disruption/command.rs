@@ -379,8 +379,7 @@ pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) 
             .and_then(|c| c.status.as_ref()?.node_name.clone());
         let used = node_name.is_some_and(|n| {
             ctx.state.pods.state().iter().any(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.as_str())
-                    && !crate::snapshot::is_daemon_pod(&p.metadata)
+                p.node_name() == Some(n.as_str()) && !crate::snapshot::is_daemon_pod(&p.metadata)
             })
         });
         if used {

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
-use crate::apis::{NodeClaim, NodePool, labels};
+use crate::apis::{NodeClaim, labels};
 use crate::disruption::state::State;
 use crate::disruption::{self, Method};
 use crate::metrics::METRICS;
@@ -63,7 +63,7 @@ pub(super) async fn event_on(
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node))
     {
-        publish(ctx, n, type_, reason, note).await;
+        publish(ctx, n.as_ref(), type_, reason, note).await;
     }
     if let Some(c) = claim_of(cluster, node) {
         publish(ctx, c, type_, reason, note).await;
@@ -141,7 +141,7 @@ pub(super) fn count_disrupted(
     let policy = cluster
         .nodepools
         .iter()
-        .find(|p: &&NodePool| p.metadata.name.as_deref() == Some(pool_name.as_str()))
+        .find(|p| p.metadata.name.as_deref() == Some(pool_name.as_str()))
         .map(|p| format!("{:?}", p.spec.disruption.consolidation_policy))
         .unwrap_or_default();
     let capacity_type = claim

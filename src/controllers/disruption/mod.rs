@@ -126,7 +126,7 @@ fn claim_of<'a>(cluster: &'a Snapshot, node: &str) -> Option<&'a NodeClaim> {
         .nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node))?;
-    crate::snapshot::joins::claim_of(&cluster.nodeclaims, node)
+    crate::snapshot::joins::claim_of(&cluster.nodeclaims, node).map(Arc::as_ref)
 }
 
 /// `karpenter_nodepools_allowed_disruptions` (the tightest active budget's node count, as
