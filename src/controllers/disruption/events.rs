@@ -10,7 +10,6 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
 use crate::apis::{NodeClaim, labels};
-use crate::disruption::state::State;
 use crate::disruption::{self, Method};
 use crate::metrics::METRICS;
 use crate::runtime::Context;
@@ -125,14 +124,8 @@ pub(super) fn termination_mode(claim: &NodeClaim) -> &'static str {
 }
 
 /// `karpenter_nodeclaims_disrupted_total` and `karpenter_pods_disruption_initiated_total` for a
-/// candidate whose NodeClaim was just deleted.
-pub(super) fn count_disrupted(
-    state: &State,
-    cluster: &Snapshot,
-    method: Method,
-    node: &str,
-    claim: &NodeClaim,
-) {
+/// candidate whose NodeClaim was just deleted, `pods` the reschedulable pods it held.
+pub(super) fn count_disrupted(cluster: &Snapshot, method: Method, claim: &NodeClaim, pods: usize) {
     let pool_name = claim
         .labels()
         .get(labels::NODEPOOL)
@@ -160,13 +153,6 @@ pub(super) fn count_disrupted(
         .nodeclaims_disrupted_total
         .with_label_values(&labels)
         .inc();
-    let pods = state
-        .nodes
-        .iter()
-        .position(|n| n.name.as_ref() == node)
-        .map_or(0, |i| {
-            state.pods_on(i).filter(|p| p.reschedulable()).count()
-        });
     METRICS
         .pods_disruption_initiated_total
         .with_label_values(&labels)
