@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
 use karpenter_rs::manifest::{self, Document, LoadError, LoadProblem};
@@ -58,6 +59,7 @@ fn pods_owned_by<'a>(cluster: &'a Snapshot, kind: &str) -> Vec<&'a Pod> {
     cluster
         .pods
         .iter()
+        .map(Arc::as_ref)
         .filter(|p| {
             p.metadata
                 .owner_references
@@ -407,7 +409,7 @@ spec:
   resources: {requests: {storage: 1Gi}}
 ",
     );
-    let names: Vec<_> = c.pods.iter().map(name).collect();
+    let names: Vec<_> = c.pods.iter().map(|p| name(p)).collect();
     assert_eq!(names, ["db-0", "db-1"]);
     let claims: Vec<_> = c
         .persistent_volume_claims
@@ -446,7 +448,7 @@ spec:
         "{}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {taken}}}\nspec: {{containers: [{{name: c, image: i}}]}}\n",
         deployment(1)
     ));
-    let names: Vec<_> = both.pods.iter().map(name).collect();
+    let names: Vec<_> = both.pods.iter().map(|p| name(p)).collect();
     assert_eq!(names.len(), 2);
     assert_eq!(names[0], taken);
     assert_ne!(names[1], taken);

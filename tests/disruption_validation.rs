@@ -3,6 +3,7 @@
 //! builds them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use karpenter_rs::disruption::state::State;
@@ -53,14 +54,14 @@ fn state_with(pods: Vec<serde_json::Value>, others: &[(&str, bool)], budget: &st
     let mut nodes = vec![node("n1", true)];
     nodes.extend(others.iter().map(|(n, t)| node(n, *t)));
     let cluster = Snapshot {
-        nodepools: vec![serde_json::from_value(pool).expect("pool")],
+        nodepools: vec![Arc::new(serde_json::from_value(pool).expect("pool"))],
         nodes: nodes
             .into_iter()
-            .map(|n| serde_json::from_value(n).expect("node"))
+            .map(|n| Arc::new(serde_json::from_value(n).expect("node")))
             .collect(),
         pods: pods
             .into_iter()
-            .map(|p| serde_json::from_value::<Pod>(p).expect("pod").into())
+            .map(|p| Arc::new(serde_json::from_value::<Pod>(p).expect("pod").into()))
             .collect(),
         ..Snapshot::default()
     };

@@ -214,7 +214,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
 }
 
 /// The `namespace/name` of each pod.
-fn keys(pods: &[Arc<k8s_openapi::api::core::v1::Pod>]) -> HashSet<String> {
+fn keys(pods: &[Arc<crate::snapshot::ClusterPod>]) -> HashSet<String> {
     pods.iter().map(|p| pod_scheduling::pod_key(p)).collect()
 }
 

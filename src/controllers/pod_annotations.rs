@@ -7,21 +7,23 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
 use crate::apis::labels;
 use crate::disruption::candidates::invalid_do_not_disrupt;
 use crate::runtime::Context;
+use crate::snapshot::ClusterPod;
 
 /// Upstream's event reason.
 pub const INVALID_DO_NOT_DISRUPT: &str = "InvalidDoNotDisruptAnnotation";
 
 /// The pods bound to a node (only those can hold one up) whose annotation is invalid, with why.
-pub fn invalid<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<(&'a Pod, String, String)> {
+pub fn invalid<'a>(
+    pods: impl IntoIterator<Item = &'a ClusterPod>,
+) -> Vec<(&'a ClusterPod, String, String)> {
     pods.into_iter()
-        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .filter(|p| p.spec.node_name.is_some())
         .filter_map(|p| {
             let value = p.annotations().get(labels::DO_NOT_DISRUPT)?;
             let why = invalid_do_not_disrupt(value)?;
@@ -78,7 +80,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(name: &str, value: &str, node: Option<&str>) -> Pod {
+    fn pod(name: &str, value: &str, node: Option<&str>) -> ClusterPod {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default", "annotations": {labels::DO_NOT_DISRUPT: value}},
             "spec": {"containers": [], "nodeName": node},

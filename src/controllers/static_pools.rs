@@ -57,7 +57,7 @@ pub async fn run(ctx: Arc<Context>) {
 
 /// Whether a NodeClaim of `pool` is a disruption replacement whose command has not completed
 /// (it carries [`COMMAND_ANNOTATION`] until then).
-fn replacing(claims: &[NodeClaim], pool: &str) -> bool {
+fn replacing(claims: &[Arc<NodeClaim>], pool: &str) -> bool {
     claims.iter().any(|c| {
         c.labels().get(labels::NODEPOOL).is_some_and(|p| p == pool)
             && c.annotations().contains_key(COMMAND_ANNOTATION)
@@ -72,6 +72,7 @@ pub async fn once(ctx: &Context) -> anyhow::Result<Outcome> {
     let pools: Vec<&NodePool> = cluster
         .nodepools
         .iter()
+        .map(Arc::as_ref)
         .filter(|p| static_pools::is_static(p) && p.metadata.deletion_timestamp.is_none())
         .collect();
     if pools.is_empty() {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::node_metric_labels;
@@ -19,6 +19,7 @@ use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::pod::requests;
 use crate::scheduling::resources::{Resources, parse_quantity};
+use crate::snapshot::ClusterPod;
 
 /// One gauge series: label values in the family's label order, and the value.
 #[derive(Clone, Debug, PartialEq)]
@@ -100,17 +101,6 @@ fn limits(spec: &PodSpec) -> Resources {
     sum.max(&init_peak)
 }
 
-fn is_terminal(pod: &Pod) -> bool {
-    crate::snapshot::phase_is_terminal(pod.status.as_ref())
-}
-
-fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
-}
-
 fn seconds_since(
     now: DateTime<Utc>,
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -157,7 +147,11 @@ fn with_resource(labels: &[String], name: &str) -> Vec<String> {
 }
 
 /// The node families for `nodes` with `pods` (bound, unfinished pods count on their node).
-pub fn node_gauges(nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) -> NodeGauges {
+pub fn node_gauges(
+    nodes: &[Arc<Node>],
+    pods: &[Arc<ClusterPod>],
+    now: DateTime<Utc>,
+) -> NodeGauges {
     #[derive(Default)]
     struct OnNode {
         requests: Resources,
@@ -167,10 +161,11 @@ pub fn node_gauges(nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) -
     }
     let mut by_node: BTreeMap<&str, OnNode> = BTreeMap::new();
     for pod in pods {
-        let (Some(node), Some(spec)) = (node_name(pod), pod.spec.as_ref()) else {
+        let Some(node) = pod.node_name() else {
             continue;
         };
-        if is_terminal(pod) {
+        let spec = &pod.spec;
+        if pod.is_terminal() {
             continue;
         }
         let entry = by_node.entry(node).or_default();
@@ -240,7 +235,7 @@ pub struct PodGauges {
     pub unstarted_time_seconds: Vec<Series>,
 }
 
-fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+fn condition_status<'a>(pod: &'a ClusterPod, type_: &str) -> Option<&'a str> {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -248,7 +243,7 @@ fn condition_status<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
         .map(|c| c.status.as_str())
 }
 
-fn condition_since(pod: &Pod, type_: &str) -> Option<f64> {
+fn condition_since(pod: &ClusterPod, type_: &str) -> Option<f64> {
     let c = pod
         .status
         .as_ref()
@@ -260,7 +255,7 @@ fn condition_since(pod: &Pod, type_: &str) -> Option<f64> {
 }
 
 /// When the pod's condition `type_` last became True.
-fn condition_time(pod: &Pod, type_: &str) -> Option<DateTime<Utc>> {
+fn condition_time(pod: &ClusterPod, type_: &str) -> Option<DateTime<Utc>> {
     let c = pod
         .status
         .as_ref()
@@ -269,25 +264,25 @@ fn condition_time(pod: &Pod, type_: &str) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(c.last_transition_time.as_ref()?.0.as_millisecond())
 }
 
-fn is_started(pod: &Pod) -> bool {
+fn is_started(pod: &ClusterPod) -> bool {
     condition_status(pod, "Ready") == Some("True")
 }
 
 /// The pod families for `pods`, with node labels from `nodes`. Finished and deleted pods have
 /// no series.
-pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<Pod>], now: DateTime<Utc>) -> PodGauges {
+pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<Utc>) -> PodGauges {
     let node_by_name: BTreeMap<&str, &Node> = nodes
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, &**n)))
         .collect();
     let mut out = PodGauges::default();
     for pod in pods {
-        if is_terminal(pod) {
+        if pod.is_terminal() {
             continue;
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let node = node_name(pod);
+        let node = pod.node_name();
         let node_label = |key: &str| {
             node.and_then(|n| node_by_name.get(n))
                 .and_then(|n| n.metadata.labels.as_ref())
@@ -366,20 +361,20 @@ pub struct ProvisioningGauges {
 
 /// The provisioning gauges of `pods`, given each pod's [`Times`] (by `namespace/name`).
 pub fn provisioning_gauges(
-    pods: &[Arc<Pod>],
+    pods: &[Arc<ClusterPod>],
     times: impl Fn(&str) -> Times,
     now: DateTime<Utc>,
 ) -> ProvisioningGauges {
     let mut out = ProvisioningGauges::default();
     for pod in pods {
-        if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+        if pod.is_terminal() || pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let t = times(&pod_key(pod));
         let labels = || vec![name.clone(), namespace.clone()];
-        let bound = node_name(pod).is_some();
+        let bound = pod.node_name().is_some();
         if let Some(since) = t.schedulable {
             if !bound {
                 out.unbound_time_seconds
@@ -432,7 +427,7 @@ impl PodTransitions {
     /// the provisioning durations.
     pub fn observe(
         &mut self,
-        pods: &[Arc<Pod>],
+        pods: &[Arc<ClusterPod>],
         schedulable: impl Fn(&str) -> Option<DateTime<Utc>>,
     ) -> PodDurations {
         let mut out = PodDurations::default();
@@ -440,7 +435,7 @@ impl PodTransitions {
         let mut unstarted = HashSet::new();
         for pod in pods {
             let key = pod_key(pod);
-            if is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+            if pod.is_terminal() || pod.metadata.deletion_timestamp.is_some() {
                 out.done.insert(key);
                 continue;
             }
@@ -453,7 +448,7 @@ impl PodTransitions {
                     condition_time(pod, type_)?,
                 ))
             };
-            if node_name(pod).is_none() {
+            if pod.node_name().is_none() {
                 unbound.insert(uid.clone());
             } else if self.unbound.contains(&uid)
                 && let Some(d) = condition_since(pod, "PodScheduled")
@@ -616,7 +611,7 @@ mod tests {
         )
     }
 
-    fn pod(name: &str, node: Option<&str>, ready: bool, daemon: bool) -> Arc<Pod> {
+    fn pod(name: &str, node: Option<&str>, ready: bool, daemon: bool) -> Arc<ClusterPod> {
         let owners = if daemon {
             json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true}])
         } else {

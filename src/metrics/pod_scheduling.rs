@@ -32,7 +32,7 @@ pub struct PodSchedulingTimes {
 }
 
 /// The key a pod is known by here: `namespace/name`, as the provisioner names pods.
-pub fn pod_key(pod: &k8s_openapi::api::core::v1::Pod) -> String {
+pub fn pod_key(pod: &crate::snapshot::ClusterPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),

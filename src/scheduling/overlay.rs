@@ -77,8 +77,11 @@ impl Overlays {
     /// upstream's order (higher weight first, equal weights later name first): an invalid overlay
     /// is left out; one that sets an offering's price or a type's resource that an accepted
     /// overlay of the same weight sets is a conflict and is left out whole.
-    pub fn decide(overlays: &[NodeOverlay], pools: &[PoolTypes<'_>]) -> Self {
-        let mut ordered: Vec<&NodeOverlay> = overlays.iter().collect();
+    pub fn decide<'a>(
+        overlays: impl IntoIterator<Item = &'a NodeOverlay>,
+        pools: &[PoolTypes<'_>],
+    ) -> Self {
+        let mut ordered: Vec<&NodeOverlay> = overlays.into_iter().collect();
         ordered.sort_by(|a, b| NodeOverlay::precedence(a, b));
         let mut effective: Vec<Effective> = Vec::new();
         let mut verdicts = BTreeMap::new();

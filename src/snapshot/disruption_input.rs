@@ -39,7 +39,13 @@ pub fn disruption_state(
     for node in &cluster.nodes {
         let labels_ = node.metadata.labels.clone().unwrap_or_default();
         let claim = super::joins::claim_of(&cluster.nodeclaims, node);
-        nodes.push(state_node(node, &labels_, claim, &by_type, now));
+        nodes.push(state_node(
+            node,
+            &labels_,
+            claim.map(Arc::as_ref),
+            &by_type,
+            now,
+        ));
     }
     let index: BTreeMap<&str, usize> = nodes
         .iter()
@@ -76,8 +82,9 @@ pub fn disruption_state(
         .filter_map(|pdb| resolve_pdb(pdb, &pods))
         .collect();
     State {
-        nodepools: cluster.nodepools.clone(),
-        nodeclasses: cluster.nodeclasses.clone(),
+        // A few objects each: the engine owns its copies.
+        nodepools: cluster.nodepools.iter().map(|p| (**p).clone()).collect(),
+        nodeclasses: cluster.nodeclasses.iter().map(|c| (**c).clone()).collect(),
         templates,
         static_templates: Vec::new(),
         nodes,

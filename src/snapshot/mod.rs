@@ -25,6 +25,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use serde::Deserialize;
 
 use crate::apis::conditions;
 use crate::apis::nodeclaim::Operator;
@@ -37,36 +38,40 @@ const REGION_LABEL: &str = "topology.kubernetes.io/region";
 /// Well-known node label carrying the availability zone.
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
-/// Everything simulate (and later the controller's state) reads about a cluster.
+/// Everything the core reads about a cluster, from manifests (`simulate`) or the controller's
+/// caches (`run`). The objects are shared, not owned: a snapshot of the caches points at the
+/// objects the reflectors hold (`Store::state` hands out `Arc`s), so taking one costs a vector of
+/// pointers per kind, not a copy of the cluster, and several can be alive at once. The core only
+/// reads them.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// NodePools, validated like the API server would. Pools whose `nodeClassRef` names no
     /// EC2NodeClass here are kept: the scheduler reports them per pool (see
     /// [`Snapshot::nodeclass_of`]).
-    pub nodepools: Vec<NodePool>,
+    pub nodepools: Vec<Arc<NodePool>>,
     /// EC2NodeClasses, validated.
-    pub nodeclasses: Vec<EC2NodeClass>,
+    pub nodeclasses: Vec<Arc<EC2NodeClass>>,
     /// NodeClaims, validated: capacity Karpenter already launched.
-    pub nodeclaims: Vec<NodeClaim>,
+    pub nodeclaims: Vec<Arc<NodeClaim>>,
     /// Nodes as given.
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Arc<Node>>,
     /// Bare Pods in input order, then the pods workloads expand to, in input order.
-    pub pods: Vec<ClusterPod>,
+    pub pods: Vec<Arc<ClusterPod>>,
     /// DaemonSets; their pods are not expanded, the scheduler adds them to every node instead.
-    pub daemonsets: Vec<DaemonSet>,
+    pub daemonsets: Vec<Arc<DaemonSet>>,
     /// `policy/v1` PodDisruptionBudgets.
-    pub pdbs: Vec<PodDisruptionBudget>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// PersistentVolumes.
-    pub persistent_volumes: Vec<PersistentVolume>,
+    pub persistent_volumes: Vec<Arc<PersistentVolume>>,
     /// PersistentVolumeClaims given, then those StatefulSets' `volumeClaimTemplates` create.
-    pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    pub persistent_volume_claims: Vec<Arc<PersistentVolumeClaim>>,
     /// StorageClasses.
-    pub storage_classes: Vec<StorageClass>,
+    pub storage_classes: Vec<Arc<StorageClass>>,
     /// CSINodes (per-node volume attach limits).
-    pub csi_nodes: Vec<CSINode>,
+    pub csi_nodes: Vec<Arc<CSINode>>,
     /// NodeOverlays (`karpenter.sh/v1alpha1`), validated; applied only with the `NodeOverlay`
     /// feature gate on.
-    pub node_overlays: Vec<NodeOverlay>,
+    pub node_overlays: Vec<Arc<NodeOverlay>>,
     /// Objects that were read but do not affect what the controller does, so users can see
     /// nothing was silently dropped.
     pub ignored: Vec<Ignored>,
@@ -74,8 +79,11 @@ pub struct Snapshot {
 
 /// A pod as the core reads it: metadata of its own, and a spec and status that the replicas of
 /// one workload share. The spec is most of a pod's memory, so 20,000 replicas of a few hundred
-/// Deployments cost their names and labels rather than 20,000 copies of their templates.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Deployments cost their names and labels rather than 20,000 copies of their templates. The
+/// controller's pod cache holds pods in this form too (it reads as a Pod), so its snapshots share
+/// the cached pods instead of converting them.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "Pod")]
 pub struct ClusterPod {
     /// Name, namespace, labels, owners, timestamps.
     pub metadata: ObjectMeta,
@@ -138,7 +146,21 @@ impl ClusterPod {
 
     /// Whether the pod waits for capacity (see [`Snapshot::pending_pods`]).
     pub fn is_pending(&self) -> bool {
-        pod_is_pending(&self.metadata, Some(&self.spec), self.status.as_deref())
+        let status = self.status.as_deref();
+        let scheduled = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|conditions| conditions.iter().find(|c| c.type_ == "PodScheduled"));
+        let unschedulable = scheduled
+            .is_none_or(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
+        let preempting = status
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        self.node_name().is_none()
+            && !preempting
+            && !phase_is_terminal(status)
+            && self.metadata.deletion_timestamp.is_none()
+            && !is_daemon_pod(&self.metadata)
+            && unschedulable
     }
 
     /// `namespace/name`, as reports name pods.
@@ -172,7 +194,11 @@ impl Snapshot {
     /// scheduler (`PodScheduled=False`, reason `Unschedulable`) or not yet looked at (no
     /// `PodScheduled` condition). Scheduling-gated pods are excluded, as Karpenter excludes them.
     pub fn pending_pods(&self) -> Vec<&ClusterPod> {
-        self.pods.iter().filter(|pod| pod.is_pending()).collect()
+        self.pods
+            .iter()
+            .map(Arc::as_ref)
+            .filter(|pod| pod.is_pending())
+            .collect()
     }
 
     /// Pods occupying each node, by node name: bound and not finished (finished pods free their
@@ -183,7 +209,7 @@ impl Snapshot {
             if let Some(node) = pod.node_name()
                 && !pod.is_terminal()
             {
-                by_node.entry(node).or_default().push(pod);
+                by_node.entry(node).or_default().push(pod.as_ref());
             }
         }
         by_node
@@ -193,6 +219,7 @@ impl Snapshot {
     pub fn nodeclass(&self, name: &str) -> Option<&EC2NodeClass> {
         self.nodeclasses
             .iter()
+            .map(Arc::as_ref)
             .find(|class| class.metadata.name.as_deref() == Some(name))
     }
 
@@ -260,11 +287,6 @@ pub(crate) fn phase_is_terminal(status: Option<&PodStatus>) -> bool {
     )
 }
 
-/// Whether a pod waits for capacity (see [`Snapshot::pending_pods`]).
-pub fn is_pending(pod: &Pod) -> bool {
-    pod_is_pending(&pod.metadata, pod.spec.as_ref(), pod.status.as_ref())
-}
-
 /// Whether the kubelet reports the Node `Ready=True`: what registration, initialization, the
 /// scheduler's view of existing capacity and the disruption engine's candidates all wait for.
 pub fn is_node_ready(node: &Node) -> bool {
@@ -284,28 +306,6 @@ pub fn is_daemon_pod(meta: &ObjectMeta) -> bool {
         .iter()
         .flatten()
         .any(|o| o.kind == "DaemonSet")
-}
-
-/// [`is_pending`] over a pod's parts, for both pod representations.
-fn pod_is_pending(meta: &ObjectMeta, spec: Option<&PodSpec>, status: Option<&PodStatus>) -> bool {
-    let daemon = is_daemon_pod(meta);
-    let scheduled = status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "PodScheduled"));
-    let unschedulable = scheduled
-        .is_none_or(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
-    let preempting = status
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let bound = spec
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    !bound
-        && !preempting
-        && !phase_is_terminal(status)
-        && meta.deletion_timestamp.is_none()
-        && !daemon
-        && unschedulable
 }
 
 /// The pure core's settings, the same in `simulate` and `run`.

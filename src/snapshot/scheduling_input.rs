@@ -171,6 +171,7 @@ impl<'a> PoolTypesCache<'a> {
             let fetched: Vec<(&NodePool, Arc<Vec<InstanceType>>)> = cluster
                 .nodepools
                 .iter()
+                .map(Arc::as_ref)
                 .filter_map(|pool| {
                     let class = cluster.nodeclass_of(pool)?;
                     Some((pool, cache.get(class, None).0))
@@ -184,7 +185,7 @@ impl<'a> PoolTypesCache<'a> {
                     types,
                 })
                 .collect();
-            let overlays = Overlays::decide(&cluster.node_overlays, &pools);
+            let overlays = Overlays::decide(cluster.node_overlays.iter().map(Arc::as_ref), &pools);
             cache.not_applied = overlays
                 .verdicts()
                 .iter()
@@ -251,7 +252,7 @@ impl<'a> PoolTypesCache<'a> {
                     .iter()
                     .find(|p| p.metadata.name.as_deref() == Some(name))
             });
-        self.get(class, pool).0
+        self.get(class, pool.map(Arc::as_ref)).0
     }
 }
 
@@ -871,7 +872,7 @@ mod tests {
             .expect("node")
         };
         let cluster = Snapshot {
-            nodeclaims: vec![claim],
+            nodeclaims: vec![Arc::new(claim)],
             ..Snapshot::default()
         };
         let keys = |taints: Vec<crate::apis::nodeclaim::Taint>| -> Vec<String> {

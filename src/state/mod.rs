@@ -3,7 +3,8 @@
 //! that `simulate` builds from manifests — one model, one code path.
 //!
 //! Objects are stored trimmed to the fields the controllers read (see [`trim`]), which keeps
-//! memory proportional to what the scheduler needs.
+//! memory proportional to what the scheduler needs, and a snapshot shares them (`Arc`s) rather
+//! than copying them, so taking one is cheap and several may be alive at once.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
@@ -28,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
-use crate::snapshot::{self, Snapshot};
+use crate::snapshot::{ClusterPod, Snapshot};
 
 pub mod lenient;
 pub mod registration_health;
@@ -39,8 +40,8 @@ pub mod trim;
 pub struct ClusterState {
     /// Nodes.
     pub nodes: Store<Node>,
-    /// Pods in all namespaces.
-    pub pods: Store<Pod>,
+    /// Pods in all namespaces, in the form the core reads (see [`ClusterPod`]).
+    pub pods: Store<ClusterPod>,
     /// NodeClaims.
     pub nodeclaims: Store<NodeClaim>,
     /// NodePools.
@@ -222,7 +223,7 @@ impl ClusterState {
         // Batches start on what can make pods need capacity: a pod becoming unschedulable, a
         // NodePool appearing or changing. Binding and status churn must not keep extending a
         // batch to its maximum.
-        let pods: Trigger<Pod> = Some((changed.clone(), is_provisionable));
+        let pods: Trigger<ClusterPod> = Some((changed.clone(), is_provisionable));
         let pools: Trigger<NodePool> = Some((changed.clone(), |_| true));
         let pdb_ar = pdb_resource(client).await;
         let pdb_writer = Writer::new(pdb_ar.clone());
@@ -317,16 +318,14 @@ impl ClusterState {
             nodeclasses: sorted(&self.nodeclasses),
             nodeclaims: sorted(&self.nodeclaims),
             nodes: sorted(&self.nodes),
-            pods: sorted_where(&self.pods, |p| !awaiting_scheduler(p))
-                .into_iter()
-                .map(Into::into)
-                .collect(),
+            pods: sorted_where(&self.pods, |p| !awaiting_scheduler(p)),
             daemonsets: sorted(&self.daemonsets),
             pdbs: self
                 .pdbs
                 .state()
                 .iter()
                 .filter_map(|o| pdb_from_dynamic(o))
+                .map(Arc::new)
                 .collect(),
             persistent_volumes: sorted(&self.pvs),
             persistent_volume_claims: sorted(&self.pvcs),
@@ -338,16 +337,15 @@ impl ClusterState {
     }
 }
 
-fn sorted<K: Resource + Clone>(store: &Store<K>) -> Vec<K>
+fn sorted<K: Resource + Clone>(store: &Store<K>) -> Vec<Arc<K>>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
     sorted_where(store, |_| true)
 }
 
-/// The objects `keep` accepts, copied out of the store in (namespace, name) order; the others
-/// are not copied at all.
-fn sorted_where<K: Resource + Clone>(store: &Store<K>, keep: impl Fn(&K) -> bool) -> Vec<K>
+/// The objects `keep` accepts, shared with the store (not copied), in (namespace, name) order.
+fn sorted_where<K: Resource + Clone>(store: &Store<K>, keep: impl Fn(&K) -> bool) -> Vec<Arc<K>>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
@@ -360,7 +358,7 @@ where
         (a.meta().namespace.as_deref(), a.meta().name.as_deref())
             .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
     });
-    items.iter().map(|o| (**o).clone()).collect()
+    items
 }
 
 /// Reads a served PodDisruptionBudget (v1 or v1beta1) as the v1 type the core uses.
@@ -382,24 +380,19 @@ fn pdb_from_dynamic(o: &DynamicObject) -> Option<PodDisruptionBudget> {
 /// `simulate` treats such pods as pending; in a live cluster they are most likely about to be
 /// bound to room that exists, so, like upstream, the provisioner waits for the scheduler's
 /// verdict (`PodScheduled=False`, reason `Unschedulable`).
-fn awaiting_scheduler(pod: &Pod) -> bool {
-    let bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
+fn awaiting_scheduler(pod: &ClusterPod) -> bool {
     let judged = pod
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
-    !bound && !judged
+    pod.node_name().is_none() && !judged
 }
 
 /// Whether a pod is one the provisioner must find room for: kube-scheduler found no node for it
 /// and it is not a DaemonSet pod, finished, or being deleted.
-pub fn is_provisionable(pod: &Pod) -> bool {
-    !awaiting_scheduler(pod) && snapshot::is_pending(pod)
+pub fn is_provisionable(pod: &ClusterPod) -> bool {
+    !awaiting_scheduler(pod) && pod.is_pending()
 }
 
 #[cfg(test)]

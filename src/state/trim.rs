@@ -1,12 +1,16 @@
 //! What the caches keep of an object: the fields the controllers and the core read, nothing
 //! else. A pod as the API serves it is mostly what the kubelet needs (images, commands,
 //! environment, mounts, probes) and what it reports (container statuses); at 20,000 pods that
-//! is most of the controller's memory, and every snapshot used to copy it. Trimming happens once,
-//! as the watch delivers an object, so the stores, the snapshots and the core see the same
-//! trimmed objects.
+//! is most of the controller's memory. Trimming happens once, as the watch delivers an object, so
+//! the stores, the snapshots (which share the stores' objects) and the core see the same trimmed
+//! objects.
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Node};
 use kube::Resource;
+
+use crate::snapshot::ClusterPod;
 
 /// The annotation `kubectl apply` writes: a full copy of the object as applied.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -25,9 +29,11 @@ pub fn metadata<K: Resource>(object: &mut K) {
 /// parts of its spec (requests and overhead, host ports, sidecars' restart policy, node
 /// selection, affinity, tolerations, spread, priority, the volumes that are claims, DRA claims,
 /// the grace period) and the phase, conditions, start time and nominated node of its status.
-pub fn pod(pod: &mut Pod) {
+pub fn pod(pod: &mut ClusterPod) {
     metadata(pod);
-    if let Some(spec) = pod.spec.as_mut() {
+    {
+        // Just read from the API, the spec and status are not shared yet: no copy is made.
+        let spec = Arc::make_mut(&mut pod.spec);
         for c in spec
             .containers
             .iter_mut()
@@ -45,7 +51,7 @@ pub fn pod(pod: &mut Pod) {
         spec.readiness_gates = None;
         spec.security_context = None;
     }
-    if let Some(status) = pod.status.as_mut() {
+    if let Some(status) = pod.status.as_mut().map(Arc::make_mut) {
         status.container_statuses = None;
         status.init_container_statuses = None;
         status.ephemeral_container_statuses = None;
@@ -85,10 +91,12 @@ pub fn node(node: &mut Node) {
 mod tests {
     use serde_json::json;
 
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
     use crate::scheduling::pod::Pod as ScheduledPod;
 
-    fn served_pod() -> Pod {
+    fn served_pod() -> ClusterPod {
         serde_json::from_value(json!({
             "metadata": {
                 "name": "web-1", "namespace": "shop", "uid": "u1",
@@ -129,6 +137,7 @@ mod tests {
                 "podIPs": [{"ip": "10.0.0.1"}],
             },
         }))
+        .map(|pod: Pod| pod.into())
         .expect("pod")
     }
 
@@ -137,15 +146,14 @@ mod tests {
         let served = served_pod();
         let mut trimmed = served.clone();
         pod(&mut trimmed);
-        let as_scheduled = |p: &Pod| {
-            let spec = p.spec.clone().unwrap_or_default();
-            let pod = ScheduledPod::from_parts(&p.metadata, &spec).expect("pod");
+        let as_scheduled = |p: &ClusterPod| {
+            let pod = ScheduledPod::from_parts(&p.metadata, &p.spec).expect("pod");
             format!("{pod:?}")
         };
         let mut without_last_applied = served.clone();
         metadata(&mut without_last_applied);
         assert_eq!(as_scheduled(&trimmed), as_scheduled(&without_last_applied));
-        let spec = trimmed.spec.as_ref().expect("spec");
+        let spec = &trimmed.spec;
         assert_eq!(spec.termination_grace_period_seconds, Some(45));
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
         let volumes: Vec<&str> = spec
@@ -171,7 +179,15 @@ mod tests {
         let annotations = trimmed.metadata.annotations.as_ref().expect("annotations");
         assert!(annotations.contains_key("karpenter.sh/do-not-disrupt"));
         assert!(!annotations.contains_key(LAST_APPLIED));
-        let size = |p: &Pod| serde_json::to_string(p).map_or(0, |s| s.len());
+        let size = |p: &ClusterPod| {
+            let (spec, status) = (p.spec.as_ref().clone(), p.status.as_deref().cloned());
+            let pod = Pod {
+                metadata: p.metadata.clone(),
+                spec: Some(spec),
+                status,
+            };
+            serde_json::to_string(&pod).map_or(0, |s| s.len())
+        };
         assert!(
             size(&trimmed) * 3 < size(&served) * 2,
             "{} vs {}",

@@ -4,7 +4,7 @@
 //! longer holds is dropped before anything is paid for; one whose replacements fail is rolled
 //! back.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -24,6 +24,7 @@ use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
 use crate::scheduling::resources::Resources;
 use crate::snapshot::Snapshot;
+use crate::snapshot::disruption_input::disruption_state;
 
 use super::events::{count_disrupted, event_on};
 use super::resume::{COMMAND_ANNOTATION, CommandMarker, clear_markers};
@@ -46,23 +47,53 @@ pub(super) fn recorded_reason(method: Method) -> String {
         .map_or_else(|| "Expired".to_string(), |r| r.to_string())
 }
 
+/// What carrying out a command needs of the view it was decided on, taken before that view is
+/// dropped: the command waits (the validation delay, its replacements) and looks again at a
+/// fresh view, so it does not hold the old one meanwhile.
+pub(super) struct Planned<'a> {
+    /// The command.
+    pub(super) cmd: &'a Command,
+    /// The reschedulable pods on each candidate (by node name) when decided: what validation
+    /// compares against and the disruption counts report.
+    pods_before: BTreeMap<String, usize>,
+    /// The requests of the pods each replacement takes, in `cmd.replacements` order.
+    requests: Vec<Resources>,
+    /// Whether every candidate had a NodeClaim.
+    claimed: bool,
+}
+
+impl<'a> Planned<'a> {
+    pub(super) fn new(cluster: &Snapshot, state: &State, cmd: &'a Command) -> Self {
+        Self {
+            cmd,
+            pods_before: validation::pods_to_move(state, cmd),
+            requests: cmd
+                .replacements
+                .iter()
+                .map(|r| requests_of(state, &r.pods))
+                .collect(),
+            claimed: cmd
+                .candidates
+                .iter()
+                .all(|n| claim_of(cluster, n).is_some()),
+        }
+    }
+}
+
 /// Expiration: delete the NodeClaims now; no replacements first, no budgets, no do-not-disrupt
 /// (termination still honours PDBs until the terminationGracePeriod).
-pub(super) async fn expire(
-    ctx: &Context,
-    cluster: &Snapshot,
-    state: &State,
-    cmd: &Command,
-) -> Result<bool, Error> {
+pub(super) async fn expire(ctx: &Context, plan: &Planned<'_>) -> Result<bool, Error> {
+    let cmd = plan.cmd;
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let cluster = ctx.state.snapshot();
     for node in &cmd.candidates {
-        let Some(claim) = claim_of(cluster, node) else {
+        let Some(claim) = claim_of(&cluster, node) else {
             continue;
         };
         tracing::info!(controller = "disruption", nodeclaim = %claim.name_any(), node = %node, "deleting expired nodeclaim");
         event_on(
             ctx,
-            cluster,
+            &cluster,
             node,
             EventType::Normal,
             "DisruptionTerminating",
@@ -71,7 +102,8 @@ pub(super) async fn expire(
         .await;
         mark_reason(ctx, &claim.name_any(), &recorded_reason(cmd.method)).await?;
         delete_claim(&api, &claim.name_any()).await?;
-        count_disrupted(state, cluster, cmd.method, node, claim);
+        let pods = plan.pods_before.get(node).copied().unwrap_or(0);
+        count_disrupted(&cluster, cmd.method, claim, pods);
     }
     Ok(true)
 }
@@ -102,27 +134,25 @@ pub(super) fn requests_of(state: &State, pods: &[String]) -> Resources {
 /// Carries out one voluntary command: re-validate it after the validation delay, taint the
 /// candidates, launch the replacements, then [`complete`]. Returns whether the candidates were
 /// deleted.
-pub(super) async fn execute(
-    ctx: &Context,
-    cluster: &Snapshot,
-    state: &State,
-    cmd: &Command,
-) -> Result<bool, Error> {
-    if cmd
-        .candidates
-        .iter()
-        .any(|n| claim_of(cluster, n).is_none())
-    {
+pub(super) async fn execute(ctx: &Context, plan: &Planned<'_>) -> Result<bool, Error> {
+    let cmd = plan.cmd;
+    if !plan.claimed {
         tracing::warn!(controller = "disruption", command = ?cmd.candidates, "a candidate has no NodeClaim; skipping the command");
         return Ok(false);
     }
-    let pods_before = validation::pods_to_move(state, cmd);
     tokio::time::sleep(ctx.intervals.validation_delay).await;
     let (fresh_cluster, fresh, nominated) = current_state(ctx).await;
     let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
         Some(c) => Err(format!("node {c} is nominated for pending pods")),
-        None => validation::validate(&fresh, cmd, &pods_before, ctx.clock.now(), Stage::Decided),
+        None => validation::validate(
+            &fresh,
+            cmd,
+            &plan.pods_before,
+            ctx.clock.now(),
+            Stage::Decided,
+        ),
     };
+    drop(fresh);
     if let Err(why) = validated {
         METRICS
             .voluntary_disruption_failed_validations_total
@@ -176,12 +206,12 @@ pub(super) async fn execute(
         method: cmd.method,
         reason: cmd.reason.clone(),
         candidates: cmd.candidates.clone(),
-        pods_before: pods_before.clone(),
+        pods_before: plan.pods_before.clone(),
     })
     .unwrap_or_default();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let mut launched = Vec::new();
-    for r in &cmd.replacements {
+    for (r, requests) in cmd.replacements.iter().zip(&plan.requests) {
         let Some(pool) = fresh_cluster
             .nodepools
             .iter()
@@ -194,7 +224,7 @@ pub(super) async fn execute(
             pool,
             fresh_cluster.nodeclass_of(pool),
             r,
-            requests_of(state, &r.pods),
+            requests.clone(),
         );
         claim
             .annotations_mut()
@@ -230,7 +260,9 @@ pub(super) async fn execute(
             .await;
         }
     }
-    complete(ctx, &fresh_cluster, cmd, &launched).await
+    // The wait for the replacements is long: it does not hold this view.
+    drop(fresh_cluster);
+    complete(ctx, cmd, &launched).await
 }
 
 /// Taints the candidates `karpenter.sh/disrupted:NoSchedule` and records the reason on their
@@ -266,25 +298,29 @@ pub(super) async fn taint_candidates(
 /// deleted.
 pub(super) async fn complete(
     ctx: &Context,
-    cluster: &Snapshot,
     cmd: &Command,
     launched: &[String],
 ) -> Result<bool, Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     if let Err(why) = wait_initialized(ctx, launched).await {
         queue_failure(cmd);
-        abandon(ctx, cluster, cmd, launched, &why).await;
+        abandon(ctx, &ctx.state.snapshot(), cmd, launched, &why).await;
         return Ok(false);
     }
     tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "replacements initialized; deleting candidates");
-    let (fresh_cluster, fresh, _) = current_state(ctx).await;
+    let cluster = ctx.state.snapshot();
+    // Only the pods on the candidates are counted: no instance types, no scheduling.
+    let moving = validation::pods_to_move(
+        &disruption_state(&cluster, Vec::new(), ctx.options.scheduler, ctx.clock.now()),
+        cmd,
+    );
     for node in &cmd.candidates {
-        let Some(claim) = claim_of(&fresh_cluster, node) else {
+        let Some(claim) = claim_of(&cluster, node) else {
             continue;
         };
         event_on(
             ctx,
-            cluster,
+            &cluster,
             node,
             EventType::Normal,
             "DisruptionTerminating",
@@ -295,7 +331,8 @@ pub(super) async fn complete(
             rollback(ctx, cmd, launched).await;
             return Err(e);
         }
-        count_disrupted(&fresh, &fresh_cluster, cmd.method, node, claim);
+        let pods = moving.get(node).copied().unwrap_or(0);
+        count_disrupted(&cluster, cmd.method, claim, pods);
     }
     clear_markers(&api, launched).await?;
     Ok(true)
@@ -379,8 +416,7 @@ pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) 
             .and_then(|c| c.status.as_ref()?.node_name.clone());
         let used = node_name.is_some_and(|n| {
             ctx.state.pods.state().iter().any(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(n.as_str())
-                    && !crate::snapshot::is_daemon_pod(&p.metadata)
+                p.node_name() == Some(n.as_str()) && !crate::snapshot::is_daemon_pod(&p.metadata)
             })
         });
         if used {

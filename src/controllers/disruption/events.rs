@@ -9,8 +9,7 @@ use chrono::{DateTime, Utc};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
-use crate::apis::{NodeClaim, NodePool, labels};
-use crate::disruption::state::State;
+use crate::apis::{NodeClaim, labels};
 use crate::disruption::{self, Method};
 use crate::metrics::METRICS;
 use crate::runtime::Context;
@@ -63,7 +62,7 @@ pub(super) async fn event_on(
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node))
     {
-        publish(ctx, n, type_, reason, note).await;
+        publish(ctx, n.as_ref(), type_, reason, note).await;
     }
     if let Some(c) = claim_of(cluster, node) {
         publish(ctx, c, type_, reason, note).await;
@@ -125,14 +124,8 @@ pub(super) fn termination_mode(claim: &NodeClaim) -> &'static str {
 }
 
 /// `karpenter_nodeclaims_disrupted_total` and `karpenter_pods_disruption_initiated_total` for a
-/// candidate whose NodeClaim was just deleted.
-pub(super) fn count_disrupted(
-    state: &State,
-    cluster: &Snapshot,
-    method: Method,
-    node: &str,
-    claim: &NodeClaim,
-) {
+/// candidate whose NodeClaim was just deleted, `pods` the reschedulable pods it held.
+pub(super) fn count_disrupted(cluster: &Snapshot, method: Method, claim: &NodeClaim, pods: usize) {
     let pool_name = claim
         .labels()
         .get(labels::NODEPOOL)
@@ -141,7 +134,7 @@ pub(super) fn count_disrupted(
     let policy = cluster
         .nodepools
         .iter()
-        .find(|p: &&NodePool| p.metadata.name.as_deref() == Some(pool_name.as_str()))
+        .find(|p| p.metadata.name.as_deref() == Some(pool_name.as_str()))
         .map(|p| format!("{:?}", p.spec.disruption.consolidation_policy))
         .unwrap_or_default();
     let capacity_type = claim
@@ -160,13 +153,6 @@ pub(super) fn count_disrupted(
         .nodeclaims_disrupted_total
         .with_label_values(&labels)
         .inc();
-    let pods = state
-        .nodes
-        .iter()
-        .position(|n| n.name.as_ref() == node)
-        .map_or(0, |i| {
-            state.pods_on(i).filter(|p| p.reschedulable()).count()
-        });
     METRICS
         .pods_disruption_initiated_total
         .with_label_values(&labels)

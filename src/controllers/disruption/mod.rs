@@ -47,11 +47,12 @@ use crate::runtime::panics::guarded_pass;
 use crate::runtime::{Context, Error};
 use crate::scheduling::scheduler::{self, Input, Placement};
 use crate::snapshot::Snapshot;
+use crate::snapshot::scheduling_input::Prepared;
 
 pub use events::{BLOCKED_EVENT_INTERVAL, BlockedEvents};
 pub use resume::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
 
-use command::{execute, expire};
+use command::{Planned, execute, expire};
 use events::report_blocked;
 use resume::untaint_orphans;
 
@@ -90,17 +91,28 @@ pub async fn run(ctx: Arc<Context>) {
 /// nodes nominated for pending pods.
 async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
     let cluster = ctx.state.snapshot();
-    let types = crate::controllers::provisioning::instance_types(ctx, &cluster).await;
-    let prepared = crate::snapshot::scheduling_input::prepare(&cluster, &types, &ctx.options);
+    let prepared = prepare(ctx, &cluster).await;
     let nominated = nominated(&prepared.input);
+    let state = engine_state(ctx, &cluster, prepared);
+    (cluster, state, nominated)
+}
+
+/// The scheduler's input for `cluster`, with the instance types the provider offers.
+async fn prepare(ctx: &Context, cluster: &Snapshot) -> Prepared {
+    let types = crate::controllers::provisioning::instance_types(ctx, cluster).await;
+    crate::snapshot::scheduling_input::prepare(cluster, &types, &ctx.options)
+}
+
+/// The engine's state of `cluster`, priced and templated from `prepared`.
+fn engine_state(ctx: &Context, cluster: &Snapshot, prepared: Prepared) -> State {
     let mut state = crate::snapshot::disruption_input::disruption_state(
-        &cluster,
+        cluster,
         prepared.input.nodepools,
         ctx.options.scheduler,
         ctx.clock.now(),
     );
     state.static_templates = prepared.static_templates;
-    (cluster, state, nominated)
+    state
 }
 
 /// Nodes the provisioner's simulation places pending pods on. kube-scheduler is about to bind
@@ -126,7 +138,7 @@ fn claim_of<'a>(cluster: &'a Snapshot, node: &str) -> Option<&'a NodeClaim> {
         .nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node))?;
-    crate::snapshot::joins::claim_of(&cluster.nodeclaims, node)
+    crate::snapshot::joins::claim_of(&cluster.nodeclaims, node).map(Arc::as_ref)
 }
 
 /// `karpenter_nodepools_allowed_disruptions` (the tightest active budget's node count, as
@@ -208,33 +220,48 @@ pub async fn once(ctx: &Context, reported: &mut BlockedEvents) -> Result<bool, E
     let (cluster, state, nominated) = current_state(ctx).await;
     let now = ctx.clock.now();
     report_budgets(&state, now);
-    if resume_commands(ctx, &cluster).await? {
+    let left = resume::left_behind(&cluster);
+    if !left.is_empty() {
+        // Resuming waits for replacements; the engine's state is not needed for it.
+        drop(state);
+        resume::resume(ctx, &cluster, left).await?;
         return Ok(true);
     }
     untaint_orphans(ctx, &cluster).await?;
     let decision = decide(ctx, &state, now);
     report_blocked(ctx, &cluster, &decision.blocked, reported).await;
+    let planned: Vec<Planned> = decision
+        .commands
+        .iter()
+        .filter(|cmd| {
+            let early: Vec<&String> = cmd
+                .candidates
+                .iter()
+                .filter(|c| nominated.contains(*c))
+                .collect();
+            let wait = cmd.method != Method::Expiration && !early.is_empty();
+            if wait {
+                tracing::debug!(controller = "disruption", nodes = ?early, "candidates are nominated for pending pods; not disrupting them now");
+            }
+            !wait
+        })
+        .map(|cmd| Planned::new(&cluster, &state, cmd))
+        .collect();
+    // Carrying a command out waits (the validation delay, the replacements' initialization) and
+    // looks again at a fresh view; the view the commands were decided on is not held meanwhile.
+    drop((cluster, state));
     let mut acted = false;
-    for cmd in &decision.commands {
-        let early: Vec<&String> = cmd
-            .candidates
-            .iter()
-            .filter(|c| nominated.contains(*c))
-            .collect();
-        if cmd.method != Method::Expiration && !early.is_empty() {
-            tracing::debug!(controller = "disruption", nodes = ?early, "candidates are nominated for pending pods; not disrupting them now");
-            continue;
-        }
-        let result = if cmd.method == Method::Expiration {
-            expire(ctx, &cluster, &state, cmd).await
+    for plan in &planned {
+        let result = if plan.cmd.method == Method::Expiration {
+            expire(ctx, plan).await
         } else {
-            execute(ctx, &cluster, &state, cmd).await
+            execute(ctx, plan).await
         };
         match result {
             Ok(done) => acted |= done,
             Err(e) => {
-                queue_failure(cmd);
-                tracing::warn!(controller = "disruption", command = ?cmd.candidates, error = %e, "disruption command failed")
+                queue_failure(plan.cmd);
+                tracing::warn!(controller = "disruption", command = ?plan.cmd.candidates, error = %e, "disruption command failed")
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::runtime::{Context, Error};
 use crate::snapshot::Snapshot;
 
 use super::command::{abandon, complete, rollback, taint_candidates};
-use super::{claim_of, current_state, queue_failure};
+use super::{claim_of, engine_state, prepare, queue_failure};
 use crate::disruption::validation::{Stage, validate};
 use crate::metrics::METRICS;
 
@@ -59,6 +59,17 @@ impl CommandMarker {
 /// Returns whether there was any. Public so the in-memory controller tests can drive the resume
 /// and the rollback without the polling loop.
 pub async fn resume_commands(ctx: &Context, cluster: &Snapshot) -> Result<bool, Error> {
+    let left = left_behind(cluster);
+    if left.is_empty() {
+        return Ok(false);
+    }
+    resume(ctx, cluster, left).await?;
+    Ok(true)
+}
+
+/// The commands an earlier run left: each marker still on a replacement not being deleted, with
+/// the replacements carrying it.
+pub(super) fn left_behind(cluster: &Snapshot) -> BTreeMap<String, Vec<String>> {
     let mut commands: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut live_markers: BTreeSet<String> = BTreeSet::new();
     for claim in &cluster.nodeclaims {
@@ -75,9 +86,15 @@ pub async fn resume_commands(ctx: &Context, cluster: &Snapshot) -> Result<bool, 
     // Replacements being deleted keep their marker to the end; a command with no other
     // replacement left is over.
     commands.retain(|marker, _| live_markers.contains(marker));
-    if commands.is_empty() {
-        return Ok(false);
-    }
+    commands
+}
+
+/// Finishes or rolls back each command [`left_behind`] found.
+pub(super) async fn resume(
+    ctx: &Context,
+    cluster: &Snapshot,
+    commands: BTreeMap<String, Vec<String>>,
+) -> Result<(), Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for (raw, replacements) in commands {
         let Ok(marker) = serde_json::from_str::<CommandMarker>(&raw) else {
@@ -128,7 +145,7 @@ pub async fn resume_commands(ctx: &Context, cluster: &Snapshot) -> Result<bool, 
             }
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// Finishes a resumed command whose replacements exist: its candidates must still qualify and
@@ -141,8 +158,13 @@ async fn finish(
     live: &[String],
     pods_before: &BTreeMap<String, usize>,
 ) -> Result<bool, Error> {
-    let (cluster, state, _) = current_state(ctx).await;
-    if let Err(why) = validate(&state, cmd, pods_before, ctx.clock.now(), Stage::Launched) {
+    let cluster = ctx.state.snapshot();
+    // This stage does not look at nominations: no scheduling simulation.
+    let prepared = prepare(ctx, &cluster).await;
+    let state = engine_state(ctx, &cluster, prepared);
+    let validated = validate(&state, cmd, pods_before, ctx.clock.now(), Stage::Launched);
+    drop(state);
+    if let Err(why) = validated {
         METRICS
             .voluntary_disruption_failed_validations_total
             .with_label_values(&[cmd.method.consolidation_type()])
@@ -151,7 +173,9 @@ async fn finish(
         return Ok(false);
     }
     taint_candidates(ctx, &cluster, cmd).await?;
-    complete(ctx, &cluster, cmd, live).await
+    // The wait for the replacements is long: it does not hold this view.
+    drop(cluster);
+    complete(ctx, cmd, live).await
 }
 
 /// Removes the command marker from replacements whose command is over.

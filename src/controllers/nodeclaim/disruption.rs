@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -24,7 +23,7 @@ use crate::disruption::drift::{self, DriftVerdict};
 use crate::disruption::state::State;
 use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ClusterPod, Snapshot};
 
 /// How often the cloud provider is asked whether a NodeClaim drifted (upstream: 5 minutes).
 const PROVIDER_DRIFT_PERIOD: chrono::Duration = chrono::Duration::minutes(5);
@@ -39,10 +38,13 @@ impl PodEvents {
     /// Records the pods bound to each node now and returns the nodes whose set changed since
     /// the last call (a pod bound, finished or removed). The first call reports nothing: a
     /// restarted controller has no evidence of an event.
-    pub fn observe(&mut self, pods: &[Pod]) -> BTreeSet<String> {
+    pub fn observe<'a>(
+        &mut self,
+        pods: impl IntoIterator<Item = &'a ClusterPod>,
+    ) -> BTreeSet<String> {
         let mut now: HashMap<String, BTreeSet<String>> = HashMap::new();
         for p in pods {
-            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            let Some(node) = p.spec.node_name.clone() else {
                 continue;
             };
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -156,14 +158,7 @@ pub async fn run(ctx: Arc<Context>) {
         let pass = async {
             let now = ctx.clock.now();
             let cluster = ctx.state.snapshot();
-            let pods: Vec<Pod> = ctx
-                .state
-                .pods
-                .state()
-                .iter()
-                .map(|p| (**p).clone())
-                .collect();
-            let changed_nodes = events.observe(&pods);
+            let changed_nodes = events.observe(ctx.state.pods.state().iter().map(Arc::as_ref));
             ask_provider(&ctx, &cluster, now, &mut asked, &mut provider_drift).await;
             let state = crate::snapshot::disruption_input::disruption_state(
                 &cluster,
@@ -308,7 +303,7 @@ async fn update(
 mod tests {
     use super::*;
 
-    fn pod(uid: &str, node: &str) -> Pod {
+    fn pod(uid: &str, node: &str) -> ClusterPod {
         serde_json::from_value(json!({
             "metadata": {"name": uid, "namespace": "ns", "uid": uid},
             "spec": {"containers": [], "nodeName": node},

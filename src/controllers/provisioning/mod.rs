@@ -631,7 +631,7 @@ impl Provisioner {
                         p.metadata.namespace.as_deref()?,
                         p.metadata.name.as_deref()?,
                     ),
-                    p,
+                    p.as_ref(),
                 ))
             })
             .collect();
@@ -779,11 +779,14 @@ mod tests {
         ]);
         let mut cluster = Snapshot {
             nodepools: vec![
-                pool("good", "default", json!([])),
-                pool("invalid", "default", twice),
-                pool("leaving", "old", json!([])),
+                Arc::new(pool("good", "default", json!([]))),
+                Arc::new(pool("invalid", "default", twice)),
+                Arc::new(pool("leaving", "old", json!([]))),
             ],
-            nodeclasses: vec![class("default", false), class("old", true)],
+            nodeclasses: vec![
+                Arc::new(class("default", false)),
+                Arc::new(class("old", true)),
+            ],
             ..Snapshot::default()
         };
         let dropped = drop_unusable_pools(&mut cluster);

@@ -28,7 +28,8 @@ use k8s_openapi::api::core::v1::{
     Container, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
     Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements, Volume,
 };
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, ObjectMeta, OwnerReference, Time,
@@ -38,8 +39,8 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::apis::NodeOverlay;
 use crate::apis::validation::{Kind, validate_value};
+use crate::apis::{NodeClaim, NodeOverlay, NodePool};
 use crate::manifest::{Document, Source};
 use crate::scheduling::resources::quantity_value;
 use crate::snapshot::{ClusterPod, DEFAULT_NAMESPACE, Ignored, Snapshot};
@@ -488,13 +489,13 @@ impl Loader {
                 }
                 match kind {
                     Kind::NodePool => {
-                        if let Some(pool) = self.typed(&at, value, namespaced) {
-                            self.cluster.nodepools.push(pool);
+                        if let Some(pool) = self.typed::<NodePool>(&at, value, namespaced) {
+                            self.cluster.nodepools.push(Arc::new(pool));
                         }
                     }
                     Kind::NodeClaim => {
-                        if let Some(claim) = self.typed(&at, value, namespaced) {
-                            self.cluster.nodeclaims.push(claim);
+                        if let Some(claim) = self.typed::<NodeClaim>(&at, value, namespaced) {
+                            self.cluster.nodeclaims.push(Arc::new(claim));
                         }
                     }
                     Kind::EC2NodeClass => {
@@ -510,7 +511,7 @@ impl Loader {
                                     e,
                                 );
                             }
-                            self.cluster.nodeclasses.push(class);
+                            self.cluster.nodeclasses.push(Arc::new(class));
                         }
                     }
                 }
@@ -522,7 +523,9 @@ impl Loader {
                 let quantities_valid =
                     self.check_quantities(&at, "spec.capacity", overlay.spec.capacity.as_ref());
                 match overlay.validate() {
-                    Ok(()) if quantities_valid => self.cluster.node_overlays.push(overlay),
+                    Ok(()) if quantities_valid => {
+                        self.cluster.node_overlays.push(Arc::new(overlay))
+                    }
                     Ok(()) => {}
                     Err(problems) => {
                         for p in problems {
@@ -539,7 +542,7 @@ impl Loader {
                     self.check_quantities(&at, "status.capacity", status.capacity.as_ref());
                     self.check_quantities(&at, "status.allocatable", status.allocatable.as_ref());
                 }
-                self.cluster.nodes.push(node);
+                self.cluster.nodes.push(Arc::new(node));
             }
             Route::Pod => {
                 let Some(mut pod) = self.typed::<Pod>(&at, value, namespaced) else {
@@ -564,7 +567,7 @@ impl Loader {
                     pod.metadata.namespace.clone().unwrap_or_default(),
                     pod.metadata.name.clone().unwrap_or_default(),
                 ));
-                self.cluster.pods.push(pod.into());
+                self.cluster.pods.push(Arc::new(pod.into()));
             }
             Route::Deployment => {
                 if let Some(d) = self.typed::<Deployment>(&at, value, namespaced)
@@ -610,11 +613,11 @@ impl Loader {
                     }
                     None => self.problem(&at, "spec", "Required value: a DaemonSet needs a spec"),
                 }
-                self.cluster.daemonsets.push(ds);
+                self.cluster.daemonsets.push(Arc::new(ds));
             }
             Route::PodDisruptionBudget => {
-                if let Some(pdb) = self.typed(&at, value, namespaced) {
-                    self.cluster.pdbs.push(pdb);
+                if let Some(pdb) = self.typed::<PodDisruptionBudget>(&at, value, namespaced) {
+                    self.cluster.pdbs.push(Arc::new(pdb));
                 }
             }
             Route::PersistentVolume => {
@@ -623,23 +626,23 @@ impl Loader {
                 };
                 let capacity = pv.spec.as_ref().and_then(|s| s.capacity.as_ref());
                 self.check_quantities(&at, "spec.capacity", capacity);
-                self.cluster.persistent_volumes.push(pv);
+                self.cluster.persistent_volumes.push(Arc::new(pv));
             }
             Route::PersistentVolumeClaim => {
                 let Some(pvc) = self.typed::<PersistentVolumeClaim>(&at, value, namespaced) else {
                     return;
                 };
                 self.check_claim(&at, "spec", &pvc);
-                self.cluster.persistent_volume_claims.push(pvc);
+                self.cluster.persistent_volume_claims.push(Arc::new(pvc));
             }
             Route::StorageClass => {
-                if let Some(class) = self.typed(&at, value, namespaced) {
-                    self.cluster.storage_classes.push(class);
+                if let Some(class) = self.typed::<StorageClass>(&at, value, namespaced) {
+                    self.cluster.storage_classes.push(Arc::new(class));
                 }
             }
             Route::CSINode => {
-                if let Some(csi) = self.typed(&at, value, namespaced) {
-                    self.cluster.csi_nodes.push(csi);
+                if let Some(csi) = self.typed::<CSINode>(&at, value, namespaced) {
+                    self.cluster.csi_nodes.push(Arc::new(csi));
                 }
             }
         }
@@ -684,7 +687,8 @@ impl Loader {
         }
         let default_class = default_storage_class(&self.cluster.storage_classes);
         for pvc in &mut self.cluster.persistent_volume_claims {
-            apply_default_class(pvc, default_class.as_deref());
+            // Loaded just now, the claims are not shared yet: no copy is made.
+            apply_default_class(Arc::make_mut(pvc), default_class.as_deref());
         }
         let workloads = std::mem::take(&mut self.workloads);
         // Bounded by MAX_PODS: every workload's count was checked on the way in.

@@ -32,7 +32,7 @@ impl Loader {
 
     pub(super) fn push_pod(&mut self, mut pod: ClusterPod) {
         settle_object_meta(&mut pod.metadata, "Pod", true, &self.now);
-        self.cluster.pods.push(pod);
+        self.cluster.pods.push(Arc::new(pod));
     }
 
     /// Deployment → its current ReplicaSet `<deployment>-<pod-template-hash>` → its pods.
@@ -151,7 +151,7 @@ impl Loader {
                         &created,
                         default_class,
                     );
-                    self.cluster.persistent_volume_claims.push(pvc);
+                    self.cluster.persistent_volume_claims.push(Arc::new(pvc));
                 }
             }
             // A pod of that name in the input is this ordinal, already created.
@@ -307,7 +307,7 @@ fn claim_from_template(
 
 /// The class the DefaultStorageClass admission plugin assigns: of those annotated default, the
 /// newest (ties: first by name).
-pub(super) fn default_storage_class(classes: &[StorageClass]) -> Option<String> {
+pub(super) fn default_storage_class(classes: &[Arc<StorageClass>]) -> Option<String> {
     classes
         .iter()
         .filter(|c| {
