@@ -37,6 +37,29 @@ fn iam_tag(key: &str, value: &str) -> Result<aws_sdk_iam::types::Tag, CloudError
         .map_err(|e| CloudError::Invalid(format!("instance profile tag {key}: {e}")))
 }
 
+/// Instance profile `name` (GetInstanceProfile, which carries its roles and tags), `None` when
+/// IAM has no such profile.
+async fn get(
+    iam: &aws_sdk_iam::Client,
+    name: &str,
+) -> Result<Option<aws_sdk_iam::types::InstanceProfile>, CloudError> {
+    match iam
+        .get_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+    {
+        Ok(out) => Ok(out.instance_profile().cloned()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(sdk_error("iam:GetInstanceProfile", e)),
+    }
+}
+
 /// The instance profile a node class launches with, creating or fixing the managed one.
 pub async fn ensure(
     iam: &aws_sdk_iam::Client,
@@ -71,21 +94,7 @@ pub async fn ensure(
     let role = role_name(role);
     let class = nodeclass.metadata.name.as_deref().unwrap_or_default();
     let name = managed_name(cluster, region, class);
-    let existing = match iam
-        .get_instance_profile()
-        .instance_profile_name(&name)
-        .send()
-        .await
-    {
-        Ok(out) => out.instance_profile().cloned(),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_no_such_entity_exception()) =>
-        {
-            None
-        }
-        Err(e) => return Err(sdk_error("iam:GetInstanceProfile", e)),
-    };
+    let existing = get(iam, &name).await?;
     let roles: Vec<String> = match existing {
         Some(p) => p
             .roles()
@@ -240,21 +249,7 @@ pub async fn list_owned(
     let mut owned = Vec::new();
     for profile in candidates {
         // GetInstanceProfile carries the tags (ListInstanceProfiles does not).
-        let found = match iam
-            .get_instance_profile()
-            .instance_profile_name(&profile.name)
-            .send()
-            .await
-        {
-            Ok(out) => out.instance_profile().cloned(),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_no_such_entity_exception()) =>
-            {
-                None
-            }
-            Err(e) => return Err(sdk_error("iam:GetInstanceProfile", e)),
-        };
+        let found = get(iam, &profile.name).await?;
         let tag = |key: &str| {
             found
                 .iter()

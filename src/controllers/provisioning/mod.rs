@@ -529,6 +529,12 @@ impl Provisioner {
     /// ten seconds while pods are pending, so pods whose NodeClaim failed get another one.
     pub async fn run(self) {
         self.ctx.state.wait_synced().await;
+        // The round-duration series exists (empty) from the start, so the first round is an
+        // increase `rate()` sees: pods that all fit in one round would otherwise leave the
+        // scheduling-duration panels empty (a series first scraped at 1 never rises).
+        let _ = METRICS
+            .scheduler_scheduling_duration_seconds
+            .with_label_values(&["provisioner"]);
         let changed = self.ctx.state.changed.clone();
         loop {
             wait_for_batch(&changed, self.window).await;
