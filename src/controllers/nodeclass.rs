@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -27,17 +27,11 @@ use crate::runtime::{Context, Error};
 /// Runs the EC2NodeClass controller until the stream ends. Classes are watched untyped and read
 /// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
+    let claims = ctx.state.nodeclaim_changes.subscribe().map(|claim| {
+        untyped::trigger::<EC2NodeClass>("nodeclass", &claim.spec.node_class_ref.name)
+    });
     let reconciles = untyped::controller::<EC2NodeClass>("nodeclass", &ctx)
-        .watches(
-            Api::<NodeClaim>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            |claim: NodeClaim| {
-                Some(untyped::trigger::<EC2NodeClass>(
-                    "nodeclass",
-                    &claim.spec.node_class_ref.name,
-                ))
-            },
-        )
+        .reconcile_on(claims)
         .run(
             |c, ctx| {
                 crate::metrics::in_controller(

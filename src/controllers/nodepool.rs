@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{StreamExt, future, stream};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -44,31 +44,33 @@ const READY_NOT_VALID: &str = "ValidationSucceeded=False";
 /// Runs the NodePool controller until the stream ends. NodePools are watched untyped and read
 /// one at a time, so one the controller cannot read is reported while the others are served.
 pub async fn run(ctx: Arc<Context>) {
-    let store = ctx.state.nodepools.clone();
-    let reconciles = untyped::controller::<NodePool>("nodepool", &ctx)
-        .watches(
-            Api::<NodeClaim>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            |claim: NodeClaim| {
-                claim
-                    .labels()
-                    .get(labels::NODEPOOL)
-                    .map(|p| untyped::trigger::<NodePool>("nodepool", p))
-            },
+    let pools = ctx.state.nodepools.clone();
+    let claims = ctx.state.nodeclaim_changes.subscribe().filter_map(|claim| {
+        future::ready(
+            claim
+                .labels()
+                .get(labels::NODEPOOL)
+                .map(|p| untyped::trigger::<NodePool>("nodepool", p)),
         )
-        .watches(
-            Api::<EC2NodeClass>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |class: EC2NodeClass| {
-                let name = class.name_any();
-                store
+    });
+    let classes = ctx
+        .state
+        .nodeclass_changes
+        .subscribe()
+        .flat_map(move |class| {
+            let name = class.name_any();
+            stream::iter(
+                pools
                     .state()
                     .iter()
                     .filter(|p| p.spec.template.spec.node_class_ref.name == name)
                     .map(|p| untyped::trigger::<NodePool>("nodepool", &p.name_any()))
-                    .collect::<Vec<_>>()
-            },
-        )
+                    .collect::<Vec<_>>(),
+            )
+        });
+    let reconciles = untyped::controller::<NodePool>("nodepool", &ctx)
+        .reconcile_on(claims)
+        .reconcile_on(classes)
         .run(
             |p, ctx| untyped::reconcile("nodepool", p, ctx, reconcile, unreadable),
             error_policy,

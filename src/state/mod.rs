@@ -30,7 +30,9 @@ use tokio::task::JoinSet;
 
 use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::snapshot::{ClusterPod, Snapshot};
+use changes::{Changes, Publisher};
 
+pub mod changes;
 pub mod lenient;
 pub mod registration_health;
 pub mod trim;
@@ -67,6 +69,14 @@ pub struct ClusterState {
     /// Woken when a pod becomes unschedulable or a NodePool changes, so the provisioner can
     /// start a batch.
     pub changed: Arc<Notify>,
+    /// Nodes as [`Self::nodes`] takes them in (the NodeClaim lifecycle follows its Nodes).
+    pub node_changes: Changes<Node>,
+    /// NodeClaims as [`Self::nodeclaims`] takes them in (NodePool and EC2NodeClass status
+    /// count them).
+    pub nodeclaim_changes: Changes<NodeClaim>,
+    /// EC2NodeClasses as [`Self::nodeclasses`] takes them in (a NodePool's readiness follows
+    /// its class).
+    pub nodeclass_changes: Changes<EC2NodeClass>,
 }
 
 /// Wakes the provisioner for events whose object passes the filter.
@@ -78,6 +88,7 @@ fn reflect<K>(
     api: Api<K>,
     tasks: &mut JoinSet<()>,
     changed: Trigger<K>,
+    publish: Option<Changes<K>>,
     trim: fn(&mut K),
 ) -> Store<K>
 where
@@ -85,30 +96,27 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    tasks.spawn(drive(api, writer, changed, trim));
+    let kind = K::kind(&Default::default()).into_owned();
+    let stream = watcher(api, writer, trim);
+    tasks.spawn(async move { consume(&kind, stream, changed, publish).await });
     reader
 }
 
 /// Like [`reflect`], for Karpenter's own kinds, whose objects may hold values the API server
 /// accepts and the controller cannot read (see [`lenient`]).
-fn reflect_lenient<K>(client: &Client, tasks: &mut JoinSet<()>, changed: Trigger<K>) -> Store<K>
+fn reflect_lenient<K>(
+    client: &Client,
+    tasks: &mut JoinSet<()>,
+    changed: Trigger<K>,
+    publish: Option<Changes<K>>,
+) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, stream) = lenient::store::<K>(client.clone());
     let kind = K::kind(&()).into_owned();
-    tasks.spawn(async move { consume(&kind, stream, changed).await });
+    tasks.spawn(async move { consume(&kind, stream, changed, publish).await });
     reader
-}
-
-async fn drive<K>(api: Api<K>, writer: Writer<K>, changed: Trigger<K>, trim: fn(&mut K))
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    let kind = K::kind(&Default::default()).into_owned();
-    let stream = watcher(api, writer, trim);
-    consume(&kind, stream, changed).await;
 }
 
 fn watcher<K>(
@@ -126,22 +134,29 @@ where
         .reflect(writer)
 }
 
-async fn consume<K>(
+/// Follows a reflected watch (each event is in the store by the time it comes out): wakes the
+/// provisioner for the events `changed` wants and hands every change to `publish`'s subscribers.
+async fn consume<K: Send + Sync + 'static>(
     kind: &str,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     changed: Trigger<K>,
+    publish: Option<Changes<K>>,
 ) {
     let mut stream = std::pin::pin!(stream);
+    let mut publisher = publish.map(Publisher::new);
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => {
-                if let Some((n, wanted)) = &changed
-                    && wanted(&o)
+            Ok(event) => {
+                if let Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) = &event
+                    && let Some((n, wanted)) = &changed
+                    && wanted(o)
                 {
                     n.notify_one();
                 }
+                if let Some(p) = &mut publisher {
+                    p.observe(event);
+                }
             }
-            Ok(_) => {}
             Err(e) => tracing::warn!(kind, error = %e, "watch error; retrying with backoff"),
         }
     }
@@ -234,22 +249,64 @@ impl ClusterState {
                 .default_backoff()
                 .modify(trim::metadata::<DynamicObject>)
                 .reflect(pdb_writer);
-            consume("PodDisruptionBudget", stream, None).await;
+            consume("PodDisruptionBudget", stream, None, None).await;
         });
+        let node_changes = Changes::default();
+        let nodeclaim_changes = Changes::default();
+        let nodeclass_changes = Changes::default();
         let state = Self {
-            nodes: reflect(Api::all(client.clone()), &mut tasks, None, trim::node),
-            pods: reflect(Api::all(client.clone()), &mut tasks, pods, trim::pod),
-            nodeclaims: reflect_lenient(client, &mut tasks, None),
-            nodepools: reflect_lenient(client, &mut tasks, pools),
-            nodeclasses: reflect_lenient(client, &mut tasks, None),
-            daemonsets: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
+            nodes: reflect(
+                Api::all(client.clone()),
+                &mut tasks,
+                None,
+                Some(node_changes.clone()),
+                trim::node,
+            ),
+            pods: reflect(Api::all(client.clone()), &mut tasks, pods, None, trim::pod),
+            nodeclaims: reflect_lenient(client, &mut tasks, None, Some(nodeclaim_changes.clone())),
+            nodepools: reflect_lenient(client, &mut tasks, pools, None),
+            nodeclasses: reflect_lenient(client, &mut tasks, None, Some(nodeclass_changes.clone())),
+            daemonsets: reflect(
+                Api::all(client.clone()),
+                &mut tasks,
+                None,
+                None,
+                trim::metadata,
+            ),
             pdbs,
-            pvs: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
-            pvcs: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
-            storage_classes: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
-            csi_nodes: reflect(Api::all(client.clone()), &mut tasks, None, trim::metadata),
+            pvs: reflect(
+                Api::all(client.clone()),
+                &mut tasks,
+                None,
+                None,
+                trim::metadata,
+            ),
+            pvcs: reflect(
+                Api::all(client.clone()),
+                &mut tasks,
+                None,
+                None,
+                trim::metadata,
+            ),
+            storage_classes: reflect(
+                Api::all(client.clone()),
+                &mut tasks,
+                None,
+                None,
+                trim::metadata,
+            ),
+            csi_nodes: reflect(
+                Api::all(client.clone()),
+                &mut tasks,
+                None,
+                None,
+                trim::metadata,
+            ),
             node_overlays: None,
             changed,
+            node_changes,
+            nodeclaim_changes,
+            nodeclass_changes,
         };
         (state, tasks)
     }
@@ -258,7 +315,7 @@ impl ClusterState {
     /// other kinds; a change wakes the provisioner, since it changes prices and capacity.
     pub fn watch_node_overlays(&mut self, client: &Client, tasks: &mut JoinSet<()>) {
         let changed: Trigger<NodeOverlay> = Some((self.changed.clone(), |_| true));
-        self.node_overlays = Some(reflect_lenient(client, tasks, changed));
+        self.node_overlays = Some(reflect_lenient(client, tasks, changed, None));
     }
 
     /// Waits until every store holds a complete list: deciding on a partial view could launch

@@ -357,6 +357,9 @@ impl FakeApi {
             csi_nodes,
             node_overlays: Some(node_overlays),
             changed: Arc::new(Notify::new()),
+            node_changes: Default::default(),
+            nodeclaim_changes: Default::default(),
+            nodeclass_changes: Default::default(),
         };
         let api = Self {
             inner: Arc::new(Mutex::new(Inner {

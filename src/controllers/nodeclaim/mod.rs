@@ -21,13 +21,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::{StreamExt, future};
 use k8s_openapi::api::core::v1::{Node, Taint as K8sTaint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -48,13 +48,15 @@ pub use liveness::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 /// untyped and read one at a time, so one the controller cannot read is reported while the
 /// others are served.
 pub async fn run(ctx: Arc<Context>) {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
     let store = ctx.state.nodeclaims.clone();
-    let reconciles = untyped::controller::<NodeClaim>("nodeclaim.lifecycle", &ctx)
-        .watches(nodes, watcher::Config::default(), move |node: Node| {
+    let nodes = ctx.state.node_changes.subscribe().filter_map(move |node| {
+        future::ready(
             claim_of_node(&store, &node)
-                .map(|name| untyped::trigger::<NodeClaim>("nodeclaim.lifecycle", &name))
-        })
+                .map(|name| untyped::trigger::<NodeClaim>("nodeclaim.lifecycle", &name)),
+        )
+    });
+    let reconciles = untyped::controller::<NodeClaim>("nodeclaim.lifecycle", &ctx)
+        .reconcile_on(nodes)
         .run(
             |c, ctx| {
                 crate::metrics::in_controller(
