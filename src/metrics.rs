@@ -15,9 +15,11 @@ use prometheus::{
 };
 
 use crate::apis::labels;
+pub use published::PublishedGauges;
 
 pub mod cluster_state;
 pub mod pod_scheduling;
+pub mod published;
 pub mod status;
 mod summary;
 pub mod workqueue;
@@ -67,29 +69,6 @@ pub fn count_nodeclaim_created(reason: &str, claim: &crate::apis::NodeClaim) {
         .nodeclaims_created_total
         .with_label_values(&[reason, nodepool, if relaxed { "true" } else { "false" }])
         .inc();
-}
-
-/// The label sets last published into a gauge family, so the next publication can remove the
-/// series of objects that are gone (a deleted node must not keep reporting its allocatable).
-#[derive(Debug, Default)]
-pub struct Published(std::collections::HashSet<Vec<String>>);
-
-impl Published {
-    /// Makes `family` hold exactly `series` (among the label sets this publisher owns).
-    pub fn replace(&mut self, family: &GaugeVec, series: &[cluster_state::Series]) {
-        let next: std::collections::HashSet<Vec<String>> =
-            series.iter().map(|s| s.labels.clone()).collect();
-        for gone in self.0.difference(&next) {
-            let values: Vec<&str> = gone.iter().map(String::as_str).collect();
-            // Already absent is fine: another publisher may have reset the family.
-            let _ = family.remove_label_values(&values);
-        }
-        for s in series {
-            let values: Vec<&str> = s.labels.iter().map(String::as_str).collect();
-            family.with_label_values(&values).set(s.value);
-        }
-        self.0 = next;
-    }
 }
 
 /// The registry and every metric family; see [`METRICS`].
@@ -186,15 +165,15 @@ fn label_key_to_metric_label(key: &str) -> String {
 /// stuck conditions and slow terminations.
 pub struct StatusMetrics {
     /// Gauge, 1 per object × condition type × status × reason currently set.
-    pub status_condition_count: GaugeVec,
+    pub status_condition_count: PublishedGauges,
     /// Gauge: seconds each current condition has had its status.
-    pub status_condition_current_status_seconds: GaugeVec,
+    pub status_condition_current_status_seconds: PublishedGauges,
     /// Counter: condition status changes.
     pub status_condition_transitions_total: CounterVec,
     /// Histogram: how long a condition kept a status before it changed.
     pub status_condition_transition_seconds: HistogramVec,
     /// Gauge: seconds an object has been terminating.
-    pub termination_current_time_seconds: GaugeVec,
+    pub termination_current_time_seconds: PublishedGauges,
     /// Histogram: how long objects took to terminate.
     pub termination_duration_seconds: HistogramVec,
 }
@@ -250,27 +229,27 @@ pub struct Metrics {
     pub pods_drained_total: CounterVec,
     /// `karpenter_nodes_allocatable`: node labels ([`node_metric_labels`]), node_name, phase,
     /// managed, resource_type.
-    pub nodes_allocatable: GaugeVec,
+    pub nodes_allocatable: PublishedGauges,
     /// `karpenter_nodes_total_pod_requests`: as nodes_allocatable.
-    pub nodes_total_pod_requests: GaugeVec,
+    pub nodes_total_pod_requests: PublishedGauges,
     /// `karpenter_nodes_total_pod_limits`: as nodes_allocatable.
-    pub nodes_total_pod_limits: GaugeVec,
+    pub nodes_total_pod_limits: PublishedGauges,
     /// `karpenter_nodes_total_daemon_requests`: as nodes_allocatable.
-    pub nodes_total_daemon_requests: GaugeVec,
+    pub nodes_total_daemon_requests: PublishedGauges,
     /// `karpenter_nodes_total_daemon_limits`: as nodes_allocatable.
-    pub nodes_total_daemon_limits: GaugeVec,
+    pub nodes_total_daemon_limits: PublishedGauges,
     /// `karpenter_nodes_system_overhead`: as nodes_allocatable.
-    pub nodes_system_overhead: GaugeVec,
+    pub nodes_system_overhead: PublishedGauges,
     /// `karpenter_nodes_current_lifetime_seconds`: node labels, node_name, phase, managed.
-    pub nodes_current_lifetime_seconds: GaugeVec,
+    pub nodes_current_lifetime_seconds: PublishedGauges,
     /// `karpenter_cluster_utilization_percent`: resource_type.
-    pub cluster_utilization_percent: GaugeVec,
+    pub cluster_utilization_percent: PublishedGauges,
     /// `karpenter_nodepools_limit`: resource_type, nodepool.
     pub nodepools_limit: GaugeVec,
     /// `karpenter_nodepools_usage`: resource_type, nodepool.
     pub nodepools_usage: GaugeVec,
     /// `karpenter_nodepools_cost_total`: nodepool.
-    pub nodepools_cost_total: GaugeVec,
+    pub nodepools_cost_total: PublishedGauges,
     /// `karpenter_nodepools_cost_tracker_errors_total`: nodepool.
     pub nodepools_cost_tracker_errors_total: CounterVec,
     /// `karpenter_nodepools_allowed_disruptions`: nodepool, reason.
@@ -301,25 +280,25 @@ pub struct Metrics {
     pub consolidation_moves_total: CounterVec,
     /// `karpenter_pods_state`: name, namespace, owner, node, scheduled, nodepool, zone, arch,
     /// capacity_type, instance_type, phase, ready, managed.
-    pub pods_state: GaugeVec,
+    pub pods_state: PublishedGauges,
     /// `karpenter_pods_startup_duration_seconds` (summary, no labels).
     pub pods_startup_duration_seconds: SummaryVec,
     /// `karpenter_pods_unstarted_time_seconds`: name, namespace.
-    pub pods_unstarted_time_seconds: GaugeVec,
+    pub pods_unstarted_time_seconds: PublishedGauges,
     /// `karpenter_pods_bound_duration_seconds`.
     pub pods_bound_duration_seconds: Histogram,
     /// `karpenter_pods_unbound_time_seconds`: name, namespace.
-    pub pods_unbound_time_seconds: GaugeVec,
+    pub pods_unbound_time_seconds: PublishedGauges,
     /// `karpenter_pods_provisioning_bound_duration_seconds`.
     pub pods_provisioning_bound_duration_seconds: Histogram,
     /// `karpenter_pods_provisioning_unbound_time_seconds`: name, namespace.
-    pub pods_provisioning_unbound_time_seconds: GaugeVec,
+    pub pods_provisioning_unbound_time_seconds: PublishedGauges,
     /// `karpenter_pods_provisioning_startup_duration_seconds`.
     pub pods_provisioning_startup_duration_seconds: Histogram,
     /// `karpenter_pods_provisioning_unstarted_time_seconds`: name, namespace.
-    pub pods_provisioning_unstarted_time_seconds: GaugeVec,
+    pub pods_provisioning_unstarted_time_seconds: PublishedGauges,
     /// `karpenter_pods_provisioning_scheduling_undecided_time_seconds`: name, namespace.
-    pub pods_provisioning_scheduling_undecided_time_seconds: GaugeVec,
+    pub pods_provisioning_scheduling_undecided_time_seconds: PublishedGauges,
     /// `karpenter_pods_scheduling_decision_duration_seconds`.
     pub pods_scheduling_decision_duration_seconds: Histogram,
     /// `karpenter_cluster_state_node_count`.
@@ -339,7 +318,7 @@ pub struct Metrics {
     /// `karpenter_scheduler_unschedulable_pods_count`: controller.
     pub scheduler_unschedulable_pods_count: GaugeVec,
     /// `karpenter_scheduler_pending_pods_by_effective_zone_count`: controller, zone.
-    pub scheduler_pending_pods_by_effective_zone_count: GaugeVec,
+    pub scheduler_pending_pods_by_effective_zone_count: PublishedGauges,
     /// `karpenter_cloudprovider_duration_seconds`: controller, method, provider.
     pub cloudprovider_duration_seconds: HistogramVec,
     /// `karpenter_cloudprovider_errors_total`: controller, method, provider, error.
@@ -379,14 +358,14 @@ pub struct Metrics {
     pub cloudprovider_batcher_batch_size: HistogramVec,
     /// `karpenter_cloudprovider_instance_type_offering_available`: instance_type,
     /// capacity_type, zone.
-    pub cloudprovider_instance_type_offering_available: GaugeVec,
+    pub cloudprovider_instance_type_offering_available: PublishedGauges,
     /// `karpenter_cloudprovider_instance_type_offering_price_estimate`: instance_type,
     /// capacity_type, zone.
-    pub cloudprovider_instance_type_offering_price_estimate: GaugeVec,
+    pub cloudprovider_instance_type_offering_price_estimate: PublishedGauges,
     /// `karpenter_cloudprovider_instance_type_cpu_cores`: instance_type.
-    pub cloudprovider_instance_type_cpu_cores: GaugeVec,
+    pub cloudprovider_instance_type_cpu_cores: PublishedGauges,
     /// `karpenter_cloudprovider_instance_type_memory_bytes`: instance_type.
-    pub cloudprovider_instance_type_memory_bytes: GaugeVec,
+    pub cloudprovider_instance_type_memory_bytes: PublishedGauges,
     /// `karpenter_cloudprovider_instance_launch_failures_total`: zone, zone_id, capacity_type,
     /// reason.
     pub cloudprovider_instance_launch_failures_total: CounterVec,
@@ -454,6 +433,12 @@ impl Builder {
         self.register(name, vec)
     }
 
+    fn published_gauges(&self, name: &str, help: &str, labels: &[&str]) -> PublishedGauges {
+        let family = PublishedGauges::new(name, help, labels)
+            .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+        self.register(name, family)
+    }
+
     fn gauge(&self, name: &str, help: &str) -> Gauge {
         let gauge = Gauge::with_opts(Opts::new(name, help))
             .unwrap_or_else(|e| panic!("metric {name}: {e}"));
@@ -515,12 +500,12 @@ impl Builder {
         let transition_buckets = exponential_buckets(0.5, 2.0, 15)
             .unwrap_or_else(|e| panic!("status condition buckets: {e}"));
         StatusMetrics {
-            status_condition_count: self.gauge_vec(
+            status_condition_count: self.published_gauges(
                 &format!("{prefix}_status_condition_count"),
                 &format!("1 for each status condition a {what} currently has, by type, status and reason; alert on e.g. Ready=False."),
                 &as_strs(&condition),
             ),
-            status_condition_current_status_seconds: self.gauge_vec(
+            status_condition_current_status_seconds: self.published_gauges(
                 &format!("{prefix}_status_condition_current_status_seconds"),
                 &format!("Seconds each current status condition of a {what} has had its status; alert on conditions stuck Unknown or False."),
                 &as_strs(&condition),
@@ -536,7 +521,7 @@ impl Builder {
                 &as_strs(&transition_seconds),
                 &transition_buckets,
             ),
-            termination_current_time_seconds: self.gauge_vec(
+            termination_current_time_seconds: self.published_gauges(
                 &format!("{prefix}_termination_current_time_seconds"),
                 &format!("Seconds a {what} has been terminating (deletion requested, finalizers pending)."),
                 &as_strs(&terminating),
@@ -684,42 +669,42 @@ impl Metrics {
                 "Pods removed from draining nodes, by why the node was drained.",
                 &["reason"],
             ),
-            nodes_allocatable: b.gauge_vec(
+            nodes_allocatable: b.published_gauges(
                 "karpenter_nodes_allocatable",
                 "Each node's allocatable resources (cores, bytes, pods).",
                 &node_resource_labels,
             ),
-            nodes_total_pod_requests: b.gauge_vec(
+            nodes_total_pod_requests: b.published_gauges(
                 "karpenter_nodes_total_pod_requests",
                 "Sum of the resource requests of the non-DaemonSet pods bound to each node.",
                 &node_resource_labels,
             ),
-            nodes_total_pod_limits: b.gauge_vec(
+            nodes_total_pod_limits: b.published_gauges(
                 "karpenter_nodes_total_pod_limits",
                 "Sum of the resource limits of the non-DaemonSet pods bound to each node.",
                 &node_resource_labels,
             ),
-            nodes_total_daemon_requests: b.gauge_vec(
+            nodes_total_daemon_requests: b.published_gauges(
                 "karpenter_nodes_total_daemon_requests",
                 "Sum of the resource requests of the DaemonSet pods bound to each node.",
                 &node_resource_labels,
             ),
-            nodes_total_daemon_limits: b.gauge_vec(
+            nodes_total_daemon_limits: b.published_gauges(
                 "karpenter_nodes_total_daemon_limits",
                 "Sum of the resource limits of the DaemonSet pods bound to each node.",
                 &node_resource_labels,
             ),
-            nodes_system_overhead: b.gauge_vec(
+            nodes_system_overhead: b.published_gauges(
                 "karpenter_nodes_system_overhead",
                 "Resources each node reserves for the system and kubelet (capacity minus allocatable).",
                 &node_resource_labels,
             ),
-            nodes_current_lifetime_seconds: b.gauge_vec(
+            nodes_current_lifetime_seconds: b.published_gauges(
                 "karpenter_nodes_current_lifetime_seconds",
                 "Seconds since each node was created.",
                 &node_lifetime_labels,
             ),
-            cluster_utilization_percent: b.gauge_vec(
+            cluster_utilization_percent: b.published_gauges(
                 "karpenter_cluster_utilization_percent",
                 "Requested share of the allocatable resources of Karpenter's nodes, in percent.",
                 &["resource_type"],
@@ -734,7 +719,7 @@ impl Metrics {
                 "Resources each NodePool's nodes provide, counted against its limits.",
                 &["resource_type", "nodepool"],
             ),
-            nodepools_cost_total: b.gauge_vec(
+            nodepools_cost_total: b.published_gauges(
                 "karpenter_nodepools_cost_total",
                 "Estimated hourly cost of each NodePool's nodes, from the offerings' prices.",
                 &["nodepool"],
@@ -801,7 +786,7 @@ impl Metrics {
                 "Moves evaluated under consolidationPolicy Balanced, approved or rejected.",
                 &["decision", "nodepool", "policy"],
             ),
-            pods_state: b.gauge_vec(
+            pods_state: b.published_gauges(
                 "karpenter_pods_state",
                 "1 for each pod, with where it runs and its phase as labels.",
                 &[
@@ -825,7 +810,7 @@ impl Metrics {
                 "Seconds from a pod's creation until it was running.",
                 &[],
             ),
-            pods_unstarted_time_seconds: b.gauge_vec(
+            pods_unstarted_time_seconds: b.published_gauges(
                 "karpenter_pods_unstarted_time_seconds",
                 "Seconds each not-yet-running pod has existed.",
                 &["name", "namespace"],
@@ -835,7 +820,7 @@ impl Metrics {
                 "Seconds from a pod's creation until it was bound to a node.",
                 &DURATION_BUCKETS,
             ),
-            pods_unbound_time_seconds: b.gauge_vec(
+            pods_unbound_time_seconds: b.published_gauges(
                 "karpenter_pods_unbound_time_seconds",
                 "Seconds each not-yet-bound pod has existed.",
                 &["name", "namespace"],
@@ -845,7 +830,7 @@ impl Metrics {
                 "Seconds from the moment Karpenter first saw a pending pod until it was bound.",
                 &DURATION_BUCKETS,
             ),
-            pods_provisioning_unbound_time_seconds: b.gauge_vec(
+            pods_provisioning_unbound_time_seconds: b.published_gauges(
                 "karpenter_pods_provisioning_unbound_time_seconds",
                 "Seconds since Karpenter first saw each still-unbound pod.",
                 &["name", "namespace"],
@@ -855,12 +840,12 @@ impl Metrics {
                 "Seconds from the moment Karpenter first saw a pending pod until it was running.",
                 &DURATION_BUCKETS,
             ),
-            pods_provisioning_unstarted_time_seconds: b.gauge_vec(
+            pods_provisioning_unstarted_time_seconds: b.published_gauges(
                 "karpenter_pods_provisioning_unstarted_time_seconds",
                 "Seconds since Karpenter first saw each pod that is not running yet.",
                 &["name", "namespace"],
             ),
-            pods_provisioning_scheduling_undecided_time_seconds: b.gauge_vec(
+            pods_provisioning_scheduling_undecided_time_seconds: b.published_gauges(
                 "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
                 "Seconds each pending pod has waited without a scheduling decision from Karpenter.",
                 &["name", "namespace"],
@@ -907,7 +892,7 @@ impl Metrics {
                 "Pods that fit no NodePool in the last scheduling simulation.",
                 &["controller"],
             ),
-            scheduler_pending_pods_by_effective_zone_count: b.gauge_vec(
+            scheduler_pending_pods_by_effective_zone_count: b.published_gauges(
                 "karpenter_scheduler_pending_pods_by_effective_zone_count",
                 "Pending pods by the zone their requirements pin them to.",
                 &["controller", "zone"],
@@ -998,22 +983,22 @@ impl Metrics {
                 &["batcher"],
                 &BATCH_SIZE_BUCKETS,
             ),
-            cloudprovider_instance_type_offering_available: b.gauge_vec(
+            cloudprovider_instance_type_offering_available: b.published_gauges(
                 "karpenter_cloudprovider_instance_type_offering_available",
                 "1 when an instance type can be launched in a zone with a capacity type, else 0.",
                 &["instance_type", "capacity_type", "zone"],
             ),
-            cloudprovider_instance_type_offering_price_estimate: b.gauge_vec(
+            cloudprovider_instance_type_offering_price_estimate: b.published_gauges(
                 "karpenter_cloudprovider_instance_type_offering_price_estimate",
                 "Estimated hourly price of an instance type in a zone with a capacity type.",
                 &["instance_type", "capacity_type", "zone"],
             ),
-            cloudprovider_instance_type_cpu_cores: b.gauge_vec(
+            cloudprovider_instance_type_cpu_cores: b.published_gauges(
                 "karpenter_cloudprovider_instance_type_cpu_cores",
                 "vCPUs of each instance type.",
                 &["instance_type"],
             ),
-            cloudprovider_instance_type_memory_bytes: b.gauge_vec(
+            cloudprovider_instance_type_memory_bytes: b.published_gauges(
                 "karpenter_cloudprovider_instance_type_memory_bytes",
                 "Memory of each instance type, in bytes.",
                 &["instance_type"],

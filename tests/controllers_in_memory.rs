@@ -1083,12 +1083,15 @@ async fn a_provisioning_round_counts_pending_pods_by_effective_zone() {
     env.create_namespaced(&pinned("on-mars", "mars-1a")).await;
     let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
     provisioner.provision_once().await.expect("round");
+    let exposed = karpenter_rs::metrics::encode();
     let count = |zone: &str| {
-        karpenter_rs::metrics::METRICS
-            .scheduler_pending_pods_by_effective_zone_count
-            .get_metric_with_label_values(&["provisioner", zone])
-            .map(|g| g.get())
-            .ok()
+        let series = format!(
+            "karpenter_scheduler_pending_pods_by_effective_zone_count{{controller=\"provisioner\",zone=\"{zone}\"}} "
+        );
+        exposed
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.parse::<f64>().ok())
     };
     // (Other tests' pods are not pinned to a zone: they count as `flexible`.)
     assert_eq!(count("us-east-1b"), Some(2.0));

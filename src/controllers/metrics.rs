@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::metrics::cluster_state::{self, PodTransitions};
 use crate::metrics::status::{StatusKind, StatusObject, StatusTracker, StatusUpdate};
-use crate::metrics::{METRICS, Published, StatusMetrics, pod_scheduling};
+use crate::metrics::{METRICS, StatusMetrics, pod_scheduling};
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
 
@@ -22,18 +22,6 @@ const INTERVAL: Duration = Duration::from_secs(5);
 /// Instance types are refreshed every this many intervals (a minute, as upstream's).
 const INSTANCE_TYPE_EVERY: u32 = 12;
 
-/// What has been published, per family, so stale series can be removed.
-#[derive(Default)]
-struct Publishers {
-    nodes: [Published; 8],
-    pods: [Published; 3],
-    provisioning: [Published; 3],
-    status: Vec<(StatusKind, [Published; 3])>,
-    deprecated: [Published; 3],
-    instance_types: [Published; 4],
-    costs: Published,
-}
-
 /// Runs until the task is dropped. With `observe_cluster_state` false
 /// (`DISABLE_CLUSTER_STATE_OBSERVABILITY`), the per-node and per-pod families stay empty, as
 /// upstream skips its node and pod metrics controllers.
@@ -41,7 +29,6 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
     ctx.state.wait_synced().await;
     METRICS.cluster_state_synced.set(1.0);
     METRICS.cluster_state_unsynced_time_seconds.set(0.0);
-    let mut published = Publishers::default();
     let mut pods = PodTransitions::default();
     let mut status = StatusTracker::default();
     let mut tick: u32 = 0;
@@ -56,56 +43,43 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
             if observe_cluster_state {
                 let all_pods = ctx.state.pods.state();
                 let g = cluster_state::node_gauges(&nodes, &all_pods, now);
-                for (p, (family, series)) in published.nodes.iter_mut().zip([
-                    (&METRICS.nodes_allocatable, &g.allocatable),
-                    (&METRICS.nodes_total_pod_requests, &g.total_pod_requests),
-                    (&METRICS.nodes_total_pod_limits, &g.total_pod_limits),
-                    (
-                        &METRICS.nodes_total_daemon_requests,
-                        &g.total_daemon_requests,
-                    ),
-                    (&METRICS.nodes_total_daemon_limits, &g.total_daemon_limits),
-                    (&METRICS.nodes_system_overhead, &g.system_overhead),
-                    (
-                        &METRICS.nodes_current_lifetime_seconds,
-                        &g.current_lifetime_seconds,
-                    ),
-                    (
-                        &METRICS.cluster_utilization_percent,
-                        &g.cluster_utilization_percent,
-                    ),
-                ]) {
-                    p.replace(family, series);
-                }
+                METRICS.nodes_allocatable.publish(g.allocatable);
+                METRICS
+                    .nodes_total_pod_requests
+                    .publish(g.total_pod_requests);
+                METRICS.nodes_total_pod_limits.publish(g.total_pod_limits);
+                METRICS
+                    .nodes_total_daemon_requests
+                    .publish(g.total_daemon_requests);
+                METRICS
+                    .nodes_total_daemon_limits
+                    .publish(g.total_daemon_limits);
+                METRICS.nodes_system_overhead.publish(g.system_overhead);
+                METRICS
+                    .nodes_current_lifetime_seconds
+                    .publish(g.current_lifetime_seconds);
+                METRICS
+                    .cluster_utilization_percent
+                    .publish(g.cluster_utilization_percent);
                 let g = cluster_state::pod_gauges(&nodes, &all_pods, now);
-                for (p, (family, series)) in published.pods.iter_mut().zip([
-                    (&METRICS.pods_state, &g.state),
-                    (&METRICS.pods_unbound_time_seconds, &g.unbound_time_seconds),
-                    (
-                        &METRICS.pods_unstarted_time_seconds,
-                        &g.unstarted_time_seconds,
-                    ),
-                ]) {
-                    p.replace(family, series);
-                }
+                METRICS.pods_state.publish(g.state);
+                METRICS
+                    .pods_unbound_time_seconds
+                    .publish(g.unbound_time_seconds);
+                METRICS
+                    .pods_unstarted_time_seconds
+                    .publish(g.unstarted_time_seconds);
                 let times = &ctx.pod_scheduling;
                 let g = cluster_state::provisioning_gauges(&all_pods, |k| times.get(k), now);
-                for (p, (family, series)) in published.provisioning.iter_mut().zip([
-                    (
-                        &METRICS.pods_provisioning_unbound_time_seconds,
-                        &g.unbound_time_seconds,
-                    ),
-                    (
-                        &METRICS.pods_provisioning_unstarted_time_seconds,
-                        &g.unstarted_time_seconds,
-                    ),
-                    (
-                        &METRICS.pods_provisioning_scheduling_undecided_time_seconds,
-                        &g.scheduling_undecided_time_seconds,
-                    ),
-                ]) {
-                    p.replace(family, series);
-                }
+                METRICS
+                    .pods_provisioning_unbound_time_seconds
+                    .publish(g.unbound_time_seconds);
+                METRICS
+                    .pods_provisioning_unstarted_time_seconds
+                    .publish(g.unstarted_time_seconds);
+                METRICS
+                    .pods_provisioning_scheduling_undecided_time_seconds
+                    .publish(g.scheduling_undecided_time_seconds);
                 let durations = pods.observe(&all_pods, |k| times.get(k).schedulable);
                 for d in durations.bound {
                     METRICS.pods_bound_duration_seconds.observe(d);
@@ -165,7 +139,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                     })
                     .map(|n| StatusObject::from_node(n)),
             );
-            publish_status(&mut published, status.observe(&objects, now));
+            publish_status(status.observe(&objects, now));
             // Every minute, and at once when an EC2NodeClass appears, changes or goes.
             let classes: Vec<(Option<String>, Option<String>)> = ctx
                 .state
@@ -175,7 +149,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 .map(|c| (c.metadata.name.clone(), c.metadata.resource_version.clone()))
                 .collect();
             if tick.is_multiple_of(INSTANCE_TYPE_EVERY) || classes != last_classes {
-                types = publish_instance_types(&ctx, &mut published).await;
+                types = publish_instance_types(&ctx).await;
                 last_classes = classes;
             }
             let pools: Vec<String> = ctx
@@ -187,9 +161,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 .collect();
             let costs =
                 cluster_state::nodepool_costs(&pools, &ctx.state.nodeclaims.state(), &types);
-            published
-                .costs
-                .replace(&METRICS.nodepools_cost_total, &costs.cost);
+            METRICS.nodepools_cost_total.publish(costs.cost);
             // One error per NodeClaim whose offering has no price, not one per pass.
             let unpriced: HashSet<String> = costs
                 .unpriced
@@ -238,27 +210,9 @@ fn with_kind(labels: &[String], base: usize, kind: StatusKind) -> cluster_state:
     }
 }
 
-fn publish_status(published: &mut Publishers, update: StatusUpdate) {
+fn publish_status(update: StatusUpdate) {
     let mut deprecated: [Vec<cluster_state::Series>; 3] = Default::default();
-    for (kind, gauges) in &update.gauges {
-        let family = family_of(*kind);
-        let index = match published.status.iter().position(|(k, _)| k == kind) {
-            Some(i) => i,
-            None => {
-                published.status.push((*kind, Default::default()));
-                published.status.len() - 1
-            }
-        };
-        let publishers = &mut published.status[index].1;
-        publishers[0].replace(&family.status_condition_count, &gauges.condition_count);
-        publishers[1].replace(
-            &family.status_condition_current_status_seconds,
-            &gauges.current_status_seconds,
-        );
-        publishers[2].replace(
-            &family.termination_current_time_seconds,
-            &gauges.termination_current_time_seconds,
-        );
+    for (kind, gauges) in update.gauges {
         let [count, current, terminating] = &mut deprecated;
         for (out, series, base) in [
             (count, &gauges.condition_count, 6),
@@ -267,18 +221,25 @@ fn publish_status(published: &mut Publishers, update: StatusUpdate) {
         ] {
             out.extend(series.iter().map(|s| cluster_state::Series {
                 value: s.value,
-                ..with_kind(&s.labels, base, *kind)
+                ..with_kind(&s.labels, base, kind)
             }));
         }
+        let family = family_of(kind);
+        family
+            .status_condition_count
+            .publish(gauges.condition_count);
+        family
+            .status_condition_current_status_seconds
+            .publish(gauges.current_status_seconds);
+        family
+            .termination_current_time_seconds
+            .publish(gauges.termination_current_time_seconds);
     }
     let old = &METRICS.deprecated_status;
-    for (p, (family, series)) in published.deprecated.iter_mut().zip([
-        (&old.status_condition_count, &deprecated[0]),
-        (&old.status_condition_current_status_seconds, &deprecated[1]),
-        (&old.termination_current_time_seconds, &deprecated[2]),
-    ]) {
-        p.replace(family, series);
-    }
+    let [count, current, terminating] = deprecated;
+    old.status_condition_count.publish(count);
+    old.status_condition_current_status_seconds.publish(current);
+    old.termination_current_time_seconds.publish(terminating);
     for t in &update.transitions {
         let family = family_of(t.kind);
         let group = t.kind.group();
@@ -311,10 +272,7 @@ fn publish_status(published: &mut Publishers, update: StatusUpdate) {
 
 /// Publishes the instance-type families and returns the instance types by EC2NodeClass name (for
 /// the NodePool costs until the next refresh).
-async fn publish_instance_types(
-    ctx: &Context,
-    published: &mut Publishers,
-) -> HashMap<String, Arc<Vec<InstanceType>>> {
+async fn publish_instance_types(ctx: &Context) -> HashMap<String, Arc<Vec<InstanceType>>> {
     let mut types = HashMap::new();
     for class in ctx.state.nodeclasses.state() {
         match ctx.provider.instance_types(&class).await {
@@ -327,23 +285,18 @@ async fn publish_instance_types(
         }
     }
     let g = cluster_state::instance_type_gauges(types.values().flat_map(|t| t.iter()));
-    for (p, (family, series)) in published.instance_types.iter_mut().zip([
-        (
-            &METRICS.cloudprovider_instance_type_offering_available,
-            &g.offering_available,
-        ),
-        (
-            &METRICS.cloudprovider_instance_type_offering_price_estimate,
-            &g.offering_price_estimate,
-        ),
-        (&METRICS.cloudprovider_instance_type_cpu_cores, &g.cpu_cores),
-        (
-            &METRICS.cloudprovider_instance_type_memory_bytes,
-            &g.memory_bytes,
-        ),
-    ]) {
-        p.replace(family, series);
-    }
+    METRICS
+        .cloudprovider_instance_type_offering_available
+        .publish(g.offering_available);
+    METRICS
+        .cloudprovider_instance_type_offering_price_estimate
+        .publish(g.offering_price_estimate);
+    METRICS
+        .cloudprovider_instance_type_cpu_cores
+        .publish(g.cpu_cores);
+    METRICS
+        .cloudprovider_instance_type_memory_bytes
+        .publish(g.memory_bytes);
     types
 }
 

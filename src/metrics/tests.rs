@@ -2,6 +2,7 @@
 //! label them.
 
 use super::*;
+use crate::metrics::cluster_state::Series;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every family of the reference's metrics section with its type and label names.
@@ -500,6 +501,22 @@ fn touch_every_family() {
     let m = &*METRICS;
     let dummy = |n: usize| vec!["x"; n];
     let gauge_vecs = [
+        &m.nodepools_limit,
+        &m.nodepools_usage,
+        &m.nodepools_allowed_disruptions,
+        &m.nodepools_nodes_consuming_budgets,
+        &m.voluntary_disruption_eligible_nodes,
+        &m.scheduler_queue_depth,
+        &m.scheduler_unfinished_work_seconds,
+        &m.scheduler_unschedulable_pods_count,
+        &m.ec2nodeclasses_userdata_bytes,
+        &m.leader_election_master_status,
+        &m.active_workers,
+        &m.workqueue_depth,
+        &m.workqueue_unfinished_work_seconds,
+        &m.workqueue_longest_running_processor_seconds,
+    ];
+    let published = [
         &m.nodes_allocatable,
         &m.nodes_total_pod_requests,
         &m.nodes_total_pod_limits,
@@ -508,32 +525,18 @@ fn touch_every_family() {
         &m.nodes_system_overhead,
         &m.nodes_current_lifetime_seconds,
         &m.cluster_utilization_percent,
-        &m.nodepools_limit,
-        &m.nodepools_usage,
         &m.nodepools_cost_total,
-        &m.nodepools_allowed_disruptions,
-        &m.nodepools_nodes_consuming_budgets,
-        &m.voluntary_disruption_eligible_nodes,
         &m.pods_state,
         &m.pods_unstarted_time_seconds,
         &m.pods_unbound_time_seconds,
         &m.pods_provisioning_unbound_time_seconds,
         &m.pods_provisioning_unstarted_time_seconds,
         &m.pods_provisioning_scheduling_undecided_time_seconds,
-        &m.scheduler_queue_depth,
-        &m.scheduler_unfinished_work_seconds,
-        &m.scheduler_unschedulable_pods_count,
         &m.scheduler_pending_pods_by_effective_zone_count,
         &m.cloudprovider_instance_type_offering_available,
         &m.cloudprovider_instance_type_offering_price_estimate,
         &m.cloudprovider_instance_type_cpu_cores,
         &m.cloudprovider_instance_type_memory_bytes,
-        &m.ec2nodeclasses_userdata_bytes,
-        &m.leader_election_master_status,
-        &m.active_workers,
-        &m.workqueue_depth,
-        &m.workqueue_unfinished_work_seconds,
-        &m.workqueue_longest_running_processor_seconds,
     ];
     let counter_vecs = [
         &m.nodeclaims_created_total,
@@ -579,7 +582,7 @@ fn touch_every_family() {
         &m.workqueue_queue_duration_seconds,
         &m.workqueue_work_duration_seconds,
     ];
-    let mut status_gauges = Vec::new();
+    let mut status_published = Vec::new();
     let mut status_counters = Vec::new();
     let mut status_histograms = Vec::new();
     for s in [
@@ -589,7 +592,7 @@ fn touch_every_family() {
         &m.ec2nodeclass_status,
         &m.deprecated_status,
     ] {
-        status_gauges.extend([
+        status_published.extend([
             &s.status_condition_count,
             &s.status_condition_current_status_seconds,
             &s.termination_current_time_seconds,
@@ -600,9 +603,16 @@ fn touch_every_family() {
             &s.termination_duration_seconds,
         ]);
     }
-    for g in gauge_vecs.into_iter().chain(status_gauges) {
+    for g in gauge_vecs {
         let n = g.desc()[0].variable_labels.len();
         g.with_label_values(&dummy(n)).set(1.0);
+    }
+    for g in published.into_iter().chain(status_published) {
+        let n = g.desc()[0].variable_labels.len();
+        g.publish(vec![Series {
+            labels: vec!["x".to_string(); n],
+            value: 1.0,
+        }]);
     }
     for c in counter_vecs.into_iter().chain(status_counters) {
         let n = c.desc()[0].variable_labels.len();

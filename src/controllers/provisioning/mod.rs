@@ -23,8 +23,8 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::{NodeClaimSpec, Operator, ResourceRequirements};
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::controllers::nodepool::runtime_validate;
+use crate::metrics::METRICS;
 use crate::metrics::cluster_state::Series;
-use crate::metrics::{METRICS, Published};
 use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
@@ -510,8 +510,6 @@ pub struct Provisioner {
     /// When a `FailedScheduling` event was last published, by pod UID; entries older than
     /// [`FAILED_SCHEDULING_DEDUPE`] are dropped.
     reported: Mutex<HashMap<String, DateTime<Utc>>>,
-    /// The effective zones last published, so a zone no pending pod is pinned to any more goes.
-    zones: Mutex<Published>,
 }
 
 impl Provisioner {
@@ -521,7 +519,6 @@ impl Provisioner {
             ctx,
             window,
             reported: Mutex::default(),
-            zones: Mutex::default(),
         }
     }
 
@@ -559,7 +556,7 @@ impl Provisioner {
                 .with_label_values(&["provisioner"])
                 .set(0.0);
             METRICS.scheduler_ignored_pods_count.set(0.0);
-            self.publish_zones(&BTreeMap::new());
+            publish_zones(&BTreeMap::new());
             return Ok(0);
         }
         let types = instance_types(ctx, &cluster).await;
@@ -582,7 +579,7 @@ impl Provisioner {
             .scheduler_ignored_pods_count
             .set(plan.ignored.len() as f64);
         record_decisions(ctx, &pending, &plan, seen);
-        self.publish_zones(&plan.pods_by_zone);
+        publish_zones(&plan.pods_by_zone);
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
         let (created, failed) = create_nodeclaims(ctx, "provisioner", &plan.nodeclaims).await;
@@ -600,24 +597,6 @@ impl Provisioner {
             )),
             None => Ok(created.len()),
         }
-    }
-
-    /// Sets `karpenter_scheduler_pending_pods_by_effective_zone_count` to a round's counts.
-    fn publish_zones(&self, by_zone: &BTreeMap<String, usize>) {
-        let series: Vec<Series> = by_zone
-            .iter()
-            .map(|(zone, n)| Series {
-                labels: vec!["provisioner".to_string(), zone.clone()],
-                value: *n as f64,
-            })
-            .collect();
-        self.zones
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(
-                &METRICS.scheduler_pending_pods_by_effective_zone_count,
-                &series,
-            );
     }
 
     /// The unschedulable pods of a round whose `FailedScheduling` event is due: not published
@@ -711,6 +690,20 @@ pub async fn wait_for_batch(changed: &Notify, window: BatchWindow) {
             return;
         }
     }
+}
+
+/// Sets `karpenter_scheduler_pending_pods_by_effective_zone_count` to a round's counts.
+fn publish_zones(by_zone: &BTreeMap<String, usize>) {
+    let series: Vec<Series> = by_zone
+        .iter()
+        .map(|(zone, n)| Series {
+            labels: vec!["provisioner".to_string(), zone.clone()],
+            value: *n as f64,
+        })
+        .collect();
+    METRICS
+        .scheduler_pending_pods_by_effective_zone_count
+        .publish(series);
 }
 
 #[cfg(test)]
