@@ -23,7 +23,7 @@ pub fn invalid<'a>(
     pods: impl IntoIterator<Item = &'a ClusterPod>,
 ) -> Vec<(&'a ClusterPod, String, String)> {
     pods.into_iter()
-        .filter(|p| p.spec.node_name.is_some())
+        .filter(|p| p.node_name().is_some())
         .filter_map(|p| {
             let value = p.annotations().get(labels::DO_NOT_DISRUPT)?;
             let why = invalid_do_not_disrupt(value)?;

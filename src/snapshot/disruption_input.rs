@@ -59,11 +59,7 @@ pub fn disruption_state(
         };
         let status = p.status.as_deref();
         let phase = status.and_then(|s| s.phase.as_deref());
-        let node = p
-            .spec
-            .node_name
-            .as_deref()
-            .and_then(|n| index.get(n).copied());
+        let node = p.node_name().and_then(|n| index.get(n).copied());
         pods.push(StatePod {
             pod,
             node,

@@ -87,17 +87,24 @@ pub struct Snapshot {
 pub struct ClusterPod {
     /// Name, namespace, labels, owners, timestamps.
     pub metadata: ObjectMeta,
-    /// The spec, shared with the pod's siblings where they have the same one.
+    /// The spec, shared with the pod's siblings where they have the same one; its `nodeName`
+    /// is always empty, the binding is [`ClusterPod::node_name`] (it is what differs between
+    /// siblings, so the spec can be shared).
     pub spec: Arc<PodSpec>,
+    /// The node the pod is bound to (`spec.nodeName` as served; `None` when empty).
+    pub bound_to: Option<String>,
     /// The status (phase, conditions), shared like the spec; `None` when the API gave none.
     pub status: Option<Arc<PodStatus>>,
 }
 
 impl From<Pod> for ClusterPod {
     fn from(pod: Pod) -> Self {
+        let mut spec = pod.spec.unwrap_or_default();
+        let bound_to = spec.node_name.take().filter(|n| !n.is_empty());
         Self {
             metadata: pod.metadata,
-            spec: Arc::new(pod.spec.unwrap_or_default()),
+            spec: Arc::new(spec),
+            bound_to,
             status: pod.status.map(Arc::new),
         }
     }
@@ -136,7 +143,7 @@ impl Resource for ClusterPod {
 impl ClusterPod {
     /// The node the pod is bound to; an empty `nodeName` is no binding.
     pub fn node_name(&self) -> Option<&str> {
-        self.spec.node_name.as_deref().filter(|n| !n.is_empty())
+        self.bound_to.as_deref()
     }
 
     /// Whether the pod ran to completion or failed for good.

@@ -89,7 +89,7 @@ fn reflect<K>(
     tasks: &mut JoinSet<()>,
     changed: Trigger<K>,
     publish: Option<Changes<K>>,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
 ) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -122,7 +122,7 @@ where
 fn watcher<K>(
     api: Api<K>,
     writer: Writer<K>,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -262,7 +262,12 @@ impl ClusterState {
                 Some(node_changes.clone()),
                 trim::node,
             ),
-            pods: reflect(Api::all(client.clone()), &mut tasks, pods, None, trim::pod),
+            pods: {
+                let mut specs = trim::SharedSpecs::default();
+                reflect(Api::all(client.clone()), &mut tasks, pods, None, move |p| {
+                    specs.trim(p);
+                })
+            },
             nodeclaims: reflect_lenient(client, &mut tasks, None, Some(nodeclaim_changes.clone())),
             nodepools: reflect_lenient(client, &mut tasks, pools, None),
             nodeclasses: reflect_lenient(client, &mut tasks, None, Some(nodeclass_changes.clone())),

@@ -44,7 +44,7 @@ impl PodEvents {
     ) -> BTreeSet<String> {
         let mut now: HashMap<String, BTreeSet<String>> = HashMap::new();
         for p in pods {
-            let Some(node) = p.spec.node_name.clone() else {
+            let Some(node) = p.node_name().map(str::to_owned) else {
                 continue;
             };
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());

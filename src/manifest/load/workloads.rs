@@ -268,6 +268,7 @@ impl<'a> SharedTemplate<'a> {
                 ..ObjectMeta::default()
             },
             spec: self.spec.clone(),
+            bound_to: None,
             status: Some(self.status.clone()),
         }
     }
