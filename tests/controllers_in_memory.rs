@@ -969,7 +969,7 @@ async fn a_static_nodepools_empty_nodes_are_not_consolidated() {
 }
 
 #[tokio::test]
-async fn a_handled_interruption_reports_how_long_it_waited_on_the_queue() {
+async fn a_handled_interruption_is_counted_received_and_deleted_with_its_time_on_the_queue() {
     use karpenter_rs::cloudprovider::interruption::{
         InterruptionAction, InterruptionEvent, InterruptionKind, InterruptionMessage,
     };
@@ -987,6 +987,13 @@ async fn a_handled_interruption_reports_how_long_it_waited_on_the_queue() {
         .interruption_message_queue_duration_seconds
         .clone();
     let (count, sum) = (waited.get_sample_count(), waited.get_sample_sum());
+    let received = karpenter_rs::metrics::METRICS
+        .interruption_received_messages_total
+        .with_label_values(&["spot_interrupted"]);
+    let deleted = karpenter_rs::metrics::METRICS
+        .interruption_deleted_messages_total
+        .clone();
+    let (received_before, deleted_before) = (received.get(), deleted.get());
     let message = InterruptionMessage {
         receipt: "r-1".into(),
         event: Some(InterruptionEvent {
@@ -1009,6 +1016,9 @@ async fn a_handled_interruption_reports_how_long_it_waited_on_the_queue() {
     assert!(deleting(&env.claim("default-spot").await));
     assert_eq!(waited.get_sample_count() - count, 1);
     assert!((waited.get_sample_sum() - sum - 45.0).abs() < 1e-9);
+    // Received by its kind, and deleted from the queue once handled.
+    assert_eq!(received.get() - received_before, 1.0);
+    assert_eq!(deleted.get() - deleted_before, 1.0);
 }
 
 #[tokio::test]
