@@ -370,12 +370,22 @@ async fn a_left_over_command_whose_replacement_never_initialized_is_rolled_back(
         .await
         .expect("taint");
 
+    let failures = karpenter_rs::metrics::METRICS
+        .voluntary_disruption_queue_failures_total
+        .with_label_values(&["replace", "underutilized", "single"]);
+    let failures_before = failures.get();
+
     let started = tokio::time::Instant::now();
     let snapshot = env.ctx.state.snapshot();
     assert!(resume_commands(&env.ctx, &snapshot).await.expect("resume"));
     assert!(
         started.elapsed() > env.ctx.intervals.replacement_timeout,
         "the replacement was waited for the whole timeout (in paused time)"
+    );
+    assert_eq!(
+        failures.get() - failures_before,
+        1.0,
+        "the failed command counts as a queue failure"
     );
 
     assert!(
@@ -1279,6 +1289,11 @@ async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_laun
     let env = Env::new().await;
     let node_name = oversized_node(&env).await;
 
+    let failed = karpenter_rs::metrics::METRICS
+        .voluntary_disruption_failed_validations_total
+        .with_label_values(&["single"]);
+    let failed_before = failed.get();
+
     let mut reported = BlockedEvents::default();
     let meanwhile = async {
         // Decided already; during the validation delay a node with room for the pod joins.
@@ -1289,6 +1304,11 @@ async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_laun
     };
     let (acted, ()) = tokio::join!(once(&env.ctx, &mut reported), meanwhile);
     assert!(!acted.expect("pass"), "the command was dropped");
+    assert_eq!(
+        failed.get() - failed_before,
+        1.0,
+        "the dropped command counts as a failed validation"
+    );
     assert!(replacements(&env).await.is_empty(), "nothing was launched");
     assert!(!deleting(&env.claim("default-big").await));
     let candidate: Node = env.get(&node_name).await.expect("candidate");
@@ -1825,4 +1845,59 @@ async fn an_instance_that_cannot_be_tagged_does_not_hold_the_nodeclaim_up() {
     let claim = env.claim("default-tags").await;
     assert_eq!(claim.annotations()[labels::TAGGED], "true");
     assert_eq!(claim.annotations()[labels::CLUSTER_NAME_TAGGED], "true");
+}
+
+/// Every cloud-provider call is timed under its controller, a failed one is counted by the kind
+/// of failure, and a launch refused for capacity also counts against the offering it asked for.
+#[tokio::test]
+async fn a_launch_refused_for_capacity_is_counted_as_an_error_and_a_launch_failure() {
+    use karpenter_rs::apis::EC2NodeClass;
+    use karpenter_rs::cloudprovider::instrumented::Instrumented;
+    use karpenter_rs::cloudprovider::{CloudError, CloudProvider};
+    let env = Env::new().await;
+    let cloud = Instrumented::new(env.cloud.clone());
+    let mut claim = builders::nodeclaim("default-ice");
+    // An instance type nothing offers, in one zone: the launch is refused for capacity.
+    for r in claim
+        .spec
+        .requirements
+        .iter_mut()
+        .filter(|r| r.key == labels::INSTANCE_TYPE)
+    {
+        r.values = vec!["no-such.type".into()];
+    }
+    claim.spec.requirements.push(
+        serde_json::from_value(
+            json!({"key": labels::ZONE, "operator": "In", "values": ["us-east-1a"]}),
+        )
+        .expect("requirement"),
+    );
+    claim
+        .labels_mut()
+        .insert(labels::CAPACITY_TYPE.to_string(), "on-demand".to_string());
+    let class: EC2NodeClass = env.get(POOL).await.expect("the EC2NodeClass");
+    let m = &karpenter_rs::metrics::METRICS;
+    let timed =
+        m.cloudprovider_duration_seconds
+            .with_label_values(&["test.ice", "Create", "simulated"]);
+    let errors = m.cloudprovider_errors_total.with_label_values(&[
+        "test.ice",
+        "Create",
+        "simulated",
+        "InsufficientCapacityError",
+    ]);
+    let refused = m
+        .cloudprovider_instance_launch_failures_total
+        .with_label_values(&["us-east-1a", "", "on-demand", "InsufficientCapacityError"]);
+    let before = (timed.get_sample_count(), errors.get(), refused.get());
+
+    let result =
+        karpenter_rs::metrics::in_controller("test.ice", cloud.create(&claim, &class)).await;
+    assert!(
+        matches!(result, Err(CloudError::InsufficientCapacity(_))),
+        "the launch is refused for capacity"
+    );
+    assert_eq!(timed.get_sample_count() - before.0, 1);
+    assert_eq!(errors.get() - before.1, 1.0);
+    assert_eq!(refused.get() - before.2, 1.0);
 }
