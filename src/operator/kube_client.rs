@@ -325,7 +325,7 @@ mod tests {
 
     /// kube's client hands the layer relative URIs: the API server's `host:port` comes from the
     /// cluster URL, as client-go's `host` label does. Each request counts once in both request
-    /// counters.
+    /// counters and is timed once.
     #[tokio::test]
     async fn requests_are_counted_by_the_api_servers_host() {
         let cluster: hyper::Uri = "https://127.0.0.1:46999".parse().expect("uri");
@@ -340,6 +340,10 @@ mod tests {
             .client_go_request_total
             .with_label_values(&["200", "DELETE"])
             .get();
+        let timed = m
+            .rest_client_request_duration_seconds
+            .with_label_values(&["DELETE", "127.0.0.1:46999"]);
+        let timed_before = timed.get_sample_count();
         let request = hyper::Request::delete("/api/v1/namespaces/a/pods/b")
             .body(())
             .expect("request");
@@ -354,5 +358,6 @@ mod tests {
             .with_label_values(&["200", "DELETE"])
             .get();
         assert_eq!(after_by_code - before_by_code, 1.0);
+        assert_eq!(timed.get_sample_count() - timed_before, 1);
     }
 }
