@@ -1240,6 +1240,57 @@ async fn oversized_node(env: &Env) -> String {
     node.name_any()
 }
 
+/// Under `consolidationPolicy: Balanced` every move consolidation weighs is scored and counted
+/// under the NodePool, approved or rejected, as upstream's Balanced policy reports them.
+#[tokio::test(start_paused = true)]
+async fn balanced_consolidation_scores_and_counts_each_move_it_weighs() {
+    let env = Env::new().await;
+    Api::<karpenter_rs::apis::NodePool>::all(env.ctx.client.clone())
+        .patch(
+            POOL,
+            &Default::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"consolidationPolicy": "Balanced"}}})),
+        )
+        .await
+        .expect("Balanced");
+    oversized_node(&env).await;
+    let m = &karpenter_rs::metrics::METRICS;
+    // Only this test's NodePool has the Balanced policy, so these series are its own.
+    let decisions = ["approved", "rejected"];
+    let moves = || -> f64 {
+        decisions
+            .iter()
+            .map(|d| {
+                m.consolidation_moves_total
+                    .with_label_values(&[d, POOL, "Balanced"])
+                    .get()
+            })
+            .sum()
+    };
+    let scores = || -> u64 {
+        decisions
+            .iter()
+            .map(|d| {
+                m.consolidation_score
+                    .with_label_values(&[d, POOL, "Balanced"])
+                    .get_sample_count()
+            })
+            .sum()
+    };
+    let (moves_before, scores_before) = (moves(), scores());
+
+    let mut reported = BlockedEvents::default();
+    once(&env.ctx, &mut reported).await.expect("pass");
+
+    let weighed = moves() - moves_before;
+    assert!(weighed >= 1.0, "replacing the m5.xlarge was weighed");
+    assert_eq!(
+        (scores() - scores_before) as f64,
+        weighed,
+        "one score per move"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_replacing_consolidation_validates_then_taints_then_launches_then_deletes() {
     let env = Env::new().await;
