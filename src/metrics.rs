@@ -722,12 +722,12 @@ impl Metrics {
             ),
             nodes_total_pod_requests: b.gauge_vec(
                 "karpenter_nodes_total_pod_requests",
-                "Sum of the resource requests of the non-DaemonSet pods bound to each node.",
+                "Sum of the resource requests of the pods bound to each node, DaemonSet pods included.",
                 &node_resource_labels,
             ),
             nodes_total_pod_limits: b.gauge_vec(
                 "karpenter_nodes_total_pod_limits",
-                "Sum of the resource limits of the non-DaemonSet pods bound to each node.",
+                "Sum of the resource limits of the pods bound to each node, DaemonSet pods included.",
                 &node_resource_labels,
             ),
             nodes_total_daemon_requests: b.gauge_vec(

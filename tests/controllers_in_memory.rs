@@ -1952,3 +1952,90 @@ async fn a_launch_refused_for_capacity_is_counted_as_an_error_and_a_launch_failu
     assert_eq!(errors.get() - before.1, 1.0);
     assert_eq!(refused.get() - before.2, 1.0);
 }
+
+/// A pod bound to `node` whose container has a CPU limit of 500m; a DaemonSet's when `daemon`.
+fn limited_pod(name: &str, node: &str, daemon: bool) -> Pod {
+    let owners = if daemon {
+        json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "uid-agent", "controller": true}])
+    } else {
+        json!([])
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": builders::NAMESPACE, "ownerReferences": owners},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "image": "pause", "resources": {
+                "requests": {"cpu": "100m"}, "limits": {"cpu": "500m"},
+            }}],
+        },
+        "status": {"phase": "Running"},
+    }))
+    .expect("Pod")
+}
+
+/// The metrics controller's passes publish the limits of a node's pods (all of them) and of its
+/// DaemonSet pods, a gauge for a pod that has not bound, and count a NodeClaim whose offering has no price
+/// once in its NodePool's cost-tracker errors, however many passes see it.
+#[tokio::test(start_paused = true)]
+async fn the_metrics_controller_publishes_limits_unbound_pods_and_unpriced_nodeclaims() {
+    let env = Env::new().await;
+    let (_, node) = env.running(&builders::nodeclaim("default-metered")).await;
+    let node_name = node.name_any();
+    env.create_namespaced(&limited_pod("app-limited", &node_name, false))
+        .await;
+    env.create_namespaced(&limited_pod("agent-limited", &node_name, true))
+        .await;
+    env.create_namespaced(&unschedulable_pod("waiting-metered", "1"))
+        .await;
+    let mut unpriced = builders::nodeclaim("default-unpriced");
+    unpriced.labels_mut().extend(
+        [
+            (labels::INSTANCE_TYPE, "no-such.type"),
+            (labels::CAPACITY_TYPE, "on-demand"),
+            (labels::ZONE, "us-east-1a"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    env.create(&unpriced).await;
+    // Only this test runs the metrics controller, so the NodePool's errors are its own.
+    let errors = karpenter_rs::metrics::METRICS
+        .nodepools_cost_tracker_errors_total
+        .with_label_values(&[POOL]);
+    let errors_before = errors.get();
+
+    // Three passes (every five seconds, in paused time).
+    tokio::select! {
+        () = karpenter_rs::controllers::metrics::run(env.ctx.clone(), true) => {
+            panic!("the metrics controller runs until dropped")
+        }
+        () = tokio::time::sleep(std::time::Duration::from_secs(11)) => {}
+    }
+
+    assert_eq!(errors.get() - errors_before, 1.0, "once per NodeClaim");
+    let text = karpenter_rs::metrics::encode();
+    let value = |family: &str, parts: &[&str]| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{family}{{")) && parts.iter().all(|p| l.contains(p)))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let on_node = format!("node_name=\"{node_name}\"");
+    let cpu = "resource_type=\"cpu\"";
+    assert_eq!(
+        value("karpenter_nodes_total_pod_limits", &[&on_node, cpu]),
+        Some(1.0),
+        "both pods' limits, the DaemonSet pod's included (as upstream's)"
+    );
+    assert_eq!(
+        value("karpenter_nodes_total_daemon_limits", &[&on_node, cpu]),
+        Some(0.5)
+    );
+    assert!(
+        value(
+            "karpenter_pods_unbound_time_seconds",
+            &["name=\"waiting-metered\""]
+        )
+        .is_some(),
+        "the pending pod has its unbound time"
+    );
+}
