@@ -735,6 +735,10 @@ async fn an_instance_whose_nodeclaim_cannot_be_read_is_not_collected_as_an_orpha
 }
 
 /// A pending pod kube-scheduler found no room for, requesting `cpu`.
+/// The provisioner's gauges (ignored pods, pending pods by effective zone) are process-wide:
+/// the tests that run provisioning rounds take turns, so each reads its own round's.
+static PROVISIONING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn unschedulable_pod(name: &str, cpu: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -750,6 +754,7 @@ fn unschedulable_pod(name: &str, cpu: &str) -> Pod {
 #[tokio::test]
 async fn provisioning_rounds_write_a_nodeclaim_once_and_a_failed_scheduling_event_once_per_five_minutes()
  {
+    let _turn = PROVISIONING.lock().await;
     let env = Env::new().await;
     env.create_namespaced(&unschedulable_pod("fits", "1")).await;
     env.create_namespaced(&unschedulable_pod("too-big", "1000"))
@@ -1033,6 +1038,7 @@ async fn a_handled_interruption_is_counted_received_and_deleted_with_its_time_on
 
 #[tokio::test]
 async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() {
+    let _turn = PROVISIONING.lock().await;
     use karpenter_rs::metrics::pod_scheduling::Times;
     let env = Env::new().await;
     env.create_namespaced(&unschedulable_pod("fits", "1")).await;
@@ -1054,6 +1060,13 @@ async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() 
     let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
     let first = env.clock.now();
     assert_eq!(provisioner.provision_once().await.expect("round"), 1);
+    assert_eq!(
+        karpenter_rs::metrics::METRICS
+            .scheduler_ignored_pods_count
+            .get(),
+        1.0,
+        "the DRA pod is ignored"
+    );
     let key = |name: &str| format!("{}/{name}", builders::NAMESPACE);
     let times = &env.ctx.pod_scheduling;
     assert_eq!(
@@ -1085,6 +1098,7 @@ async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() 
 
 #[tokio::test]
 async fn a_provisioning_round_counts_pending_pods_by_effective_zone() {
+    let _turn = PROVISIONING.lock().await;
     let env = Env::new().await;
     let pinned = |name: &str, zone: &str| {
         let mut pod = unschedulable_pod(name, "1");
@@ -1135,6 +1149,7 @@ fn price_overlay(name: &str, weight: i32, instance_type: &str, price: &str) -> N
 /// Three pending one-CPU pods provisioned for in one round: how many NodeClaims the provisioner
 /// writes.
 async fn claims_for_three_pods(env: &Env) -> usize {
+    let _turn = PROVISIONING.lock().await;
     for name in ["a", "b", "c"] {
         env.create_namespaced(&unschedulable_pod(name, "1")).await;
     }
