@@ -1990,7 +1990,8 @@ fn limited_pod(name: &str, node: &str, daemon: bool) -> Pod {
 }
 
 /// The metrics controller's passes publish the limits of a node's pods (all of them) and of its
-/// DaemonSet pods, a gauge for a pod that has not bound, and count a NodeClaim whose offering has no price
+/// DaemonSet pods, the gauges of pods that have not bound (since creation, since the provisioner
+/// placed them, and while it has not decided about them), and count a NodeClaim whose offering has no price
 /// once in its NodePool's cost-tracker errors, however many passes see it.
 #[tokio::test(start_paused = true)]
 async fn the_metrics_controller_publishes_limits_unbound_pods_and_unpriced_nodeclaims() {
@@ -2003,6 +2004,14 @@ async fn the_metrics_controller_publishes_limits_unbound_pods_and_unpriced_nodec
         .await;
     env.create_namespaced(&unschedulable_pod("waiting-metered", "1"))
         .await;
+    env.create_namespaced(&unschedulable_pod("placed-metered", "1"))
+        .await;
+    // As a provisioning round leaves them: both seen, one given a place, the other undecided.
+    let key = |name: &str| format!("{}/{name}", builders::NAMESPACE);
+    let (waiting, placed) = (key("waiting-metered"), key("placed-metered"));
+    let times = &env.ctx.pod_scheduling;
+    times.ack([waiting.as_str(), placed.as_str()], env.clock.now());
+    times.decide([placed.as_str()], [], env.clock.now());
     let mut unpriced = builders::nodeclaim("default-unpriced");
     unpriced.labels_mut().extend(
         [
@@ -2052,5 +2061,30 @@ async fn the_metrics_controller_publishes_limits_unbound_pods_and_unpriced_nodec
         )
         .is_some(),
         "the pending pod has its unbound time"
+    );
+    let named = |name: &str| format!("name=\"{name}\"");
+    assert!(
+        value(
+            "karpenter_pods_provisioning_unbound_time_seconds",
+            &[&named("placed-metered")]
+        )
+        .is_some(),
+        "the placed pod is unbound since it got its place"
+    );
+    assert!(
+        value(
+            "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
+            &[&named("waiting-metered")]
+        )
+        .is_some(),
+        "the other waits for a decision"
+    );
+    assert!(
+        value(
+            "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
+            &[&named("placed-metered")]
+        )
+        .is_none(),
+        "the placed pod was decided about"
     );
 }
