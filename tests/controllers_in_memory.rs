@@ -1991,8 +1991,8 @@ fn limited_pod(name: &str, node: &str, daemon: bool) -> Pod {
 
 /// The metrics controller's passes publish the limits of a node's pods (all of them) and of its
 /// DaemonSet pods, the gauges of pods that have not bound (since creation, since the provisioner
-/// placed them, and while it has not decided about them), and count a NodeClaim whose offering has no price
-/// once in its NodePool's cost-tracker errors, however many passes see it.
+/// placed them, and while it has not decided about them), and count a NodeClaim whose offering
+/// has no price once in its NodePool's cost-tracker errors, however many passes see it.
 #[tokio::test(start_paused = true)]
 async fn the_metrics_controller_publishes_limits_unbound_pods_and_unpriced_nodeclaims() {
     let env = Env::new().await;
