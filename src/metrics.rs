@@ -86,6 +86,21 @@ pub fn family_names() -> &'static [String] {
     &METRICS.families
 }
 
+/// One registered family as the exposition declares it: name, `# TYPE` and label names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family {
+    pub name: String,
+    /// `counter`, `gauge`, `histogram` or `summary`.
+    pub kind: &'static str,
+    pub labels: Vec<String>,
+}
+
+/// Every registered family with its type and labels, including those with no series yet: what
+/// the audit against upstream's documented families compares (`tests/metrics_upstream.rs`).
+pub fn families() -> &'static [Family] {
+    &METRICS.described
+}
+
 /// The content type of [`encode`]'s output, which scrapers use to pick a parser.
 pub const TEXT_CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
@@ -184,6 +199,8 @@ pub struct Metrics {
     registry: Registry,
     /// Every family's name, whether or not it has series yet (see [`family_names`]).
     families: Vec<String>,
+    /// The same families with their types and labels (see [`families`]).
+    described: Vec<Family>,
 
     // Core.
     /// `karpenter_build_info`: version, goversion, goarch, commit (always 1).
@@ -193,6 +210,9 @@ pub struct Metrics {
     /// `rest_client_requests_total`: Kubernetes API requests by status code (`<error>` when no
     /// response came back), host and method.
     pub rest_client_requests_total: CounterVec,
+    /// `client_go_request_total`: the same requests by status code and method only, under the
+    /// name upstream Karpenter's documentation lists.
+    pub client_go_request_total: CounterVec,
     /// `rest_client_request_duration_seconds`: Kubernetes API request latency by verb and host.
     pub rest_client_request_duration_seconds: HistogramVec,
     /// `leader_election_master_status`: 1 while this replica holds the named lease, else 0.
@@ -266,9 +286,6 @@ pub struct Metrics {
     pub voluntary_disruption_decisions_by_nodepool_total: CounterVec,
     /// `karpenter_voluntary_disruption_eligible_nodes`: reason.
     pub voluntary_disruption_eligible_nodes: GaugeVec,
-    /// `karpenter_voluntary_disruption_consolidation_timeouts_total`: consolidation_type
-    /// (`multi` and `single` start at 0).
-    pub voluntary_disruption_consolidation_timeouts_total: CounterVec,
     /// `karpenter_voluntary_disruption_failed_validations_total`: consolidation_type.
     pub voluntary_disruption_failed_validations_total: CounterVec,
     /// `karpenter_voluntary_disruption_queue_failures_total`: decision, reason,
@@ -400,37 +417,46 @@ pub struct Metrics {
 /// used twice or an invalid name) that the tests catch, so it panics with the metric's name.
 struct Builder {
     registry: Registry,
-    /// Every family's name, in registration order.
-    names: std::cell::RefCell<Vec<String>>,
+    /// Every family, in registration order.
+    families: std::cell::RefCell<Vec<Family>>,
 }
 
 impl Builder {
-    fn register<C: Collector + Clone + 'static>(&self, name: &str, collector: C) -> C {
+    fn register<C: Collector + Clone + 'static>(
+        &self,
+        name: &str,
+        kind: &'static str,
+        collector: C,
+    ) -> C {
         if let Err(e) = self.registry.register(Box::new(collector.clone())) {
             panic!("registering metric {name}: {e}");
         }
-        self.names
+        self.families
             .borrow_mut()
-            .extend(collector.desc().iter().map(|d| d.fq_name.clone()));
+            .extend(collector.desc().iter().map(|d| Family {
+                name: d.fq_name.clone(),
+                kind,
+                labels: d.variable_labels.clone(),
+            }));
         collector
     }
 
     fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
         let vec = CounterVec::new(Opts::new(name, help), labels)
             .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, vec)
+        self.register(name, "counter", vec)
     }
 
     fn counter(&self, name: &str, help: &str) -> Counter {
         let counter = Counter::with_opts(Opts::new(name, help))
             .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, counter)
+        self.register(name, "counter", counter)
     }
 
     fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
         let vec = GaugeVec::new(Opts::new(name, help), labels)
             .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, vec)
+        self.register(name, "gauge", vec)
     }
 
     fn published_gauges(&self, name: &str, help: &str, labels: &[&str]) -> PublishedGauges {
@@ -442,7 +468,7 @@ impl Builder {
     fn gauge(&self, name: &str, help: &str) -> Gauge {
         let gauge = Gauge::with_opts(Opts::new(name, help))
             .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, gauge)
+        self.register(name, "gauge", gauge)
     }
 
     fn histogram_vec(
@@ -454,19 +480,19 @@ impl Builder {
     ) -> HistogramVec {
         let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
         let vec = HistogramVec::new(opts, labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, vec)
+        self.register(name, "histogram", vec)
     }
 
     fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
         let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
         let histogram = Histogram::with_opts(opts).unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, histogram)
+        self.register(name, "histogram", histogram)
     }
 
     fn summary_vec(&self, name: &str, help: &str, labels: &[&str]) -> SummaryVec {
         let vec =
             SummaryVec::new(name, help, labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, vec)
+        self.register(name, "summary", vec)
     }
 
     /// One kind's status families; `kind` is None for the deprecated aggregate families.
@@ -542,7 +568,7 @@ impl Metrics {
     fn new() -> Self {
         let b = Builder {
             registry: Registry::new(),
-            names: std::cell::RefCell::new(Vec::new()),
+            families: std::cell::RefCell::new(Vec::new()),
         };
         let node_labels: Vec<String> = node_metric_labels()
             .into_iter()
@@ -574,7 +600,7 @@ impl Metrics {
             .unwrap_or_else(|e| panic!("work queue buckets: {e}"));
         let queue = ["name", "controller"];
 
-        let metrics = Self {
+        let mut metrics = Self {
             build_info: b.gauge_vec(
                 "karpenter_build_info",
                 "Always 1; its labels say which karpenter-rs build is running (goversion is \"rust\").",
@@ -584,6 +610,11 @@ impl Metrics {
                 "rest_client_requests_total",
                 "Kubernetes API requests, by status code, host and method.",
                 &["code", "host", "method"],
+            ),
+            client_go_request_total: b.counter_vec(
+                "client_go_request_total",
+                "Kubernetes API requests, by status code and method.",
+                &["code", "method"],
             ),
             rest_client_request_duration_seconds: b.histogram_vec(
                 "rest_client_request_duration_seconds",
@@ -676,12 +707,12 @@ impl Metrics {
             ),
             nodes_total_pod_requests: b.published_gauges(
                 "karpenter_nodes_total_pod_requests",
-                "Sum of the resource requests of the non-DaemonSet pods bound to each node.",
+                "Sum of the resource requests of the pods bound to each node, DaemonSet pods included.",
                 &node_resource_labels,
             ),
             nodes_total_pod_limits: b.published_gauges(
                 "karpenter_nodes_total_pod_limits",
-                "Sum of the resource limits of the non-DaemonSet pods bound to each node.",
+                "Sum of the resource limits of the pods bound to each node, DaemonSet pods included.",
                 &node_resource_labels,
             ),
             nodes_total_daemon_requests: b.published_gauges(
@@ -759,11 +790,6 @@ impl Metrics {
                 "karpenter_voluntary_disruption_eligible_nodes",
                 "Nodes each disruption method could act on in its last evaluation.",
                 &["reason"],
-            ),
-            voluntary_disruption_consolidation_timeouts_total: b.counter_vec(
-                "karpenter_voluntary_disruption_consolidation_timeouts_total",
-                "Consolidation evaluations that ran out of time before finishing.",
-                &["consolidation_type"],
             ),
             voluntary_disruption_failed_validations_total: b.counter_vec(
                 "karpenter_voluntary_disruption_failed_validations_total",
@@ -1043,7 +1069,8 @@ impl Metrics {
             ),
             ec2nodeclass_status: b.status(Some(STATUS_KINDS[3]), &[]),
             deprecated_status: b.status(None, &[]),
-            families: b.names.take(),
+            families: Vec::new(),
+            described: b.families.take(),
             registry: b.registry,
         };
         metrics
@@ -1055,12 +1082,7 @@ impl Metrics {
                 option_env!("KARPENTER_RS_COMMIT").unwrap_or("unknown"),
             ])
             .set(1.0);
-        // Upstream starts these at 0 so that rate() works from the first timeout.
-        for consolidation_type in ["multi", "single"] {
-            metrics
-                .voluntary_disruption_consolidation_timeouts_total
-                .with_label_values(&[consolidation_type]);
-        }
+        metrics.families = metrics.described.iter().map(|f| f.name.clone()).collect();
         metrics
     }
 

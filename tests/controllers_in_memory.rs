@@ -370,12 +370,22 @@ async fn a_left_over_command_whose_replacement_never_initialized_is_rolled_back(
         .await
         .expect("taint");
 
+    let failures = karpenter_rs::metrics::METRICS
+        .voluntary_disruption_queue_failures_total
+        .with_label_values(&["replace", "underutilized", "single"]);
+    let failures_before = failures.get();
+
     let started = tokio::time::Instant::now();
     let snapshot = env.ctx.state.snapshot();
     assert!(resume_commands(&env.ctx, &snapshot).await.expect("resume"));
     assert!(
         started.elapsed() > env.ctx.intervals.replacement_timeout,
         "the replacement was waited for the whole timeout (in paused time)"
+    );
+    assert_eq!(
+        failures.get() - failures_before,
+        1.0,
+        "the failed command counts as a queue failure"
     );
 
     assert!(
@@ -725,6 +735,10 @@ async fn an_instance_whose_nodeclaim_cannot_be_read_is_not_collected_as_an_orpha
 }
 
 /// A pending pod kube-scheduler found no room for, requesting `cpu`.
+/// The provisioner's gauges (ignored pods, pending pods by effective zone) are process-wide:
+/// the tests that run provisioning rounds take turns, so each reads its own round's.
+static PROVISIONING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn unschedulable_pod(name: &str, cpu: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -740,6 +754,7 @@ fn unschedulable_pod(name: &str, cpu: &str) -> Pod {
 #[tokio::test]
 async fn provisioning_rounds_write_a_nodeclaim_once_and_a_failed_scheduling_event_once_per_five_minutes()
  {
+    let _turn = PROVISIONING.lock().await;
     let env = Env::new().await;
     env.create_namespaced(&unschedulable_pod("fits", "1")).await;
     env.create_namespaced(&unschedulable_pod("too-big", "1000"))
@@ -969,7 +984,7 @@ async fn a_static_nodepools_empty_nodes_are_not_consolidated() {
 }
 
 #[tokio::test]
-async fn a_handled_interruption_reports_how_long_it_waited_on_the_queue() {
+async fn a_handled_interruption_is_counted_received_and_deleted_with_its_time_on_the_queue() {
     use karpenter_rs::cloudprovider::interruption::{
         InterruptionAction, InterruptionEvent, InterruptionKind, InterruptionMessage,
     };
@@ -987,6 +1002,13 @@ async fn a_handled_interruption_reports_how_long_it_waited_on_the_queue() {
         .interruption_message_queue_duration_seconds
         .clone();
     let (count, sum) = (waited.get_sample_count(), waited.get_sample_sum());
+    let received = karpenter_rs::metrics::METRICS
+        .interruption_received_messages_total
+        .with_label_values(&["spot_interrupted"]);
+    let deleted = karpenter_rs::metrics::METRICS
+        .interruption_deleted_messages_total
+        .clone();
+    let (received_before, deleted_before) = (received.get(), deleted.get());
     let message = InterruptionMessage {
         receipt: "r-1".into(),
         event: Some(InterruptionEvent {
@@ -1009,10 +1031,14 @@ async fn a_handled_interruption_reports_how_long_it_waited_on_the_queue() {
     assert!(deleting(&env.claim("default-spot").await));
     assert_eq!(waited.get_sample_count() - count, 1);
     assert!((waited.get_sample_sum() - sum - 45.0).abs() < 1e-9);
+    // Received by its kind, and deleted from the queue once handled.
+    assert_eq!(received.get() - received_before, 1.0);
+    assert_eq!(deleted.get() - deleted_before, 1.0);
 }
 
 #[tokio::test]
 async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() {
+    let _turn = PROVISIONING.lock().await;
     use karpenter_rs::metrics::pod_scheduling::Times;
     let env = Env::new().await;
     env.create_namespaced(&unschedulable_pod("fits", "1")).await;
@@ -1034,6 +1060,13 @@ async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() 
     let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
     let first = env.clock.now();
     assert_eq!(provisioner.provision_once().await.expect("round"), 1);
+    assert_eq!(
+        karpenter_rs::metrics::METRICS
+            .scheduler_ignored_pods_count
+            .get(),
+        1.0,
+        "the DRA pod is ignored"
+    );
     let key = |name: &str| format!("{}/{name}", builders::NAMESPACE);
     let times = &env.ctx.pod_scheduling;
     assert_eq!(
@@ -1065,6 +1098,7 @@ async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() 
 
 #[tokio::test]
 async fn a_provisioning_round_counts_pending_pods_by_effective_zone() {
+    let _turn = PROVISIONING.lock().await;
     let env = Env::new().await;
     let pinned = |name: &str, zone: &str| {
         let mut pod = unschedulable_pod(name, "1");
@@ -1118,6 +1152,7 @@ fn price_overlay(name: &str, weight: i32, instance_type: &str, price: &str) -> N
 /// Three pending one-CPU pods provisioned for in one round: how many NodeClaims the provisioner
 /// writes.
 async fn claims_for_three_pods(env: &Env) -> usize {
+    let _turn = PROVISIONING.lock().await;
     for name in ["a", "b", "c"] {
         env.create_namespaced(&unschedulable_pod(name, "1")).await;
     }
@@ -1223,6 +1258,57 @@ async fn oversized_node(env: &Env) -> String {
     node.name_any()
 }
 
+/// Under `consolidationPolicy: Balanced` every move consolidation weighs is scored and counted
+/// under the NodePool, approved or rejected, as upstream's Balanced policy reports them.
+#[tokio::test(start_paused = true)]
+async fn balanced_consolidation_scores_and_counts_each_move_it_weighs() {
+    let env = Env::new().await;
+    Api::<karpenter_rs::apis::NodePool>::all(env.ctx.client.clone())
+        .patch(
+            POOL,
+            &Default::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"consolidationPolicy": "Balanced"}}})),
+        )
+        .await
+        .expect("Balanced");
+    oversized_node(&env).await;
+    let m = &karpenter_rs::metrics::METRICS;
+    // Only this test's NodePool has the Balanced policy, so these series are its own.
+    let decisions = ["approved", "rejected"];
+    let moves = || -> f64 {
+        decisions
+            .iter()
+            .map(|d| {
+                m.consolidation_moves_total
+                    .with_label_values(&[d, POOL, "Balanced"])
+                    .get()
+            })
+            .sum()
+    };
+    let scores = || -> u64 {
+        decisions
+            .iter()
+            .map(|d| {
+                m.consolidation_score
+                    .with_label_values(&[d, POOL, "Balanced"])
+                    .get_sample_count()
+            })
+            .sum()
+    };
+    let (moves_before, scores_before) = (moves(), scores());
+
+    let mut reported = BlockedEvents::default();
+    once(&env.ctx, &mut reported).await.expect("pass");
+
+    let weighed = moves() - moves_before;
+    assert!(weighed >= 1.0, "replacing the m5.xlarge was weighed");
+    assert_eq!(
+        (scores() - scores_before) as f64,
+        weighed,
+        "one score per move"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_replacing_consolidation_validates_then_taints_then_launches_then_deletes() {
     let env = Env::new().await;
@@ -1272,6 +1358,11 @@ async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_laun
     let env = Env::new().await;
     let node_name = oversized_node(&env).await;
 
+    let failed = karpenter_rs::metrics::METRICS
+        .voluntary_disruption_failed_validations_total
+        .with_label_values(&["single"]);
+    let failed_before = failed.get();
+
     let mut reported = BlockedEvents::default();
     let meanwhile = async {
         // Decided already; during the validation delay a node with room for the pod joins.
@@ -1282,6 +1373,11 @@ async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_laun
     };
     let (acted, ()) = tokio::join!(once(&env.ctx, &mut reported), meanwhile);
     assert!(!acted.expect("pass"), "the command was dropped");
+    assert_eq!(
+        failed.get() - failed_before,
+        1.0,
+        "the dropped command counts as a failed validation"
+    );
     assert!(replacements(&env).await.is_empty(), "nothing was launched");
     assert!(!deleting(&env.claim("default-big").await));
     let candidate: Node = env.get(&node_name).await.expect("candidate");
@@ -1818,4 +1914,180 @@ async fn an_instance_that_cannot_be_tagged_does_not_hold_the_nodeclaim_up() {
     let claim = env.claim("default-tags").await;
     assert_eq!(claim.annotations()[labels::TAGGED], "true");
     assert_eq!(claim.annotations()[labels::CLUSTER_NAME_TAGGED], "true");
+}
+
+/// Every cloud-provider call is timed under its controller, a failed one is counted by the kind
+/// of failure, and a launch refused for capacity also counts against the offering it asked for.
+#[tokio::test]
+async fn a_launch_refused_for_capacity_is_counted_as_an_error_and_a_launch_failure() {
+    use karpenter_rs::apis::EC2NodeClass;
+    use karpenter_rs::cloudprovider::instrumented::Instrumented;
+    use karpenter_rs::cloudprovider::{CloudError, CloudProvider};
+    let env = Env::new().await;
+    let cloud = Instrumented::new(env.cloud.clone());
+    let mut claim = builders::nodeclaim("default-ice");
+    // An instance type nothing offers, in one zone: the launch is refused for capacity.
+    for r in claim
+        .spec
+        .requirements
+        .iter_mut()
+        .filter(|r| r.key == labels::INSTANCE_TYPE)
+    {
+        r.values = vec!["no-such.type".into()];
+    }
+    claim.spec.requirements.push(
+        serde_json::from_value(
+            json!({"key": labels::ZONE, "operator": "In", "values": ["us-east-1a"]}),
+        )
+        .expect("requirement"),
+    );
+    claim
+        .labels_mut()
+        .insert(labels::CAPACITY_TYPE.to_string(), "on-demand".to_string());
+    let class: EC2NodeClass = env.get(POOL).await.expect("the EC2NodeClass");
+    let m = &karpenter_rs::metrics::METRICS;
+    let timed =
+        m.cloudprovider_duration_seconds
+            .with_label_values(&["test.ice", "Create", "simulated"]);
+    let errors = m.cloudprovider_errors_total.with_label_values(&[
+        "test.ice",
+        "Create",
+        "simulated",
+        "InsufficientCapacityError",
+    ]);
+    let refused = m
+        .cloudprovider_instance_launch_failures_total
+        .with_label_values(&["us-east-1a", "", "on-demand", "InsufficientCapacityError"]);
+    let before = (timed.get_sample_count(), errors.get(), refused.get());
+
+    let result =
+        karpenter_rs::metrics::in_controller("test.ice", cloud.create(&claim, &class)).await;
+    assert!(
+        matches!(result, Err(CloudError::InsufficientCapacity(_))),
+        "the launch is refused for capacity"
+    );
+    assert_eq!(timed.get_sample_count() - before.0, 1);
+    assert_eq!(errors.get() - before.1, 1.0);
+    assert_eq!(refused.get() - before.2, 1.0);
+}
+
+/// A pod bound to `node` whose container has a CPU limit of 500m; a DaemonSet's when `daemon`.
+fn limited_pod(name: &str, node: &str, daemon: bool) -> Pod {
+    let owners = if daemon {
+        json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "uid-agent", "controller": true}])
+    } else {
+        json!([])
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": builders::NAMESPACE, "ownerReferences": owners},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "app", "image": "pause", "resources": {
+                "requests": {"cpu": "100m"}, "limits": {"cpu": "500m"},
+            }}],
+        },
+        "status": {"phase": "Running"},
+    }))
+    .expect("Pod")
+}
+
+/// The metrics controller's passes publish the limits of a node's pods (all of them) and of its
+/// DaemonSet pods, the gauges of pods that have not bound (since creation, since the provisioner
+/// placed them, and while it has not decided about them), and count a NodeClaim whose offering
+/// has no price once in its NodePool's cost-tracker errors, however many passes see it.
+#[tokio::test(start_paused = true)]
+async fn the_metrics_controller_publishes_limits_unbound_pods_and_unpriced_nodeclaims() {
+    let env = Env::new().await;
+    let (_, node) = env.running(&builders::nodeclaim("default-metered")).await;
+    let node_name = node.name_any();
+    env.create_namespaced(&limited_pod("app-limited", &node_name, false))
+        .await;
+    env.create_namespaced(&limited_pod("agent-limited", &node_name, true))
+        .await;
+    env.create_namespaced(&unschedulable_pod("waiting-metered", "1"))
+        .await;
+    env.create_namespaced(&unschedulable_pod("placed-metered", "1"))
+        .await;
+    // As a provisioning round leaves them: both seen, one given a place, the other undecided.
+    let key = |name: &str| format!("{}/{name}", builders::NAMESPACE);
+    let (waiting, placed) = (key("waiting-metered"), key("placed-metered"));
+    let times = &env.ctx.pod_scheduling;
+    times.ack([waiting.as_str(), placed.as_str()], env.clock.now());
+    times.decide([placed.as_str()], [], env.clock.now());
+    let mut unpriced = builders::nodeclaim("default-unpriced");
+    unpriced.labels_mut().extend(
+        [
+            (labels::INSTANCE_TYPE, "no-such.type"),
+            (labels::CAPACITY_TYPE, "on-demand"),
+            (labels::ZONE, "us-east-1a"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    env.create(&unpriced).await;
+    // Only this test runs the metrics controller, so the NodePool's errors are its own.
+    let errors = karpenter_rs::metrics::METRICS
+        .nodepools_cost_tracker_errors_total
+        .with_label_values(&[POOL]);
+    let errors_before = errors.get();
+
+    // Three passes (every five seconds, in paused time).
+    tokio::select! {
+        () = karpenter_rs::controllers::metrics::run(env.ctx.clone(), true) => {
+            panic!("the metrics controller runs until dropped")
+        }
+        () = tokio::time::sleep(std::time::Duration::from_secs(11)) => {}
+    }
+
+    assert_eq!(errors.get() - errors_before, 1.0, "once per NodeClaim");
+    let text = karpenter_rs::metrics::encode();
+    let value = |family: &str, parts: &[&str]| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{family}{{")) && parts.iter().all(|p| l.contains(p)))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let on_node = format!("node_name=\"{node_name}\"");
+    let cpu = "resource_type=\"cpu\"";
+    assert_eq!(
+        value("karpenter_nodes_total_pod_limits", &[&on_node, cpu]),
+        Some(1.0),
+        "both pods' limits, the DaemonSet pod's included (as upstream's)"
+    );
+    assert_eq!(
+        value("karpenter_nodes_total_daemon_limits", &[&on_node, cpu]),
+        Some(0.5)
+    );
+    assert!(
+        value(
+            "karpenter_pods_unbound_time_seconds",
+            &["name=\"waiting-metered\""]
+        )
+        .is_some(),
+        "the pending pod has its unbound time"
+    );
+    let named = |name: &str| format!("name=\"{name}\"");
+    assert!(
+        value(
+            "karpenter_pods_provisioning_unbound_time_seconds",
+            &[&named("placed-metered")]
+        )
+        .is_some(),
+        "the placed pod is unbound since it got its place"
+    );
+    assert!(
+        value(
+            "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
+            &[&named("waiting-metered")]
+        )
+        .is_some(),
+        "the other waits for a decision"
+    );
+    assert!(
+        value(
+            "karpenter_pods_provisioning_scheduling_undecided_time_seconds",
+            &[&named("placed-metered")]
+        )
+        .is_none(),
+        "the placed pod was decided about"
+    );
 }

@@ -370,6 +370,68 @@ mod tests {
         assert_eq!(costs.unpriced, [("default".to_string(), "c".to_string())]);
     }
 
+    /// A status change and a finished deletion the tracker reports move the per-kind families
+    /// and the deprecated aggregate ones (with `kind`) alike.
+    #[test]
+    fn transitions_and_terminations_are_published_per_kind_and_in_the_aggregate() {
+        use crate::metrics::status::Transition;
+        let kind = StatusKind::NodePool;
+        let group = kind.group();
+        let update = StatusUpdate {
+            gauges: HashMap::new(),
+            // A condition type of this test's own, so no other test moves these series.
+            transitions: vec![Transition {
+                kind,
+                type_: "PublishedByTest".into(),
+                from_status: "Unknown".into(),
+                to_status: "True".into(),
+                reason: "Tested".into(),
+                seconds_in_previous: 3.0,
+            }],
+            terminated: vec![(kind, 7.0)],
+        };
+        let counter = |c: &prometheus::CounterVec, labels: &[&str]| c.with_label_values(labels);
+        let histogram = |h: &prometheus::HistogramVec, labels: &[&str]| h.with_label_values(labels);
+        let (new, old) = (&METRICS.nodepool_status, &METRICS.deprecated_status);
+        let transitions = [
+            counter(
+                &new.status_condition_transitions_total,
+                &[group, "PublishedByTest", "True", "Tested"],
+            ),
+            counter(
+                &old.status_condition_transitions_total,
+                &[group, "PublishedByTest", "True", "Tested", "NodePool"],
+            ),
+        ];
+        let durations = [
+            histogram(
+                &new.status_condition_transition_seconds,
+                &[group, "PublishedByTest", "Unknown"],
+            ),
+            histogram(
+                &old.status_condition_transition_seconds,
+                &[group, "PublishedByTest", "Unknown", "NodePool"],
+            ),
+            histogram(&new.termination_duration_seconds, &[group]),
+            histogram(&old.termination_duration_seconds, &[group, "NodePool"]),
+        ];
+        let counted: Vec<f64> = transitions.iter().map(|c| c.get()).collect();
+        let timed: Vec<(u64, f64)> = durations
+            .iter()
+            .map(|h| (h.get_sample_count(), h.get_sample_sum()))
+            .collect();
+
+        publish_status(&mut Publishers::default(), update);
+
+        for (c, before) in transitions.iter().zip(&counted) {
+            assert_eq!(c.get() - before, 1.0);
+        }
+        for ((h, (count, sum)), seconds) in durations.iter().zip(&timed).zip([3.0, 3.0, 7.0, 7.0]) {
+            assert_eq!(h.get_sample_count() - count, 1);
+            assert!((h.get_sample_sum() - sum - seconds).abs() < 1e-9);
+        }
+    }
+
     #[test]
     fn the_deprecated_families_put_kind_after_the_base_labels() {
         let labels: Vec<String> = [

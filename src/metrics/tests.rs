@@ -34,6 +34,7 @@ fn documented() -> Vec<(String, &'static str, Vec<String>)> {
             "counter",
             s(&["code", "host", "method"]),
         ),
+        ("client_go_request_total", "counter", s(&["code", "method"])),
         (
             "rest_client_request_duration_seconds",
             "histogram",
@@ -175,11 +176,6 @@ fn documented() -> Vec<(String, &'static str, Vec<String>)> {
             "karpenter_voluntary_disruption_eligible_nodes",
             "gauge",
             s(&["reason"]),
-        ),
-        (
-            "karpenter_voluntary_disruption_consolidation_timeouts_total",
-            "counter",
-            s(&["consolidation_type"]),
         ),
         (
             "karpenter_voluntary_disruption_failed_validations_total",
@@ -552,7 +548,6 @@ fn touch_every_family() {
         &m.nodepools_cost_tracker_errors_total,
         &m.voluntary_disruption_decisions_total,
         &m.voluntary_disruption_decisions_by_nodepool_total,
-        &m.voluntary_disruption_consolidation_timeouts_total,
         &m.voluntary_disruption_failed_validations_total,
         &m.voluntary_disruption_queue_failures_total,
         &m.consolidation_moves_total,
@@ -564,6 +559,7 @@ fn touch_every_family() {
         &m.cloudprovider_instance_termination_failures_total,
         &m.interruption_received_messages_total,
         &m.rest_client_requests_total,
+        &m.client_go_request_total,
         &m.workqueue_adds_total,
         &m.workqueue_retries_total,
     ];
@@ -713,7 +709,7 @@ fn every_documented_family_is_exposed_with_its_type_and_labels() {
 }
 
 #[test]
-fn build_info_and_timeout_counters_exist_from_the_start() {
+fn build_info_exists_from_the_start() {
     let text = encode();
     let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
     let build = text
@@ -722,14 +718,6 @@ fn build_info_and_timeout_counters_exist_from_the_start() {
         .expect("build_info is set at start");
     assert!(build.contains("goversion=\"rust\""), "{build}");
     assert!(build.ends_with(" 1"), "{build}");
-    for t in ["multi", "single"] {
-        assert!(
-            text.contains(&format!(
-                "karpenter_voluntary_disruption_consolidation_timeouts_total{{consolidation_type=\"{t}\"}}"
-            )),
-            "{t} timeouts are pre-initialised"
-        );
-    }
 }
 
 #[test]

@@ -209,6 +209,9 @@ where
             m.rest_client_requests_total
                 .with_label_values(&[code.as_str(), &host, method.as_str()])
                 .inc();
+            m.client_go_request_total
+                .with_label_values(&[code.as_str(), method.as_str()])
+                .inc();
             m.rest_client_request_duration_seconds
                 .with_label_values(&[method.as_str(), &host])
                 .observe(start.elapsed().as_secs_f64());
@@ -321,24 +324,40 @@ mod tests {
     }
 
     /// kube's client hands the layer relative URIs: the API server's `host:port` comes from the
-    /// cluster URL, as client-go's `host` label does.
+    /// cluster URL, as client-go's `host` label does. Each request counts once in both request
+    /// counters and is timed once.
     #[tokio::test]
     async fn requests_are_counted_by_the_api_servers_host() {
         let cluster: hyper::Uri = "https://127.0.0.1:46999".parse().expect("uri");
         let mut service = RequestMetricsLayer::new(&cluster).layer(Ok200);
         let series = ["200", "127.0.0.1:46999", "DELETE"];
-        let before = crate::metrics::METRICS
+        let m = &crate::metrics::METRICS;
+        let before = m
             .rest_client_requests_total
             .with_label_values(&series)
             .get();
+        let before_by_code = m
+            .client_go_request_total
+            .with_label_values(&["200", "DELETE"])
+            .get();
+        let timed = m
+            .rest_client_request_duration_seconds
+            .with_label_values(&["DELETE", "127.0.0.1:46999"]);
+        let timed_before = timed.get_sample_count();
         let request = hyper::Request::delete("/api/v1/namespaces/a/pods/b")
             .body(())
             .expect("request");
         service.call(request).await.expect("called");
-        let after = crate::metrics::METRICS
+        let after = m
             .rest_client_requests_total
             .with_label_values(&series)
             .get();
         assert_eq!(after - before, 1.0);
+        let after_by_code = m
+            .client_go_request_total
+            .with_label_values(&["200", "DELETE"])
+            .get();
+        assert_eq!(after_by_code - before_by_code, 1.0);
+        assert_eq!(timed.get_sample_count() - timed_before, 1);
     }
 }

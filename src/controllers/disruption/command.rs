@@ -303,7 +303,8 @@ pub(super) async fn complete(
 ) -> Result<bool, Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     if let Err(why) = wait_initialized(ctx, launched).await {
-        queue_failure(cmd);
+        // Only a replacing command gets here (a resumed one without its planned replacements).
+        queue_failure(cmd, "replace");
         abandon(ctx, &ctx.state.snapshot(), cmd, launched, &why).await;
         return Ok(false);
     }

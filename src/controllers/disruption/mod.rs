@@ -260,7 +260,7 @@ pub async fn once(ctx: &Context, reported: &mut BlockedEvents) -> Result<bool, E
         match result {
             Ok(done) => acted |= done,
             Err(e) => {
-                queue_failure(plan.cmd);
+                queue_failure(plan.cmd, decision_label(plan.cmd));
                 tracing::warn!(controller = "disruption", command = ?plan.cmd.candidates, error = %e, "disruption command failed")
             }
         }
@@ -277,11 +277,14 @@ fn decision_label(cmd: &Command) -> &'static str {
     }
 }
 
-fn queue_failure(cmd: &Command) {
+/// Counts a command that failed while being carried out under `decision` (see
+/// [`decision_label`]; a command resumed from its marker has lost its planned replacements, but
+/// only a replacing command leaves a marker).
+fn queue_failure(cmd: &Command, decision: &'static str) {
     METRICS
         .voluntary_disruption_queue_failures_total
         .with_label_values(&[
-            decision_label(cmd),
+            decision,
             cmd.method.reason_label(),
             cmd.method.consolidation_type(),
         ])

@@ -140,7 +140,8 @@ pub(super) async fn resume(
                 })
                 .collect();
             if let Err(e) = finish(ctx, &cmd, &live, &marker.pods_before).await {
-                queue_failure(&cmd);
+                // Only a replacing command leaves a marker to resume.
+                queue_failure(&cmd, "replace");
                 tracing::warn!(controller = "disruption", command = ?cmd.candidates, error = %e, "resumed disruption command failed");
             }
         }
