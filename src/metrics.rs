@@ -462,7 +462,7 @@ impl Builder {
     fn published_gauges(&self, name: &str, help: &str, labels: &[&str]) -> PublishedGauges {
         let family = PublishedGauges::new(name, help, labels)
             .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, family)
+        self.register(name, "gauge", family)
     }
 
     fn gauge(&self, name: &str, help: &str) -> Gauge {

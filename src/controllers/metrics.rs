@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metrics::cluster_state::{self, PodTransitions};
-use crate::metrics::status::{StatusKind, StatusObject, StatusTracker, StatusUpdate};
+use crate::metrics::status::{
+    KindGauges, StatusKind, StatusObject, StatusTracker, StatusUpdate, Transition,
+};
 use crate::metrics::{METRICS, StatusMetrics, pod_scheduling};
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
@@ -210,9 +212,16 @@ fn with_kind(labels: &[String], base: usize, kind: StatusKind) -> cluster_state:
     }
 }
 
+/// Publishes a pass's status gauges (replacing the last pass's) and counts its transitions
+/// and finished terminations.
 fn publish_status(update: StatusUpdate) {
+    publish_status_gauges(update.gauges);
+    count_status_changes(&update.transitions, &update.terminated);
+}
+
+fn publish_status_gauges(gauges: HashMap<StatusKind, KindGauges>) {
     let mut deprecated: [Vec<cluster_state::Series>; 3] = Default::default();
-    for (kind, gauges) in update.gauges {
+    for (kind, gauges) in gauges {
         let [count, current, terminating] = &mut deprecated;
         for (out, series, base) in [
             (count, &gauges.condition_count, 6),
@@ -240,7 +249,11 @@ fn publish_status(update: StatusUpdate) {
     old.status_condition_count.publish(count);
     old.status_condition_current_status_seconds.publish(current);
     old.termination_current_time_seconds.publish(terminating);
-    for t in &update.transitions {
+}
+
+fn count_status_changes(transitions: &[Transition], terminated: &[(StatusKind, f64)]) {
+    let old = &METRICS.deprecated_status;
+    for t in transitions {
         let family = family_of(t.kind);
         let group = t.kind.group();
         let kind = t.kind.kind();
@@ -259,7 +272,7 @@ fn publish_status(update: StatusUpdate) {
             .with_label_values(&[group, &t.type_, &t.from_status, kind])
             .observe(t.seconds_in_previous);
     }
-    for (kind, seconds) in &update.terminated {
+    for (kind, seconds) in terminated {
         family_of(*kind)
             .termination_duration_seconds
             .with_label_values(&[kind.group()])
@@ -421,7 +434,7 @@ mod tests {
             .map(|h| (h.get_sample_count(), h.get_sample_sum()))
             .collect();
 
-        publish_status(&mut Publishers::default(), update);
+        count_status_changes(&update.transitions, &update.terminated);
 
         for (c, before) in transitions.iter().zip(&counted) {
             assert_eq!(c.get() - before, 1.0);
