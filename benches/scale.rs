@@ -478,10 +478,13 @@ async fn main() {
             .collect::<Vec<_>>()
             .join(", ");
         let (by_kind, throttled) = requests_since(&b.cluster, &cluster_requests(&kubeconfigs));
-        rows.push(format!(
+        let row = format!(
             "| {phase} | {pods} | {claims} ({planned}) | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} | {throttled:.0} |",
             t.judged, t.claims, t.nodes, t.bound
-        ));
+        );
+        // In the progress log too, so a run stopped early keeps its finished phases.
+        eprintln!("{row}");
+        rows.push(row);
         breakdowns.push(format!(
             "* {phase}: {}",
             by_kind

@@ -7,13 +7,13 @@
 //! each of 20,000 pods and a hash lookup per series every five seconds. Here the family holds
 //! the pass's series as computed (label values only) and builds the exposition when scraped.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{Gauge, Metric, MetricFamily, MetricType};
 
 use super::cluster_state::Series;
+use super::summary::{family_desc, label_pairs};
 
 /// A gauge family whose series are replaced together by [`PublishedGauges::publish`].
 #[derive(Clone)]
@@ -29,12 +29,7 @@ struct Inner {
 impl PublishedGauges {
     /// An empty family; `labels` are its label names.
     pub fn new(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
-        let desc = Desc::new(
-            name.to_string(),
-            help.to_string(),
-            labels.iter().map(|l| l.to_string()).collect(),
-            HashMap::new(),
-        )?;
+        let desc = family_desc(name, help, labels)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 desc,
@@ -80,25 +75,14 @@ impl Collector for PublishedGauges {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let names = &self.inner.desc.variable_labels;
-        let mut order: Vec<usize> = (0..names.len()).collect();
-        order.sort_by(|&a, &b| names[a].cmp(&names[b]));
         let metrics = self
             .lock()
             .iter()
             .map(|s| {
-                let pairs = order
-                    .iter()
-                    .map(|&i| {
-                        let mut pair = LabelPair::default();
-                        pair.set_name(names[i].clone());
-                        pair.set_value(s.labels[i].clone());
-                        pair
-                    })
-                    .collect();
                 let mut gauge = Gauge::default();
                 gauge.set_value(s.value);
                 let mut metric = Metric::default();
-                metric.set_label(pairs);
+                metric.set_label(label_pairs(names, &s.labels));
                 metric.set_gauge(gauge);
                 metric
             })

@@ -39,12 +39,7 @@ struct SummarySeries {
 impl SummaryVec {
     /// A summary family; `labels` are its label names.
     pub fn new(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
-        let desc = Desc::new(
-            name.to_string(),
-            help.to_string(),
-            labels.iter().map(|l| l.to_string()).collect(),
-            HashMap::new(),
-        )?;
+        let desc = family_desc(name, help, labels)?;
         Ok(Self {
             inner: Arc::new(SummaryInner {
                 desc,
@@ -99,6 +94,32 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The description of a hand-written family (a summary here, [`super::PublishedGauges`]).
+pub(super) fn family_desc(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Desc> {
+    Desc::new(
+        name.to_string(),
+        help.to_string(),
+        labels.iter().map(|l| l.to_string()).collect(),
+        HashMap::new(),
+    )
+}
+
+/// A series' label pairs in name order, as the exposition lists them.
+pub(super) fn label_pairs(names: &[String], values: &[String]) -> Vec<LabelPair> {
+    let mut pairs: Vec<LabelPair> = names
+        .iter()
+        .zip(values)
+        .map(|(name, value)| {
+            let mut pair = LabelPair::default();
+            pair.set_name(name.clone());
+            pair.set_value(value.clone());
+            pair
+        })
+        .collect();
+    pairs.sort_by(|a, b| a.name().cmp(b.name()));
+    pairs
+}
+
 impl Collector for SummaryVec {
     fn desc(&self) -> Vec<&Desc> {
         vec![&self.inner.desc]
@@ -129,22 +150,8 @@ impl Collector for SummaryVec {
             summary.set_sample_count(entry.count);
             summary.set_sample_sum(entry.sum);
             summary.set_quantile(quantiles);
-            let mut pairs: Vec<LabelPair> = self
-                .inner
-                .desc
-                .variable_labels
-                .iter()
-                .zip(label_values)
-                .map(|(name, value)| {
-                    let mut pair = LabelPair::default();
-                    pair.set_name(name.clone());
-                    pair.set_value(value.clone());
-                    pair
-                })
-                .collect();
-            pairs.sort_by(|a, b| a.name().cmp(b.name()));
             let mut metric = Metric::default();
-            metric.set_label(pairs);
+            metric.set_label(label_pairs(&self.inner.desc.variable_labels, label_values));
             metric.set_summary(summary);
             metrics.push(metric);
         }
