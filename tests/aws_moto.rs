@@ -27,7 +27,7 @@ use karpenter_rs::cloudprovider::{
 };
 use karpenter_rs::disruption::drift;
 use karpenter_rs::metrics::METRICS;
-use karpenter_rs::scheduling::instance_type::CapacityType;
+use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType};
 use karpenter_rs::scheduling::resources;
 
 use harness::{Moto, sdk_config};
@@ -2928,5 +2928,46 @@ async fn a_nodeclaim_asking_for_efa_gets_an_efa_interface_per_device() {
             (Some(3), Some(1), efa)
         ],
         "p4d.24xlarge offers four EFA devices"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_virtualization_offers_only_the_types_that_support_it() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let names = |types: &[InstanceType]| -> BTreeSet<String> {
+        types.iter().map(|it| it.name.to_string()).collect()
+    };
+    let plain = ready(&env, al2023()).await;
+    let all = names(&env.provider.instance_types(&plain).await.expect("types"));
+    let nested = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  cpuOptions: {nestedVirtualization: enabled}\n",
+        ),
+    )
+    .await;
+    let capable = names(&env.provider.instance_types(&nested).await.expect("types"));
+    // moto's DescribeInstanceTypes lists `nested-virtualization` for the 7th and 8th generation
+    // Intel types (c7i, m8i, ...), not for m5.
+    assert!(capable.contains("c7i.large"), "{capable:?}");
+    assert!(!capable.contains("m5.large"), "{capable:?}");
+    assert!(all.contains("m5.large"));
+    assert!(capable.is_subset(&all) && capable.len() < all.len());
+    let disabled = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  cpuOptions: {nestedVirtualization: disabled}\n",
+        ),
+    )
+    .await;
+    assert_eq!(
+        names(&env.provider.instance_types(&disabled).await.expect("types")),
+        all,
+        "`disabled` filters nothing"
     );
 }

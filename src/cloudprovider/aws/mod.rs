@@ -565,8 +565,13 @@ impl AwsProvider {
         zones.sort();
         zones.dedup();
         let group_id = placement_group.map(|g| g.id.as_str());
+        let nested_virtualization = nodeclass
+            .spec
+            .cpu_options
+            .as_ref()
+            .is_some_and(|c| c.nested_virtualization_enabled());
         let key = format!(
-            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}|{:?}",
+            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}|{:?}|{nested_virtualization}",
             settings.ami_family,
             settings.kubelet,
             settings.ephemeral_storage,
@@ -589,6 +594,7 @@ impl AwsProvider {
                         &prices,
                         &zones,
                         &settings,
+                        nested_virtualization,
                         &self.settings.region,
                     );
                     // Every node of the class runs in the group: the label is the type's, so
