@@ -50,6 +50,7 @@ use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::metrics::METRICS;
+use crate::pacing::TokenBucket;
 use crate::scheduling::instance_type::{
     CapacityType, InstanceType, NodeClassSettings, Offering, add_reserved_offerings,
 };
@@ -234,6 +235,8 @@ pub struct AwsProvider {
     placement_groups: Mutex<HashMap<String, (PlacementGroupSelector, PlacementGroup)>>,
     /// The dry-run authorization verdicts per EC2NodeClass, kept while their inputs hold.
     validations: Mutex<validation::Verdicts>,
+    /// Paces the per-node calls that name registered instances ([`tags::registration_pacing`]).
+    registration_tagging: TokenBucket,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -294,6 +297,7 @@ impl AwsProvider {
             untagged: Mutex::new(HashMap::new()),
             placement_groups: Mutex::new(HashMap::new()),
             validations: Mutex::new(validation::Verdicts::new()),
+            registration_tagging: tags::registration_pacing(tokio::time::Instant::now()),
             settings,
             clock,
         })
@@ -642,6 +646,19 @@ impl AwsProvider {
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
         let now = self.clock.now();
+        Ok(self
+            .describe_raw(id)
+            .await?
+            .iter()
+            .find_map(|i| to_instance(i, now, self.settings.reserved_capacity)))
+    }
+
+    /// Instance `id` as DescribeInstances returns it (empty when EC2 does not know it): the one
+    /// lookup by ID behind [`Self::describe_instance`] and the registration tagging.
+    async fn describe_raw(
+        &self,
+        id: &str,
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
         let out = self
             .ec2
             .describe_instances()
@@ -650,10 +667,11 @@ impl AwsProvider {
             .await
             .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
         Ok(out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .find_map(|i| to_instance(i, now, self.settings.reserved_capacity)))
+            .reservations
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|r| r.instances.unwrap_or_default())
+            .collect())
     }
 
     async fn find_by_nodeclaim(&self, name: &str) -> Result<Option<Instance>, CloudError> {
@@ -1525,17 +1543,17 @@ impl CloudProvider for AwsProvider {
         let id = provider_id_instance(provider_id).ok_or_else(|| {
             CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
         })?;
-        let out = self
-            .ec2
-            .describe_instances()
-            .instance_ids(id)
-            .send()
-            .await
-            .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
-        let instance = out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
+        // One token per node: a thousand Nodes registering together are named at the bucket's
+        // rate instead of in one burst of DescribeInstances and CreateTags.
+        tokio::time::sleep(
+            self.registration_tagging
+                .reserve(tokio::time::Instant::now()),
+        )
+        .await;
+        let instance = self
+            .describe_raw(id)
+            .await?
+            .into_iter()
             .find(|i| {
                 !matches!(
                     i.state().and_then(|s| s.name()),

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types::{Filter, Tag};
 
 use crate::apis::labels;
+use crate::pacing::TokenBucket;
 
 /// `eks:eks-cluster-name=<cluster>`: EKS console and cost reports group instances by it.
 pub const EKS_CLUSTER_NAME: &str = "eks:eks-cluster-name";
@@ -66,6 +67,20 @@ pub fn registration_tags(
     .collect()
 }
 
+/// Registered instances named per second, after a burst of [`REGISTRATION_TAGGING_BURST`]: each
+/// costs a DescribeInstances and a CreateTags, so a thousand Nodes registering at once take
+/// about three minutes to be named instead of spending EC2's request budget, which launches and
+/// terminations share, in one burst. (Our choice: upstream paces this only through its
+/// controller's work queue.)
+pub const REGISTRATION_TAGGING_QPS: u32 = 5;
+/// Registered instances named at once before [`REGISTRATION_TAGGING_QPS`] applies.
+pub const REGISTRATION_TAGGING_BURST: u32 = 20;
+
+/// The bucket the registration tagging waits on, full at `now`.
+pub fn registration_pacing(now: tokio::time::Instant) -> TokenBucket {
+    TokenBucket::new(REGISTRATION_TAGGING_QPS, REGISTRATION_TAGGING_BURST, now)
+}
+
 /// Tags as the EC2 API takes them.
 pub fn to_ec2(tags: &BTreeMap<String, String>) -> Vec<Tag> {
     tags.iter()
@@ -110,6 +125,21 @@ pub fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thousand_registrations_are_named_at_the_pacing_rate_not_at_once() {
+        let start = tokio::time::Instant::now();
+        let bucket = registration_pacing(start);
+        let waits: Vec<std::time::Duration> = (0..1000).map(|_| bucket.reserve(start)).collect();
+        let immediate = waits.iter().filter(|w| w.is_zero()).count();
+        assert_eq!(immediate, REGISTRATION_TAGGING_BURST as usize);
+        // The last waits for the 980 after the burst at 5 per second: 196 s.
+        assert_eq!(waits[999], std::time::Duration::from_secs(196));
+        assert!(
+            waits.windows(2).all(|w| w[0] <= w[1]),
+            "served in arrival order"
+        );
+    }
 
     #[test]
     fn karpenter_tags_win_over_user_tags() {
