@@ -150,6 +150,7 @@ async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut Aws
         reserved_capacity: true,
         // The dry-run authorization checks have tests of their own (tests/aws_moto.rs).
         disable_dry_run: true,
+        resolution_period: std::time::Duration::from_secs(60),
     };
     adjust(&mut settings);
     let provider = AwsProvider::new(settings.clone(), &config, clock.clone()).expect("provider");

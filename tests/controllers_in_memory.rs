@@ -1564,6 +1564,9 @@ struct RecordingCloud {
 impl RecordingCloud {
     /// What `tag_registered` answers, as EC2 refuses CreateTags without the permission.
     const REFUSE_TAGS: &'static str = "UnauthorizedOperation: not allowed to tag";
+    /// How often it asks for its node classes to be resolved again (the AWS provider: the
+    /// shorter of `AMI_REFRESH_INTERVAL` and `SUBNET_REFRESH_INTERVAL`).
+    const RESOLUTION_PERIOD: std::time::Duration = std::time::Duration::from_secs(90);
 }
 
 /// A context like `env`'s whose cloud is a [`RecordingCloud`].
@@ -1596,6 +1599,10 @@ impl karpenter_rs::cloudprovider::CloudProvider for RecordingCloud {
 
     fn resolves_capacity_reservations(&self) -> bool {
         self.reservations
+    }
+
+    fn resolution_period(&self) -> std::time::Duration {
+        RecordingCloud::RESOLUTION_PERIOD
     }
 
     async fn create(
@@ -1707,9 +1714,14 @@ async fn reservations_ready(env: &Env, reservations: bool) -> Option<String> {
     let (_, ctx) = recording(env, reservations);
     let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
     assert!(class.spec.capacity_reservation_selector_terms.is_empty());
-    karpenter_rs::controllers::nodeclass::reconcile(Arc::new(class), ctx)
+    let action = karpenter_rs::controllers::nodeclass::reconcile(Arc::new(class), ctx)
         .await
         .expect("reconcile");
+    assert_eq!(
+        action,
+        Action::requeue(RecordingCloud::RESOLUTION_PERIOD),
+        "the class is resolved again at the cloud provider's period"
+    );
     let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
     let status = class.status.expect("status");
     assert!(karpenter_rs::apis::conditions::is_true(

@@ -72,6 +72,10 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
         self.inner.repair_policies()
     }
 
+    fn resolution_period(&self) -> std::time::Duration {
+        self.inner.resolution_period()
+    }
+
     fn resolves_capacity_reservations(&self) -> bool {
         self.inner.resolves_capacity_reservations()
     }

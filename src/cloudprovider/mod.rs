@@ -229,6 +229,12 @@ pub trait CloudProvider: Send + Sync {
         &[]
     }
 
+    /// How long the EC2NodeClass controller waits before resolving a class again (upstream's
+    /// nodeclass status reconcilers requeue every five minutes unless a setting says otherwise).
+    fn resolution_period(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(300)
+    }
+
     /// Whether [`CloudProvider::resolve`] looks up capacity reservations (AWS: the
     /// `ReservedCapacity` gate), so that the EC2NodeClass reports `CapacityReservationsReady`.
     /// Not by default: a cloud without reservations says nothing about them.

@@ -102,6 +102,9 @@ pub struct AwsSettings {
     pub reserved_capacity: bool,
     /// `DISABLE_DRY_RUN`: skip the dry-run authorization checks of EC2NodeClass validation.
     pub disable_dry_run: bool,
+    /// How often the EC2NodeClass controller resolves a class again: the shorter of
+    /// `AMI_REFRESH_INTERVAL` and `SUBNET_REFRESH_INTERVAL` (one resolution covers both).
+    pub resolution_period: Duration,
 }
 
 /// An SDK config loader with the HTTP client and retry policy every client here uses: rustls on
@@ -1187,6 +1190,10 @@ impl CloudProvider for AwsProvider {
 
     fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
         &crate::apis::repair::EKS_POLICIES
+    }
+
+    fn resolution_period(&self) -> Duration {
+        self.settings.resolution_period
     }
 
     fn resolves_capacity_reservations(&self) -> bool {
