@@ -23,7 +23,8 @@ use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
 use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, cluster};
 use karpenter_rs::cloudprovider::interruption::{InterruptionAction, InterruptionKind};
 use karpenter_rs::cloudprovider::{
-    CloudError, CloudProvider, InstanceState, claim_requests, claim_requirements, launch_candidates,
+    CloudError, CloudProvider, InstanceState, Tagging, claim_requests, claim_requirements,
+    launch_candidates,
 };
 use karpenter_rs::disruption::drift;
 use karpenter_rs::metrics::METRICS;
@@ -2234,14 +2235,17 @@ async fn a_registered_instance_is_named_after_its_node_once() {
         !tags_of(&instances_of(&env, "default-name1").await[0]).contains_key("Name"),
         "no Name before the Node registers"
     );
-    env.provider
-        .tag_registered(
-            &launched.provider_id,
-            "default-name1",
-            "ip-10-0-1-5.ec2.internal",
-        )
-        .await
-        .expect("tag");
+    assert_eq!(
+        env.provider
+            .tag_registered(
+                &launched.provider_id,
+                "default-name1",
+                "ip-10-0-1-5.ec2.internal",
+            )
+            .await
+            .expect("tag"),
+        Tagging::Done
+    );
     let tags = tags_of(&instances_of(&env, "default-name1").await[0]);
     assert_eq!(tags["Name"], "ip-10-0-1-5.ec2.internal");
     assert_eq!(tags["karpenter.sh/nodeclaim"], "default-name1");
@@ -2264,7 +2268,7 @@ async fn a_registered_instance_is_named_after_its_node_once() {
         env.provider
             .tag_registered(&launched.provider_id, "default-name1", "other-node")
             .await,
-        Ok(())
+        Ok(Tagging::Done)
     ));
     moto.fail("CreateTags", 0, "");
 

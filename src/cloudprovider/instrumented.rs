@@ -15,7 +15,9 @@ use crate::metrics::METRICS;
 use crate::scheduling::instance_type::InstanceType;
 
 use super::interruption::{InterruptionEvent, InterruptionMessage};
-use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution, NodeClassesInUse};
+use super::{
+    CloudError, CloudProvider, Instance, Launched, NodeClassResolution, NodeClassesInUse, Tagging,
+};
 
 /// Wraps a provider and records metrics around each call.
 pub struct Instrumented<P> {
@@ -151,7 +153,7 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
         provider_id: &str,
         nodeclaim: &str,
         node_name: &str,
-    ) -> Result<(), CloudError> {
+    ) -> Result<Tagging, CloudError> {
         self.inner
             .tag_registered(provider_id, nodeclaim, node_name)
             .await

@@ -149,6 +149,16 @@ impl AsRef<CloudError> for CloudError {
     }
 }
 
+/// What [`CloudProvider::tag_registered`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tagging {
+    /// The instance carries the tags.
+    Done,
+    /// Not yet: the cloud paces these calls (one per node) and this NodeClaim's turn comes after
+    /// this long; ask again then. Nothing waits meanwhile, so the NodeClaim's lifecycle goes on.
+    Paced(std::time::Duration),
+}
+
 /// The node class' status, once its controller has resolved it and marked it Ready: what every
 /// launch reads its subnets, security groups and AMIs from.
 fn nodeclass_ready(nodeclass: &EC2NodeClass) -> Result<&EC2NodeClassStatus, CloudError> {
@@ -267,8 +277,8 @@ pub trait CloudProvider: Send + Sync {
         _provider_id: &str,
         _nodeclaim: &str,
         _node_name: &str,
-    ) -> Result<(), CloudError> {
-        Ok(())
+    ) -> Result<Tagging, CloudError> {
+        Ok(Tagging::Done)
     }
 
     /// Deletes what the provider made for node class `nodeclass` (AWS: its launch templates and

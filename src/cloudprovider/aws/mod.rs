@@ -50,7 +50,6 @@ use crate::apis::{EC2NodeClass, NodeClaim};
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::metrics::METRICS;
-use crate::pacing::TokenBucket;
 use crate::scheduling::instance_type::{
     CapacityType, InstanceType, NodeClassSettings, Offering, add_reserved_offerings,
 };
@@ -60,7 +59,7 @@ use crate::scheduling::resources;
 use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
-    NodeClassesInUse, ResolveError, claim_requests, claim_requirements, launch_candidates,
+    NodeClassesInUse, ResolveError, Tagging, claim_requests, claim_requirements, launch_candidates,
     node_labels, provider_id_instance,
 };
 use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
@@ -238,8 +237,8 @@ pub struct AwsProvider {
     placement_groups: Mutex<HashMap<String, (PlacementGroupSelector, PlacementGroup)>>,
     /// The dry-run authorization verdicts per EC2NodeClass, kept while their inputs hold.
     validations: Mutex<validation::Verdicts>,
-    /// Paces the per-node calls that name registered instances ([`tags::registration_pacing`]).
-    registration_tagging: TokenBucket,
+    /// Paces the per-node calls that name registered instances.
+    registration_tagging: tags::RegistrationPacing,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -300,7 +299,7 @@ impl AwsProvider {
             untagged: Mutex::new(HashMap::new()),
             placement_groups: Mutex::new(HashMap::new()),
             validations: Mutex::new(validation::Verdicts::new()),
-            registration_tagging: tags::registration_pacing(tokio::time::Instant::now()),
+            registration_tagging: tags::RegistrationPacing::new(tokio::time::Instant::now()),
             settings,
             clock,
         })
@@ -1546,17 +1545,18 @@ impl CloudProvider for AwsProvider {
         provider_id: &str,
         nodeclaim: &str,
         node_name: &str,
-    ) -> Result<(), CloudError> {
+    ) -> Result<Tagging, CloudError> {
         let id = provider_id_instance(provider_id).ok_or_else(|| {
             CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
         })?;
-        // One token per node: a thousand Nodes registering together are named at the bucket's
+        // One turn per node: a thousand Nodes registering together are named at the pacing
         // rate instead of in one burst of DescribeInstances and CreateTags.
-        tokio::time::sleep(
-            self.registration_tagging
-                .reserve(tokio::time::Instant::now()),
-        )
-        .await;
+        if let Some(wait) = self
+            .registration_tagging
+            .turn(nodeclaim, tokio::time::Instant::now())
+        {
+            return Ok(Tagging::Paced(wait));
+        }
         let instance = self
             .describe_raw(id)
             .await?
@@ -1575,7 +1575,7 @@ impl CloudProvider for AwsProvider {
             &tags::from_ec2(instance.tags()),
         );
         if missing.is_empty() {
-            return Ok(());
+            return Ok(Tagging::Done);
         }
         self.ec2
             .create_tags()
@@ -1584,7 +1584,7 @@ impl CloudProvider for AwsProvider {
             .send()
             .await
             .map_err(|e| sdk_error("ec2:CreateTags", e))?;
-        Ok(())
+        Ok(Tagging::Done)
     }
 
     async fn instance_types(
