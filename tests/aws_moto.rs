@@ -2976,3 +2976,92 @@ async fn nested_virtualization_offers_only_the_types_that_support_it() {
         "`disabled` filters nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeclaim_that_requires_a_partition_launches_into_it() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let group = create_placement_group(&env, "brokers", "partition").await;
+    let class = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: brokers}\n",
+        ),
+    )
+    .await;
+    // Each pool is offered once per partition, as upstream.
+    let types = env
+        .provider
+        .instance_types(&class)
+        .await
+        .expect("instance types");
+    let m5 = types
+        .iter()
+        .find(|it| &*it.name == "m5.large")
+        .expect("m5.large");
+    let partitions: BTreeSet<&str> = m5
+        .offerings
+        .iter()
+        .filter_map(|o| o.partition.as_deref())
+        .collect();
+    assert_eq!(partitions, BTreeSet::from(["1", "2", "3"]));
+    let requiring = |name: &str, partition: &str| {
+        let mut c = claim(name, &["m5.large"], &["on-demand"]);
+        c.spec.requirements.push(
+            serde_yaml_ng::from_str(&format!(
+                "{{key: {}, operator: In, values: ['{partition}']}}",
+                labels::PLACEMENT_GROUP_PARTITION
+            ))
+            .expect("requirement"),
+        );
+        c
+    };
+    let launched = env
+        .provider
+        .create(&requiring("default-part1", "3"), &class)
+        .await
+        .expect("launch");
+    assert_eq!(
+        launched.labels.get(labels::PLACEMENT_GROUP_PARTITION),
+        Some(&"3".to_string()),
+        "EC2 put it where the template says, not in the first partition"
+    );
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let pools: Vec<(&str, &str)> = fleets[0]["LaunchTemplateConfigs"][0]["Overrides"]
+        .as_array()
+        .expect("overrides")
+        .iter()
+        .map(|o| {
+            (
+                o["InstanceType"].as_str().unwrap_or_default(),
+                o["AvailabilityZone"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [("m5.large", "us-east-1a"), ("m5.large", "us-east-1b")],
+        "each pool asked for once, not once per partition"
+    );
+    let data = launch_template_of(&env, &template).await;
+    let placement = data.placement().expect("placement");
+    assert_eq!(placement.group_id(), Some(group.as_str()));
+    assert_eq!(placement.partition_number(), Some(3));
+    // A partition the group does not have is refused with the reason, and nothing launches.
+    let err = env
+        .provider
+        .create(&requiring("default-part2", "7"), &class)
+        .await
+        .expect_err("no partition 7");
+    assert!(matches!(err, CloudError::Invalid(_)), "{err}");
+    assert!(err.to_string().contains("1 to 3"), "{err}");
+    assert!(instances_of(&env, "default-part2").await.is_empty());
+}

@@ -394,6 +394,14 @@ fn launch_order<'a>(
         .filter(|(_, o)| allowed(o))
         .collect();
     out.sort_by(launch_cmp);
+    // A partition placement group's class offers each pool once per partition (adjacent after
+    // the sort); the launch asks for each pool once.
+    out.dedup_by(|(a_it, a), (b_it, b)| {
+        a_it.name == b_it.name
+            && a.zone == b.zone
+            && a.capacity_type == b.capacity_type
+            && a.reservation.as_ref().map(|r| &r.id) == b.reservation.as_ref().map(|r| &r.id)
+    });
     out.truncate(MAX_LAUNCH_OVERRIDES);
     out
 }

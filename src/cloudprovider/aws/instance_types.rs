@@ -313,6 +313,7 @@ pub fn build(
                     price,
                     available: true,
                     reservation: None,
+                    partition: None,
                 });
             };
             if entry.on_demand

@@ -452,6 +452,7 @@ impl AwsProvider {
             ipv6: self.ipv6_kube_dns().is_some(),
             ip_prefix_count: nodeclass.spec.ip_prefix_count,
             placement_group: launch.placement_group.map(|g| g.id.clone()),
+            placement_partition: launch.placement_partition,
             network_interfaces: nodeclass.spec.network_interfaces.clone(),
             efa_interfaces: launch.efa_interfaces,
             tags: launch.tags,
@@ -505,6 +506,7 @@ impl AwsProvider {
                     instance_profile: instance_profile.to_string(),
                     security_groups,
                     placement_group: placement_group.as_ref(),
+                    placement_partition: None,
                     efa_interfaces: 0,
                     tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
                     reservations: ReservationTargeting::Open,
@@ -609,6 +611,9 @@ impl AwsProvider {
                         for it in &mut types {
                             it.labels.insert(labels::PLACEMENT_GROUP_ID, id.to_string());
                         }
+                    }
+                    if let Some(group) = placement_group {
+                        placement_groups::offer_partitions(&mut types, group);
                     }
                     let types = Arc::new(types);
                     cache.insert(
@@ -981,6 +986,8 @@ struct Launch<'a> {
     instance_profile: String,
     security_groups: &'a [crate::apis::ec2nodeclass::SecurityGroup],
     placement_group: Option<&'a PlacementGroup>,
+    /// The partition of the placement group the NodeClaim requires, if it narrows them.
+    placement_partition: Option<i32>,
     /// EFA interfaces the NodeClaim needs (0: none asked for).
     efa_interfaces: i32,
     tags: BTreeMap<String, String>,
@@ -1210,6 +1217,12 @@ impl CloudProvider for AwsProvider {
         let placement_group = self.placement_group(nodeclass).await?;
         let types = self.types_for(nodeclass, placement_group.as_ref())?;
         let reqs = claim_requirements(claim);
+        let placement_partition = placement_group
+            .as_ref()
+            .map(|g| placement_groups::required_partition(g, &reqs))
+            .transpose()
+            .map_err(|e| CloudError::Invalid(format!("NodeClaim {name}: {e}")))?
+            .flatten();
         // An instance an earlier attempt launched but could not tag is tagged (and found below)
         // or terminated before anything new is launched.
         self.settle_untagged(&name).await?;
@@ -1348,6 +1361,7 @@ impl CloudProvider for AwsProvider {
                     instance_profile: instance_profile.clone(),
                     security_groups: &status.security_groups,
                     placement_group: placement_group.as_ref(),
+                    placement_partition,
                     efa_interfaces: i32::try_from(efa_interfaces).unwrap_or(0),
                     tags: launch_tags.clone(),
                     reservations,
