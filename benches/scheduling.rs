@@ -91,6 +91,7 @@ fn instance_type(i: i64) -> InstanceType {
         price,
         available: true,
         reservation: None,
+        partition: None,
     };
     let capacity = Resources {
         cpu: cpu * 1000,

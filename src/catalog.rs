@@ -378,6 +378,7 @@ impl Catalog {
                             price: e.on_demand_price,
                             available: true,
                             reservation: None,
+                            partition: None,
                         });
                     }
                     if let Some(price) = spot {
@@ -388,6 +389,7 @@ impl Catalog {
                             price: *price,
                             available: true,
                             reservation: None,
+                            partition: None,
                         });
                     }
                 }

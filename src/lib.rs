@@ -11,6 +11,7 @@ pub mod explain;
 pub mod manifest;
 pub mod metrics;
 pub mod operator;
+pub mod pacing;
 pub mod runtime;
 pub mod scheduling;
 pub mod simulate;

@@ -292,6 +292,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     region: region.clone(),
                     reserved_capacity: settings.feature_gates.reserved_capacity,
                     disable_dry_run: settings.disable_dry_run,
+                    resolution_period: settings.nodeclass_resolution_period(),
                 };
                 let cloud = Arc::new(
                     aws::AwsProvider::new(aws_settings, &sdk, clock.clone())

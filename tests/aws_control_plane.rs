@@ -123,6 +123,7 @@ async fn provider(moto: &Moto, queue: Option<&str>, clock: Arc<FakeClock>) -> Ar
         reserved_capacity: true,
         // The dry-run authorization checks have tests of their own (tests/aws_moto.rs).
         disable_dry_run: true,
+        resolution_period: std::time::Duration::from_secs(60),
     };
     let provider = AwsProvider::new(settings, &config, clock).expect("provider");
     provider.refresh().await.expect("instance types");

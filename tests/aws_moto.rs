@@ -23,11 +23,12 @@ use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
 use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, cluster};
 use karpenter_rs::cloudprovider::interruption::{InterruptionAction, InterruptionKind};
 use karpenter_rs::cloudprovider::{
-    CloudError, CloudProvider, InstanceState, claim_requests, claim_requirements, launch_candidates,
+    CloudError, CloudProvider, InstanceState, Tagging, claim_requests, claim_requirements,
+    launch_candidates,
 };
 use karpenter_rs::disruption::drift;
 use karpenter_rs::metrics::METRICS;
-use karpenter_rs::scheduling::instance_type::CapacityType;
+use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType};
 use karpenter_rs::scheduling::resources;
 
 use harness::{Moto, sdk_config};
@@ -150,6 +151,7 @@ async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut Aws
         reserved_capacity: true,
         // The dry-run authorization checks have tests of their own (tests/aws_moto.rs).
         disable_dry_run: true,
+        resolution_period: std::time::Duration::from_secs(60),
     };
     adjust(&mut settings);
     let provider = AwsProvider::new(settings.clone(), &config, clock.clone()).expect("provider");
@@ -2233,14 +2235,17 @@ async fn a_registered_instance_is_named_after_its_node_once() {
         !tags_of(&instances_of(&env, "default-name1").await[0]).contains_key("Name"),
         "no Name before the Node registers"
     );
-    env.provider
-        .tag_registered(
-            &launched.provider_id,
-            "default-name1",
-            "ip-10-0-1-5.ec2.internal",
-        )
-        .await
-        .expect("tag");
+    assert_eq!(
+        env.provider
+            .tag_registered(
+                &launched.provider_id,
+                "default-name1",
+                "ip-10-0-1-5.ec2.internal",
+            )
+            .await
+            .expect("tag"),
+        Tagging::Done
+    );
     let tags = tags_of(&instances_of(&env, "default-name1").await[0]);
     assert_eq!(tags["Name"], "ip-10-0-1-5.ec2.internal");
     assert_eq!(tags["karpenter.sh/nodeclaim"], "default-name1");
@@ -2263,7 +2268,7 @@ async fn a_registered_instance_is_named_after_its_node_once() {
         env.provider
             .tag_registered(&launched.provider_id, "default-name1", "other-node")
             .await,
-        Ok(())
+        Ok(Tagging::Done)
     ));
     moto.fail("CreateTags", 0, "");
 
@@ -2929,4 +2934,134 @@ async fn a_nodeclaim_asking_for_efa_gets_an_efa_interface_per_device() {
         ],
         "p4d.24xlarge offers four EFA devices"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_virtualization_offers_only_the_types_that_support_it() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let names = |types: &[InstanceType]| -> BTreeSet<String> {
+        types.iter().map(|it| it.name.to_string()).collect()
+    };
+    let plain = ready(&env, al2023()).await;
+    let all = names(&env.provider.instance_types(&plain).await.expect("types"));
+    let nested = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  cpuOptions: {nestedVirtualization: enabled}\n",
+        ),
+    )
+    .await;
+    let capable = names(&env.provider.instance_types(&nested).await.expect("types"));
+    // moto's DescribeInstanceTypes lists `nested-virtualization` for the 7th and 8th generation
+    // Intel types (c7i, m8i, ...), not for m5.
+    assert!(capable.contains("c7i.large"), "{capable:?}");
+    assert!(!capable.contains("m5.large"), "{capable:?}");
+    assert!(all.contains("m5.large"));
+    assert!(capable.is_subset(&all) && capable.len() < all.len());
+    let disabled = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  cpuOptions: {nestedVirtualization: disabled}\n",
+        ),
+    )
+    .await;
+    assert_eq!(
+        names(&env.provider.instance_types(&disabled).await.expect("types")),
+        all,
+        "`disabled` filters nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodeclaim_that_requires_a_partition_launches_into_it() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let group = create_placement_group(&env, "brokers", "partition").await;
+    let class = ready(
+        &env,
+        nodeclass(
+            "default",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: brokers}\n",
+        ),
+    )
+    .await;
+    // Each pool is offered once per partition, as upstream.
+    let types = env
+        .provider
+        .instance_types(&class)
+        .await
+        .expect("instance types");
+    let m5 = types
+        .iter()
+        .find(|it| &*it.name == "m5.large")
+        .expect("m5.large");
+    let partitions: BTreeSet<&str> = m5
+        .offerings
+        .iter()
+        .filter_map(|o| o.partition.as_deref())
+        .collect();
+    assert_eq!(partitions, BTreeSet::from(["1", "2", "3"]));
+    let requiring = |name: &str, partition: &str| {
+        let mut c = claim(name, &["m5.large"], &["on-demand"]);
+        c.spec.requirements.push(
+            serde_yaml_ng::from_str(&format!(
+                "{{key: {}, operator: In, values: ['{partition}']}}",
+                labels::PLACEMENT_GROUP_PARTITION
+            ))
+            .expect("requirement"),
+        );
+        c
+    };
+    let launched = env
+        .provider
+        .create(&requiring("default-part1", "3"), &class)
+        .await
+        .expect("launch");
+    assert_eq!(
+        launched.labels.get(labels::PLACEMENT_GROUP_PARTITION),
+        Some(&"3".to_string()),
+        "EC2 put it where the template says, not in the first partition"
+    );
+    let fleets = moto.fleets();
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let pools: Vec<(&str, &str)> = fleets[0]["LaunchTemplateConfigs"][0]["Overrides"]
+        .as_array()
+        .expect("overrides")
+        .iter()
+        .map(|o| {
+            (
+                o["InstanceType"].as_str().unwrap_or_default(),
+                o["AvailabilityZone"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pools,
+        [("m5.large", "us-east-1a"), ("m5.large", "us-east-1b")],
+        "each pool asked for once, not once per partition"
+    );
+    let data = launch_template_of(&env, &template).await;
+    let placement = data.placement().expect("placement");
+    assert_eq!(placement.group_id(), Some(group.as_str()));
+    assert_eq!(placement.partition_number(), Some(3));
+    // A partition the group does not have is refused with the reason, and nothing launches.
+    let err = env
+        .provider
+        .create(&requiring("default-part2", "7"), &class)
+        .await
+        .expect_err("no partition 7");
+    assert!(matches!(err, CloudError::Invalid(_)), "{err}");
+    assert!(err.to_string().contains("1 to 3"), "{err}");
+    assert!(instances_of(&env, "default-part2").await.is_empty());
 }

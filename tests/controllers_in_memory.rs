@@ -1653,16 +1653,20 @@ async fn two_nodeclaims_that_never_register_make_the_pool_registration_unhealthy
 
 /// The simulated cloud, recording what node-class garbage collection is told is in use. It
 /// resolves capacity reservations (the AWS cloud's `ReservedCapacity` gate) when `reservations`
-/// says so, and refuses to tag instances.
+/// says so, and refuses to tag instances (or, with `paced`, says their turn comes after it).
 struct RecordingCloud {
     inner: Arc<karpenter_rs::cloudprovider::simulated::SimulatedProvider>,
     in_use: std::sync::Mutex<Vec<karpenter_rs::cloudprovider::NodeClassesInUse>>,
     reservations: bool,
+    paced: Option<std::time::Duration>,
 }
 
 impl RecordingCloud {
     /// What `tag_registered` answers, as EC2 refuses CreateTags without the permission.
     const REFUSE_TAGS: &'static str = "UnauthorizedOperation: not allowed to tag";
+    /// How often it asks for its node classes to be resolved again (the AWS provider: the
+    /// shorter of `AMI_REFRESH_INTERVAL` and `SUBNET_REFRESH_INTERVAL`).
+    const RESOLUTION_PERIOD: std::time::Duration = std::time::Duration::from_secs(90);
 }
 
 /// A context like `env`'s whose cloud is a [`RecordingCloud`].
@@ -1670,10 +1674,20 @@ fn recording(
     env: &Env,
     reservations: bool,
 ) -> (Arc<RecordingCloud>, Arc<karpenter_rs::runtime::Context>) {
+    recording_paced(env, reservations, None)
+}
+
+/// [`recording`] with the tagging paced: every NodeClaim's turn comes after `paced`.
+fn recording_paced(
+    env: &Env,
+    reservations: bool,
+    paced: Option<std::time::Duration>,
+) -> (Arc<RecordingCloud>, Arc<karpenter_rs::runtime::Context>) {
     let cloud = Arc::new(RecordingCloud {
         inner: env.cloud.clone(),
         in_use: std::sync::Mutex::new(Vec::new()),
         reservations,
+        paced,
     });
     let ctx = karpenter_rs::runtime::Context::new(
         env.ctx.client.clone(),
@@ -1695,6 +1709,10 @@ impl karpenter_rs::cloudprovider::CloudProvider for RecordingCloud {
 
     fn resolves_capacity_reservations(&self) -> bool {
         self.reservations
+    }
+
+    fn resolution_period(&self) -> std::time::Duration {
+        RecordingCloud::RESOLUTION_PERIOD
     }
 
     async fn create(
@@ -1750,10 +1768,13 @@ impl karpenter_rs::cloudprovider::CloudProvider for RecordingCloud {
         _provider_id: &str,
         _nodeclaim: &str,
         _node_name: &str,
-    ) -> Result<(), karpenter_rs::cloudprovider::CloudError> {
-        Err(karpenter_rs::cloudprovider::CloudError::Invalid(
-            Self::REFUSE_TAGS.into(),
-        ))
+    ) -> Result<karpenter_rs::cloudprovider::Tagging, karpenter_rs::cloudprovider::CloudError> {
+        match self.paced {
+            Some(wait) => Ok(karpenter_rs::cloudprovider::Tagging::Paced(wait)),
+            None => Err(karpenter_rs::cloudprovider::CloudError::Invalid(
+                Self::REFUSE_TAGS.into(),
+            )),
+        }
     }
 
     async fn collect_nodeclass_resources(
@@ -1806,9 +1827,14 @@ async fn reservations_ready(env: &Env, reservations: bool) -> Option<String> {
     let (_, ctx) = recording(env, reservations);
     let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
     assert!(class.spec.capacity_reservation_selector_terms.is_empty());
-    karpenter_rs::controllers::nodeclass::reconcile(Arc::new(class), ctx)
+    let action = karpenter_rs::controllers::nodeclass::reconcile(Arc::new(class), ctx)
         .await
         .expect("reconcile");
+    assert_eq!(
+        action,
+        Action::requeue(RecordingCloud::RESOLUTION_PERIOD),
+        "the class is resolved again at the cloud provider's period"
+    );
     let class: karpenter_rs::apis::EC2NodeClass = env.get(POOL).await.expect("class");
     let status = class.status.expect("status");
     assert!(karpenter_rs::apis::conditions::is_true(
@@ -1884,6 +1910,42 @@ async fn a_nodepool_status_write_from_a_stale_copy_keeps_node_registration_healt
     assert_eq!(registration_healthy(&env).await, unhealthy);
     let current: karpenter_rs::apis::NodePool = env.get(POOL).await.expect("the pool");
     assert_eq!(current.status.and_then(|s| s.nodes), Some(2));
+}
+
+#[tokio::test]
+async fn a_paced_tagging_is_asked_again_at_its_turn_and_waits_for_nothing() {
+    let env = Env::new().await;
+    let claim = env.launched(&builders::nodeclaim("default-paced")).await;
+    env.join(&claim).await;
+    let soon = std::time::Duration::from_secs(2);
+    let (_, paced) = recording_paced(&env, false, Some(soon));
+    let action = nodeclaim::reconcile(Arc::new(env.claim("default-paced").await), paced)
+        .await
+        .expect("reconcile");
+    let claim = env.claim("default-paced").await;
+    assert!(has_condition(&claim, REGISTERED, TRUE));
+    assert!(!claim.annotations().contains_key(labels::TAGGED));
+    assert_eq!(
+        action,
+        Action::requeue(soon),
+        "its turn, before the 5 s recheck"
+    );
+    // Initialized, the NodeClaim comes back exactly at its turn, without a warning's retry.
+    let later = std::time::Duration::from_secs(40);
+    let (_, paced) = recording_paced(&env, false, Some(later));
+    let action = nodeclaim::reconcile(Arc::new(claim), paced)
+        .await
+        .expect("reconcile");
+    let claim = env.claim("default-paced").await;
+    assert!(has_condition(&claim, INITIALIZED, TRUE));
+    assert!(!claim.annotations().contains_key(labels::TAGGED));
+    assert_eq!(action, Action::requeue(later));
+    // Its turn come, the cloud takes the tags and the NodeClaim says so.
+    assert_eq!(env.reconcile("default-paced").await, Action::await_change());
+    assert_eq!(
+        env.claim("default-paced").await.annotations()[labels::TAGGED],
+        "true"
+    );
 }
 
 #[tokio::test]

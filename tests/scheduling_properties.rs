@@ -506,6 +506,7 @@ fn instance_type(i: usize, t: &TypeSpec) -> InstanceType {
                 price: f64::from(t.price_milli) / 1000.0 * factor + zi as f64 * 0.0001,
                 available: true,
                 reservation: None,
+                partition: None,
             });
         }
     }
@@ -1897,6 +1898,7 @@ fn fixed_type(name: &str, vcpu: i64, mem_gib: i64, zones: &[&str]) -> InstanceTy
             price: it.capacity.cpu as f64 / 10_000.0,
             available: true,
             reservation: None,
+            partition: None,
         })
         .collect();
     it
@@ -2316,4 +2318,71 @@ fn a_pod_selecting_a_reservation_by_id_lands_in_it() {
     let o = launch_offering(it, &c.requirements).expect("launchable");
     assert_eq!(o.reservation.as_ref().map(|r| &*r.id), Some("cr-b"));
     assert_eq!(&*o.zone, "z2");
+}
+
+/// A class in a partition placement group offers each pool once per partition (the AWS
+/// provider's `placement_groups::offer_partitions`, as upstream): a pod selecting a partition
+/// gets a NodeClaim that requires it, and a DoNotSchedule spread over partitions puts one broker
+/// in each.
+#[test]
+fn partitions_are_picked_like_zones() {
+    let mut it = fixed_type("p.large", 2, 4, &["z1"]);
+    it.offerings = it
+        .offerings
+        .iter()
+        .flat_map(|o| {
+            ["1", "2", "3"].map(|p| Offering {
+                partition: Some(Arc::from(p)),
+                ..o.clone()
+            })
+        })
+        .collect();
+    let partition_of = |c: &PlannedNodeClaim| -> Vec<String> {
+        c.requirements
+            .get(labels::PLACEMENT_GROUP_PARTITION)
+            .map(|r| r.values().map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let mut pinned = bare_pod("default", "pinned", "pinned", 500, gib(1));
+    pinned
+        .node_selector
+        .insert(labels::PLACEMENT_GROUP_PARTITION.to_string(), "2".into());
+    let input = Input {
+        nodepools: vec![one_pool(vec![it.clone()])],
+        existing: vec![],
+        pods: vec![pinned],
+        options: Options::default(),
+    };
+    let out = solve(&input);
+    assert_eq!(
+        out.placements,
+        [Some(Placement::NodeClaim(0))],
+        "{:?}",
+        out.errors
+    );
+    assert_eq!(partition_of(&out.nodeclaims[0]), ["2"]);
+
+    let brokers: Vec<Pod> = (0..3)
+        .map(|j| {
+            let mut p = bare_pod("default", &format!("broker-{j}"), "broker", 1500, gib(1));
+            p.created = j;
+            p.spread
+                .push(spread(labels::PLACEMENT_GROUP_PARTITION, "broker", 1));
+            p
+        })
+        .collect();
+    let input = Input {
+        nodepools: vec![one_pool(vec![it])],
+        existing: vec![],
+        pods: brokers,
+        options: Options::default(),
+    };
+    let out = solve(&input);
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    let partitions: BTreeSet<Vec<String>> = out.nodeclaims.iter().map(partition_of).collect();
+    assert_eq!(
+        partitions,
+        BTreeSet::from([vec!["1".to_string()], vec!["2".into()], vec!["3".into()]]),
+        "one broker per partition"
+    );
 }

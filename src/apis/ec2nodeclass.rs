@@ -539,6 +539,14 @@ pub struct CpuOptions {
     pub nested_virtualization: Option<String>,
 }
 
+impl CpuOptions {
+    /// Whether the class asks for nested virtualization (`nestedVirtualization: enabled`): as
+    /// upstream, it then offers only the instance types EC2 says support it.
+    pub fn nested_virtualization_enabled(&self) -> bool {
+        self.nested_virtualization.as_deref() == Some("enabled")
+    }
+}
+
 /// The EC2NodeClass status conditions a resolution can turn false: each points at the part of
 /// the node class (or of the controller's setup) to fix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,9 @@ use crate::metrics::METRICS;
 use crate::scheduling::instance_type::InstanceType;
 
 use super::interruption::{InterruptionEvent, InterruptionMessage};
-use super::{CloudError, CloudProvider, Instance, Launched, NodeClassResolution, NodeClassesInUse};
+use super::{
+    CloudError, CloudProvider, Instance, Launched, NodeClassResolution, NodeClassesInUse, Tagging,
+};
 
 /// Wraps a provider and records metrics around each call.
 pub struct Instrumented<P> {
@@ -70,6 +72,10 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
 
     fn repair_policies(&self) -> &'static [crate::apis::repair::RepairPolicy] {
         self.inner.repair_policies()
+    }
+
+    fn resolution_period(&self) -> std::time::Duration {
+        self.inner.resolution_period()
     }
 
     fn resolves_capacity_reservations(&self) -> bool {
@@ -147,7 +153,7 @@ impl<P: CloudProvider + 'static> CloudProvider for Instrumented<P> {
         provider_id: &str,
         nodeclaim: &str,
         node_name: &str,
-    ) -> Result<(), CloudError> {
+    ) -> Result<Tagging, CloudError> {
         self.inner
             .tag_registered(provider_id, nodeclaim, node_name)
             .await

@@ -149,6 +149,16 @@ impl AsRef<CloudError> for CloudError {
     }
 }
 
+/// What [`CloudProvider::tag_registered`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tagging {
+    /// The instance carries the tags.
+    Done,
+    /// Not yet: the cloud paces these calls (one per node) and this NodeClaim's turn comes after
+    /// this long; ask again then. Nothing waits meanwhile, so the NodeClaim's lifecycle goes on.
+    Paced(std::time::Duration),
+}
+
 /// The node class' status, once its controller has resolved it and marked it Ready: what every
 /// launch reads its subnets, security groups and AMIs from.
 fn nodeclass_ready(nodeclass: &EC2NodeClass) -> Result<&EC2NodeClassStatus, CloudError> {
@@ -229,6 +239,12 @@ pub trait CloudProvider: Send + Sync {
         &[]
     }
 
+    /// How long the EC2NodeClass controller waits before resolving a class again (upstream's
+    /// nodeclass status reconcilers requeue every five minutes unless a setting says otherwise).
+    fn resolution_period(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(300)
+    }
+
     /// Whether [`CloudProvider::resolve`] looks up capacity reservations (AWS: the
     /// `ReservedCapacity` gate), so that the EC2NodeClass reports `CapacityReservationsReady`.
     /// Not by default: a cloud without reservations says nothing about them.
@@ -261,8 +277,8 @@ pub trait CloudProvider: Send + Sync {
         _provider_id: &str,
         _nodeclaim: &str,
         _node_name: &str,
-    ) -> Result<(), CloudError> {
-        Ok(())
+    ) -> Result<Tagging, CloudError> {
+        Ok(Tagging::Done)
     }
 
     /// Deletes what the provider made for node class `nodeclass` (AWS: its launch templates and
@@ -378,6 +394,14 @@ fn launch_order<'a>(
         .filter(|(_, o)| allowed(o))
         .collect();
     out.sort_by(launch_cmp);
+    // A partition placement group's class offers each pool once per partition (adjacent after
+    // the sort); the launch asks for each pool once.
+    out.dedup_by(|(a_it, a), (b_it, b)| {
+        a_it.name == b_it.name
+            && a.zone == b.zone
+            && a.capacity_type == b.capacity_type
+            && a.reservation.as_ref().map(|r| &r.id) == b.reservation.as_ref().map(|r| &r.id)
+    });
     out.truncate(MAX_LAUNCH_OVERRIDES);
     out
 }

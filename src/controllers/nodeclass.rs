@@ -1,6 +1,6 @@
 //! EC2NodeClass status: what its selectors resolve to in the cloud (subnets, security groups,
-//! AMIs, instance profile) and whether it is ready to launch with, refreshed every five
-//! minutes; the finalizer that keeps a class while NodeClaims still use it and then deletes what
+//! AMIs, instance profile) and whether it is ready to launch with, refreshed every
+//! [`crate::cloudprovider::CloudProvider::resolution_period`]; the finalizer that keeps a class while NodeClaims still use it and then deletes what
 //! the cloud provider made for it (launch templates, the instance profile for `spec.role`); and
 //! the garbage collection ([`collect_garbage`]) of what classes that went without their
 //! finalizer left behind.
@@ -196,7 +196,7 @@ pub async fn reconcile(class: Arc<EC2NodeClass>, ctx: Arc<Context>) -> Result<Ac
         )
         .await?;
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(ctx.provider.resolution_period()))
 }
 
 /// How often [`collect_garbage`] looks for what gone node classes left (upstream's

@@ -403,6 +403,7 @@ mod tests {
             price: 0.1,
             available: false,
             reservation: None,
+            partition: None,
         };
         let m5 = resolve(
             &InstanceTypeInfo {

@@ -376,6 +376,13 @@ impl std::error::Error for InvalidSettings {}
 const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Settings {
+    /// How often an EC2NodeClass is resolved again: its AMIs and subnets are looked up in one
+    /// resolution, so at the shorter of `AMI_REFRESH_INTERVAL` and `SUBNET_REFRESH_INTERVAL`
+    /// (upstream's default of 1m for both re-resolves every minute).
+    pub fn nodeclass_resolution_period(&self) -> Duration {
+        self.ami_refresh_interval.min(self.subnet_refresh_interval)
+    }
+
     /// Parses flags with environment variables read through `env` instead of the process
     /// environment, so that tests (and embedders) can supply both without racing on global
     /// state. `args` starts with the program name, like `std::env::args_os()`.
@@ -696,6 +703,28 @@ mod tests {
         assert_eq!(s.ami_refresh_interval, Duration::from_secs(60));
         assert_eq!(s.subnet_refresh_interval, Duration::from_secs(60));
         assert!(!s.aws_feature_gates.node_class_cel);
+    }
+
+    #[test]
+    fn node_classes_are_resolved_again_at_the_shorter_refresh_interval() {
+        assert_eq!(
+            settings(&[]).nodeclass_resolution_period(),
+            Duration::from_secs(60)
+        );
+        let s = match parse(
+            &["--ami-refresh-interval=10m"],
+            &[("SUBNET_REFRESH_INTERVAL", "3m30s")],
+        ) {
+            Ok(s) => s,
+            Err(e) => panic!("should parse: {e}"),
+        };
+        assert_eq!(s.ami_refresh_interval, Duration::from_secs(600));
+        assert_eq!(s.nodeclass_resolution_period(), Duration::from_secs(210));
+        assert_eq!(
+            settings(&["--ami-refresh-interval=2m", "--subnet-refresh-interval=1h"])
+                .nodeclass_resolution_period(),
+            Duration::from_secs(120)
+        );
     }
 
     #[test]

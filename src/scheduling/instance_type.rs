@@ -61,6 +61,11 @@ pub struct Offering {
     /// The capacity reservation a reserved offering launches into (None for spot and
     /// on-demand).
     pub reservation: Option<Arc<Reservation>>,
+    /// The partition (`karpenter.k8s.aws/placement-group-partition`) of the node class'
+    /// partition placement group it launches into: such a class offers every zone and capacity
+    /// type once per partition, as upstream, so requirements and topology spread on the label
+    /// pick one. None outside partition groups.
+    pub partition: Option<Arc<str>>,
 }
 
 /// A capacity reservation behind a reserved offering.
@@ -150,6 +155,7 @@ pub fn add_reserved_offerings(types: &mut [InstanceType], reservations: &[Reserv
                 reservation_type: Arc::from(r.reservation_type.as_str()),
                 available: r.available.max(0),
             })),
+            partition: None,
         });
     }
 }
@@ -693,6 +699,7 @@ mod tests {
             price,
             available: true,
             reservation: None,
+            partition: None,
         }
     }
 

@@ -256,6 +256,7 @@ mod tests {
             price,
             available: true,
             reservation: None,
+            partition: None,
         }
     }
 

@@ -533,6 +533,7 @@ fn type_requirements(it: &InstanceType) -> Requirements {
             labels::NODEPOOL,
             labels::CAPACITY_RESERVATION_ID,
             labels::CAPACITY_RESERVATION_TYPE,
+            labels::PLACEMENT_GROUP_PARTITION,
         ]
         .contains(key)
         {
@@ -567,6 +568,20 @@ fn type_requirements(it: &InstanceType) -> Requirements {
         labels::CAPACITY_TYPE,
         Operator::In,
         cts,
+        None,
+    ));
+    let mut partitions: Vec<&str> = available().filter_map(|o| o.partition.as_deref()).collect();
+    partitions.sort_unstable();
+    partitions.dedup();
+    let operator = if partitions.is_empty() {
+        Operator::DoesNotExist
+    } else {
+        Operator::In
+    };
+    reqs.add_requirement(Requirement::new(
+        labels::PLACEMENT_GROUP_PARTITION,
+        operator,
+        partitions,
         None,
     ));
     reqs
@@ -611,6 +626,7 @@ pub fn offering_allowed(
     let zone_id = reqs.get(labels::ZONE_ID);
     let reservation_id = reqs.get(labels::CAPACITY_RESERVATION_ID);
     let reservation_type = reqs.get(labels::CAPACITY_RESERVATION_TYPE);
+    let partition = reqs.get(labels::PLACEMENT_GROUP_PARTITION);
     let absent_ok =
         |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
     move |o| {
@@ -624,6 +640,10 @@ pub fn offering_allowed(
             && reservation_type.is_none_or(|types| match &o.reservation {
                 Some(r) => types.has(&r.reservation_type),
                 None => absent_ok(types),
+            })
+            && partition.is_none_or(|p| match &o.partition {
+                Some(n) => p.has(n),
+                None => absent_ok(p),
             })
     }
 }
@@ -1627,6 +1647,12 @@ impl<'a> Solver<'a> {
                     .iter()
                     .filter(|o| o.available)
                     .for_each(|o| push(o.capacity_type.label())),
+                labels::PLACEMENT_GROUP_PARTITION => it
+                    .offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .filter_map(|o| o.partition.as_deref())
+                    .for_each(&mut push),
                 _ => {
                     if let Some(v) = it.labels.get(key) {
                         push(v);

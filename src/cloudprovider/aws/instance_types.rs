@@ -37,7 +37,14 @@ pub struct TypeEntry {
     pub on_demand: bool,
     /// Whether it is sold as spot.
     pub spot: bool,
+    /// Whether EC2 lists `nested-virtualization` among its processor's supported features: a
+    /// class with `cpuOptions.nestedVirtualization: enabled` offers only such types.
+    pub nested_virtualization: bool,
 }
+
+/// The processor feature DescribeInstanceTypes reports for types that can run a hypervisor of
+/// their own (not a variant of the pinned SDK's enum, so compared as text).
+const NESTED_VIRTUALIZATION_FEATURE: &str = "nested-virtualization";
 
 /// Everything EC2 says about the region's instance types, as of `fetched_at`.
 #[derive(Clone, Debug, Default)]
@@ -187,6 +194,11 @@ pub fn info_from_ec2(
         },
         on_demand: usage.contains(&UsageClassType::OnDemand),
         spot: usage.contains(&UsageClassType::Spot),
+        nested_virtualization: processor.is_some_and(|p| {
+            p.supported_features()
+                .iter()
+                .any(|f| f.as_str() == NESTED_VIRTUALIZATION_FEATURE)
+        }),
     })
 }
 
@@ -258,12 +270,15 @@ pub async fn describe(
 /// The instance types a node class can launch: every type offered in one of `zones` (the zones
 /// of the node class' subnets; all zones when empty), with an on-demand and a spot offering per
 /// zone where EC2 sells them and a price is known, all available ([`mark_unavailable`] applies
-/// the unavailable-offerings cache on every read, so entries expire on time).
+/// the unavailable-offerings cache on every read, so entries expire on time). With
+/// `nested_virtualization` (the class' `cpuOptions.nestedVirtualization: enabled`) only the types
+/// that support it, as upstream.
 pub fn build(
     catalogue: &Ec2Catalogue,
     prices: &Prices,
     zones: &[String],
     settings: &NodeClassSettings,
+    nested_virtualization: bool,
     region: &str,
 ) -> Vec<InstanceType> {
     let zone_ids: HashMap<&str, Arc<str>> = catalogue
@@ -273,7 +288,9 @@ pub fn build(
         .collect();
     let mut out = Vec::with_capacity(catalogue.types.len());
     for entry in &catalogue.types {
-        if !instance_type::supports_interfaces(&entry.info, &settings.network_interfaces) {
+        if !instance_type::supports_interfaces(&entry.info, &settings.network_interfaces)
+            || (nested_virtualization && !entry.nested_virtualization)
+        {
             continue;
         }
         let name = entry.info.name.as_str();
@@ -296,6 +313,7 @@ pub fn build(
                     price,
                     available: true,
                     reservation: None,
+                    partition: None,
                 });
             };
             if entry.on_demand
@@ -357,7 +375,7 @@ mod tests {
     use crate::clock::FakeClock;
     use aws_sdk_ec2::types::{
         GpuDeviceInfo, GpuDeviceMemoryInfo, GpuInfo, InstanceTypeHypervisor, MemoryInfo,
-        NetworkInfo, ProcessorInfo, VCpuInfo,
+        NetworkInfo, ProcessorInfo, SupportedAdditionalProcessorFeature, VCpuInfo,
     };
 
     fn g4dn() -> aws_sdk_ec2::types::InstanceTypeInfo {
@@ -430,6 +448,7 @@ mod tests {
                 &prices,
                 &["us-east-1a".to_string()],
                 &settings,
+                false,
                 "us-east-1",
             )),
             &unavailable,
@@ -452,7 +471,7 @@ mod tests {
                 (CapacityType::Spot, 0.2, true, Some("use1-az1")),
             ]
         );
-        let all_zones = build(&catalogue, &prices, &[], &settings, "us-east-1");
+        let all_zones = build(&catalogue, &prices, &[], &settings, false, "us-east-1");
         let b_offerings: Vec<CapacityType> = all_zones[0]
             .offerings
             .iter()
@@ -464,5 +483,50 @@ mod tests {
             [CapacityType::OnDemand],
             "no spot price known for us-east-1b after a spot refresh: no spot offering"
         );
+    }
+
+    #[test]
+    fn nested_virtualization_offers_only_the_types_ec2_says_support_it() {
+        let plain = info_from_ec2(&g4dn(), None).expect("entry");
+        assert!(!plain.nested_virtualization);
+        let mut described = g4dn();
+        described.processor_info = Some(
+            ProcessorInfo::builder()
+                .supported_architectures(ArchitectureType::X8664)
+                .supported_features(SupportedAdditionalProcessorFeature::from(
+                    "nested-virtualization",
+                ))
+                .build(),
+        );
+        described.instance_type = Some(aws_sdk_ec2::types::InstanceType::from("c8i.large"));
+        let capable = info_from_ec2(&described, None).expect("entry");
+        assert!(capable.nested_virtualization);
+        let zones = BTreeSet::from(["us-east-1a".to_string()]);
+        let catalogue = Ec2Catalogue {
+            types: vec![plain, capable],
+            zones: HashMap::from([
+                ("g4dn.xlarge".to_string(), zones.clone()),
+                ("c8i.large".to_string(), zones),
+            ]),
+            zone_ids: HashMap::new(),
+            fetched_at: None,
+        };
+        let prices = Prices {
+            on_demand: HashMap::from([
+                ("g4dn.xlarge".to_string(), 0.526),
+                ("c8i.large".to_string(), 0.09),
+            ]),
+            spot: HashMap::new(),
+            spot_fetched: true,
+        };
+        let settings = NodeClassSettings::for_family(AMIFamily::AL2023);
+        let names = |nested: bool| -> Vec<String> {
+            build(&catalogue, &prices, &[], &settings, nested, "us-east-1")
+                .iter()
+                .map(|it| it.name.to_string())
+                .collect()
+        };
+        assert_eq!(names(false), ["g4dn.xlarge", "c8i.large"]);
+        assert_eq!(names(true), ["c8i.large"]);
     }
 }

@@ -64,6 +64,11 @@ pub struct LaunchTemplateSpec {
     /// name's hash when unset, so templates without one keep their names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement_group: Option<String>,
+    /// The partition of a partition placement group the NodeClaim requires
+    /// (`Placement.PartitionNumber`; unset, EC2 spreads instances over the partitions); left out
+    /// of the name's hash when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_partition: Option<i32>,
     /// `spec.networkInterfaces`: every interface the instance gets (empty: the primary only);
     /// left out of the name's hash when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -234,6 +239,7 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
         data = data.placement(
             LaunchTemplatePlacementRequest::builder()
                 .group_id(group)
+                .set_partition_number(spec.placement_partition)
                 .build(),
         );
     }
@@ -449,6 +455,7 @@ mod tests {
             ipv6: false,
             ip_prefix_count: None,
             placement_group: None,
+            placement_partition: None,
             network_interfaces: Vec::new(),
             efa_interfaces: 0,
             tags: BTreeMap::new(),

@@ -59,7 +59,7 @@ use crate::scheduling::resources;
 use super::interruption::{InterruptionEvent, InterruptionKind, InterruptionMessage};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
-    NodeClassesInUse, ResolveError, claim_requests, claim_requirements, launch_candidates,
+    NodeClassesInUse, ResolveError, Tagging, claim_requests, claim_requirements, launch_candidates,
     node_labels, provider_id_instance,
 };
 use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
@@ -101,6 +101,9 @@ pub struct AwsSettings {
     pub reserved_capacity: bool,
     /// `DISABLE_DRY_RUN`: skip the dry-run authorization checks of EC2NodeClass validation.
     pub disable_dry_run: bool,
+    /// How often the EC2NodeClass controller resolves a class again: the shorter of
+    /// `AMI_REFRESH_INTERVAL` and `SUBNET_REFRESH_INTERVAL` (one resolution covers both).
+    pub resolution_period: Duration,
 }
 
 /// An SDK config loader with the HTTP client and retry policy every client here uses: rustls on
@@ -234,6 +237,8 @@ pub struct AwsProvider {
     placement_groups: Mutex<HashMap<String, (PlacementGroupSelector, PlacementGroup)>>,
     /// The dry-run authorization verdicts per EC2NodeClass, kept while their inputs hold.
     validations: Mutex<validation::Verdicts>,
+    /// Paces the per-node calls that name registered instances.
+    registration_tagging: tags::RegistrationPacing,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -294,6 +299,7 @@ impl AwsProvider {
             untagged: Mutex::new(HashMap::new()),
             placement_groups: Mutex::new(HashMap::new()),
             validations: Mutex::new(validation::Verdicts::new()),
+            registration_tagging: tags::RegistrationPacing::new(tokio::time::Instant::now()),
             settings,
             clock,
         })
@@ -446,6 +452,7 @@ impl AwsProvider {
             ipv6: self.ipv6_kube_dns().is_some(),
             ip_prefix_count: nodeclass.spec.ip_prefix_count,
             placement_group: launch.placement_group.map(|g| g.id.clone()),
+            placement_partition: launch.placement_partition,
             network_interfaces: nodeclass.spec.network_interfaces.clone(),
             efa_interfaces: launch.efa_interfaces,
             tags: launch.tags,
@@ -499,6 +506,7 @@ impl AwsProvider {
                     instance_profile: instance_profile.to_string(),
                     security_groups,
                     placement_group: placement_group.as_ref(),
+                    placement_partition: None,
                     efa_interfaces: 0,
                     tags: tags::launch_tags(&owner, &nodeclass.spec.tags),
                     reservations: ReservationTargeting::Open,
@@ -565,8 +573,13 @@ impl AwsProvider {
         zones.sort();
         zones.dedup();
         let group_id = placement_group.map(|g| g.id.as_str());
+        let nested_virtualization = nodeclass
+            .spec
+            .cpu_options
+            .as_ref()
+            .is_some_and(|c| c.nested_virtualization_enabled());
         let key = format!(
-            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}|{:?}",
+            "{:?}|{:?}|{}|{}|{zones:?}|{group_id:?}|{:?}|{nested_virtualization}",
             settings.ami_family,
             settings.kubelet,
             settings.ephemeral_storage,
@@ -589,6 +602,7 @@ impl AwsProvider {
                         &prices,
                         &zones,
                         &settings,
+                        nested_virtualization,
                         &self.settings.region,
                     );
                     // Every node of the class runs in the group: the label is the type's, so
@@ -597,6 +611,9 @@ impl AwsProvider {
                         for it in &mut types {
                             it.labels.insert(labels::PLACEMENT_GROUP_ID, id.to_string());
                         }
+                    }
+                    if let Some(group) = placement_group {
+                        placement_groups::offer_partitions(&mut types, group);
                     }
                     let types = Arc::new(types);
                     cache.insert(
@@ -636,6 +653,19 @@ impl AwsProvider {
 
     async fn describe_instance(&self, id: &str) -> Result<Option<Instance>, CloudError> {
         let now = self.clock.now();
+        Ok(self
+            .describe_raw(id)
+            .await?
+            .iter()
+            .find_map(|i| to_instance(i, now, self.settings.reserved_capacity)))
+    }
+
+    /// Instance `id` as DescribeInstances returns it (empty when EC2 does not know it): the one
+    /// lookup by ID behind [`Self::describe_instance`] and the registration tagging.
+    async fn describe_raw(
+        &self,
+        id: &str,
+    ) -> Result<Vec<aws_sdk_ec2::types::Instance>, CloudError> {
         let out = self
             .ec2
             .describe_instances()
@@ -644,10 +674,11 @@ impl AwsProvider {
             .await
             .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
         Ok(out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
-            .find_map(|i| to_instance(i, now, self.settings.reserved_capacity)))
+            .reservations
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|r| r.instances.unwrap_or_default())
+            .collect())
     }
 
     async fn find_by_nodeclaim(&self, name: &str) -> Result<Option<Instance>, CloudError> {
@@ -955,6 +986,8 @@ struct Launch<'a> {
     instance_profile: String,
     security_groups: &'a [crate::apis::ec2nodeclass::SecurityGroup],
     placement_group: Option<&'a PlacementGroup>,
+    /// The partition of the placement group the NodeClaim requires, if it narrows them.
+    placement_partition: Option<i32>,
     /// EFA interfaces the NodeClaim needs (0: none asked for).
     efa_interfaces: i32,
     tags: BTreeMap<String, String>,
@@ -1165,6 +1198,10 @@ impl CloudProvider for AwsProvider {
         &crate::apis::repair::EKS_POLICIES
     }
 
+    fn resolution_period(&self) -> Duration {
+        self.settings.resolution_period
+    }
+
     fn resolves_capacity_reservations(&self) -> bool {
         self.settings.reserved_capacity
     }
@@ -1180,6 +1217,12 @@ impl CloudProvider for AwsProvider {
         let placement_group = self.placement_group(nodeclass).await?;
         let types = self.types_for(nodeclass, placement_group.as_ref())?;
         let reqs = claim_requirements(claim);
+        let placement_partition = placement_group
+            .as_ref()
+            .map(|g| placement_groups::required_partition(g, &reqs))
+            .transpose()
+            .map_err(|e| CloudError::Invalid(format!("NodeClaim {name}: {e}")))?
+            .flatten();
         // An instance an earlier attempt launched but could not tag is tagged (and found below)
         // or terminated before anything new is launched.
         self.settle_untagged(&name).await?;
@@ -1318,6 +1361,7 @@ impl CloudProvider for AwsProvider {
                     instance_profile: instance_profile.clone(),
                     security_groups: &status.security_groups,
                     placement_group: placement_group.as_ref(),
+                    placement_partition,
                     efa_interfaces: i32::try_from(efa_interfaces).unwrap_or(0),
                     tags: launch_tags.clone(),
                     reservations,
@@ -1515,21 +1559,22 @@ impl CloudProvider for AwsProvider {
         provider_id: &str,
         nodeclaim: &str,
         node_name: &str,
-    ) -> Result<(), CloudError> {
+    ) -> Result<Tagging, CloudError> {
         let id = provider_id_instance(provider_id).ok_or_else(|| {
             CloudError::NotFound(format!("{provider_id} is not an EC2 provider ID"))
         })?;
-        let out = self
-            .ec2
-            .describe_instances()
-            .instance_ids(id)
-            .send()
-            .await
-            .map_err(|e| sdk_error("ec2:DescribeInstances", e))?;
-        let instance = out
-            .reservations()
-            .iter()
-            .flat_map(|r| r.instances())
+        // One turn per node: a thousand Nodes registering together are named at the pacing
+        // rate instead of in one burst of DescribeInstances and CreateTags.
+        if let Some(wait) = self
+            .registration_tagging
+            .turn(nodeclaim, tokio::time::Instant::now())
+        {
+            return Ok(Tagging::Paced(wait));
+        }
+        let instance = self
+            .describe_raw(id)
+            .await?
+            .into_iter()
             .find(|i| {
                 !matches!(
                     i.state().and_then(|s| s.name()),
@@ -1544,7 +1589,7 @@ impl CloudProvider for AwsProvider {
             &tags::from_ec2(instance.tags()),
         );
         if missing.is_empty() {
-            return Ok(());
+            return Ok(Tagging::Done);
         }
         self.ec2
             .create_tags()
@@ -1553,7 +1598,7 @@ impl CloudProvider for AwsProvider {
             .send()
             .await
             .map_err(|e| sdk_error("ec2:CreateTags", e))?;
-        Ok(())
+        Ok(Tagging::Done)
     }
 
     async fn instance_types(

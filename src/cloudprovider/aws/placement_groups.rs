@@ -4,11 +4,16 @@
 //! by the launch (the launch template's `Placement`) and by the instance types (the
 //! `karpenter.k8s.aws/placement-group-id` label).
 
+use std::sync::Arc;
+
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::PlacementStrategy;
 
 use crate::apis::ec2nodeclass::PlacementGroupSelector;
+use crate::apis::labels;
 use crate::cloudprovider::CloudError;
+use crate::scheduling::instance_type::{InstanceType, Offering};
+use crate::scheduling::requirements::Requirements;
 
 use super::sdk_error;
 use super::tags::filter;
@@ -69,11 +74,125 @@ pub async fn resolve(
     }))
 }
 
+/// In a partition group, every offering of `types` once per partition (`1` to the group's
+/// count), as upstream: requirements and topology spread on
+/// `karpenter.k8s.aws/placement-group-partition` then pick partitions like zones. Other groups'
+/// offerings stay as they are.
+pub fn offer_partitions(types: &mut [InstanceType], group: &PlacementGroup) {
+    if group.strategy != PlacementStrategy::Partition.as_str() || group.partition_count < 1 {
+        return;
+    }
+    let partitions: Vec<Arc<str>> = (1..=group.partition_count)
+        .map(|p| Arc::from(p.to_string()))
+        .collect();
+    for it in types {
+        it.offerings = it
+            .offerings
+            .iter()
+            .flat_map(|o| {
+                partitions.iter().map(|p| Offering {
+                    partition: Some(p.clone()),
+                    ..o.clone()
+                })
+            })
+            .collect();
+    }
+}
+
+/// The partition of `group` a NodeClaim with `reqs` must launch into: `None` when its
+/// requirements allow every partition (or the group has none), so EC2 spreads the instances;
+/// else the lowest partition they allow. An error when they allow none of the group's.
+pub fn required_partition(
+    group: &PlacementGroup,
+    reqs: &Requirements,
+) -> Result<Option<i32>, String> {
+    let Some(required) = reqs.get(labels::PLACEMENT_GROUP_PARTITION) else {
+        return Ok(None);
+    };
+    if group.strategy != PlacementStrategy::Partition.as_str() || group.partition_count < 1 {
+        return Err(format!(
+            "it requires {} but placement group {} is not a partition group; drop the requirement or select a partition group",
+            labels::PLACEMENT_GROUP_PARTITION,
+            group.name
+        ));
+    }
+    let allowed: Vec<i32> = (1..=group.partition_count)
+        .filter(|p| required.has(&p.to_string()))
+        .collect();
+    match allowed.first() {
+        None => Err(format!(
+            "it requires a {} the placement group {} does not have (its partitions are 1 to {})",
+            labels::PLACEMENT_GROUP_PARTITION,
+            group.name,
+            group.partition_count
+        )),
+        Some(_) if allowed.len() == usize::try_from(group.partition_count).unwrap_or(0) => Ok(None),
+        Some(first) => Ok(Some(*first)),
+    }
+}
+
 /// How a selector reads in messages: `name "x"` or `ID pg-...`.
 pub fn describe(selector: &PlacementGroupSelector) -> String {
     match (&selector.id, &selector.name) {
         (Some(id), _) => format!("ID {id}"),
         (None, Some(name)) => format!("name {name:?}"),
         (None, None) => "nothing".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::nodeclaim::Operator;
+    use crate::scheduling::requirements::Requirement;
+
+    fn group(strategy: &str, partition_count: i32) -> PlacementGroup {
+        PlacementGroup {
+            id: "pg-1".into(),
+            name: "kafka".into(),
+            strategy: strategy.into(),
+            partition_count,
+        }
+    }
+
+    fn requiring(operator: Operator, values: &[&str]) -> Requirements {
+        let mut reqs = Requirements::new();
+        reqs.add_requirement(Requirement::new(
+            labels::PLACEMENT_GROUP_PARTITION,
+            operator,
+            values.iter().copied(),
+            None,
+        ));
+        reqs
+    }
+
+    #[test]
+    fn a_required_partition_is_launched_into_and_an_open_one_left_to_ec2() {
+        let kafka = group("partition", 3);
+        assert_eq!(required_partition(&kafka, &Requirements::new()), Ok(None));
+        assert_eq!(
+            required_partition(&kafka, &requiring(Operator::In, &["2"])),
+            Ok(Some(2))
+        );
+        assert_eq!(
+            required_partition(&kafka, &requiring(Operator::NotIn, &["1"])),
+            Ok(Some(2)),
+            "the lowest allowed"
+        );
+        assert_eq!(
+            required_partition(&kafka, &requiring(Operator::Exists, &[])),
+            Ok(None),
+            "every partition allowed: EC2 spreads"
+        );
+        let err = required_partition(&kafka, &requiring(Operator::In, &["7"]))
+            .expect_err("no partition 7");
+        assert!(err.contains("1 to 3"), "{err}");
+        let err = required_partition(&group("cluster", 0), &requiring(Operator::In, &["1"]))
+            .expect_err("not a partition group");
+        assert!(err.contains("not a partition group"), "{err}");
+        assert_eq!(
+            required_partition(&group("cluster", 0), &Requirements::new()),
+            Ok(None)
+        );
     }
 }

@@ -5,11 +5,15 @@
 //! they are spelled exactly as upstream Karpenter writes them: an instance launched by either
 //! controller is recognised by the other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, Tag};
 
 use crate::apis::labels;
+use crate::pacing::TokenBucket;
+use tokio::time::Instant;
 
 /// `eks:eks-cluster-name=<cluster>`: EKS console and cost reports group instances by it.
 pub const EKS_CLUSTER_NAME: &str = "eks:eks-cluster-name";
@@ -66,6 +70,56 @@ pub fn registration_tags(
     .collect()
 }
 
+/// Registered instances named per second, after a burst of [`REGISTRATION_TAGGING_BURST`]: each
+/// costs a DescribeInstances and a CreateTags, so a thousand Nodes registering at once are named
+/// over about three minutes instead of spending EC2's request budget, which launches and
+/// terminations share, in one burst. (Our choice: upstream paces this only through its
+/// controller's work queue.)
+pub const REGISTRATION_TAGGING_QPS: u32 = 5;
+/// Registered instances named at once before [`REGISTRATION_TAGGING_QPS`] applies.
+pub const REGISTRATION_TAGGING_BURST: u32 = 20;
+/// How long a turn nobody came back for is kept (its NodeClaim went away first).
+const TURN_KEPT: Duration = Duration::from_secs(10 * 60);
+
+/// The turns NodeClaims get to name their instances: a token bucket whose tokens are handed out
+/// in arrival order, and the turn each NodeClaim that found it empty was given, so it is not
+/// waited for in a reconcile (the NodeClaim is asked to come back) and not taken twice.
+#[derive(Debug)]
+pub struct RegistrationPacing {
+    bucket: TokenBucket,
+    turns: Mutex<HashMap<String, Instant>>,
+}
+
+impl RegistrationPacing {
+    /// A full bucket at `now`.
+    pub fn new(now: Instant) -> Self {
+        Self {
+            bucket: TokenBucket::new(REGISTRATION_TAGGING_QPS, REGISTRATION_TAGGING_BURST, now),
+            turns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `nodeclaim` may name its instance at `now`: `None` when it may (its turn has
+    /// come, or a token was free), else how long until its turn, which is kept for it.
+    pub fn turn(&self, nodeclaim: &str, now: Instant) -> Option<Duration> {
+        let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(due) = turns.get(nodeclaim).copied() {
+            if due <= now {
+                turns.remove(nodeclaim);
+                return None;
+            }
+            return Some(due - now);
+        }
+        let wait = self.bucket.reserve(now);
+        if wait.is_zero() {
+            return None;
+        }
+        turns.retain(|_, due| now.saturating_duration_since(*due) < TURN_KEPT);
+        turns.insert(nodeclaim.to_string(), now + wait);
+        Some(wait)
+    }
+}
+
 /// Tags as the EC2 API takes them.
 pub fn to_ec2(tags: &BTreeMap<String, String>) -> Vec<Tag> {
     tags.iter()
@@ -110,6 +164,35 @@ pub fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thousand_registrations_are_named_at_the_pacing_rate_not_at_once() {
+        let start = Instant::now();
+        let pacing = RegistrationPacing::new(start);
+        let turns: Vec<Option<Duration>> = (0..1000)
+            .map(|i| pacing.turn(&format!("claim-{i}"), start))
+            .collect();
+        let immediate = turns.iter().filter(|t| t.is_none()).count();
+        assert_eq!(immediate, REGISTRATION_TAGGING_BURST as usize);
+        // The last is named once the 980 after the burst went at 5 per second: after 196 s.
+        assert_eq!(turns[999], Some(Duration::from_secs(196)));
+        assert!(turns.windows(2).all(|w| w[0] <= w[1]), "in arrival order");
+        // Coming back early keeps the turn (no second token); on time, it is its turn.
+        let later = start + Duration::from_secs(100);
+        assert_eq!(
+            pacing.turn("claim-999", later),
+            Some(Duration::from_secs(96))
+        );
+        assert_eq!(
+            pacing.turn("claim-999", start + Duration::from_secs(196)),
+            None
+        );
+        // Served: a later call is a new turn, behind the queue.
+        assert_eq!(
+            pacing.turn("claim-999", start + Duration::from_secs(196)),
+            Some(Duration::from_millis(200))
+        );
+    }
 
     #[test]
     fn karpenter_tags_win_over_user_tags() {

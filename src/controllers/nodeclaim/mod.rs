@@ -180,14 +180,18 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Context>) -> Result<Actio
             registration_health::record(&ctx, &claim, true).await;
         }
         let mut tag_retry = None;
-        if let Some(node_name) = tagging::pending(&claim, status.node_name.as_deref())
-            && let Err(e) = tagging::tag(&claim, node_name, &ctx).await
-        {
-            tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %e, "could not tag the instance; retrying later");
-            tag_retry = Some(tagging::RETRY);
+        if let Some(node_name) = tagging::pending(&claim, status.node_name.as_deref()) {
+            match tagging::tag(&claim, node_name, &ctx).await {
+                Ok(paced) => tag_retry = paced,
+                Err(e) => {
+                    tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %name, error = %e, "could not tag the instance; retrying later");
+                    tag_retry = Some(tagging::RETRY);
+                }
+            }
         }
+        let recheck = Duration::from_secs(5);
         return Ok(match (initialized, tag_retry) {
-            (false, _) => Action::requeue(Duration::from_secs(5)),
+            (false, retry) => Action::requeue(retry.map_or(recheck, |r| r.min(recheck))),
             (true, Some(retry)) => Action::requeue(retry),
             (true, None) => Action::await_change(),
         });

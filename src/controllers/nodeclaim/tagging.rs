@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::apis::NodeClaim;
 use crate::apis::labels;
-use crate::cloudprovider::CloudError;
+use crate::cloudprovider::{CloudError, Tagging};
 use crate::runtime::{Context, Error};
 
 /// How soon a failed tagging is tried again once the NodeClaim is initialized (before, the
@@ -37,10 +37,16 @@ pub fn pending<'a>(claim: &NodeClaim, node_name: Option<&'a str>) -> Option<&'a 
 }
 
 /// Tags the instance of registered NodeClaim `claim` (its Node is `node_name`) and records that
-/// on the NodeClaim. An instance that is gone is left to the lifecycle and garbage collection.
-pub async fn tag(claim: &NodeClaim, node_name: &str, ctx: &Context) -> Result<(), Error> {
+/// on the NodeClaim; `Some(wait)` when the cloud paces the tagging and the NodeClaim's turn comes
+/// after `wait` (nothing is recorded; call again then). An instance that is gone is left to the
+/// lifecycle and garbage collection.
+pub async fn tag(
+    claim: &NodeClaim,
+    node_name: &str,
+    ctx: &Context,
+) -> Result<Option<Duration>, Error> {
     let Some(provider_id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()) else {
-        return Ok(());
+        return Ok(None);
     };
     let name = claim.name_any();
     match ctx
@@ -48,8 +54,9 @@ pub async fn tag(claim: &NodeClaim, node_name: &str, ctx: &Context) -> Result<()
         .tag_registered(provider_id, &name, node_name)
         .await
     {
-        Ok(()) => {}
-        Err(CloudError::NotFound(_)) => return Ok(()),
+        Ok(Tagging::Done) => {}
+        Ok(Tagging::Paced(wait)) => return Ok(Some(wait)),
+        Err(CloudError::NotFound(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
@@ -63,7 +70,7 @@ pub async fn tag(claim: &NodeClaim, node_name: &str, ctx: &Context) -> Result<()
     )
     .await?;
     tracing::info!(controller = "nodeclaim.lifecycle", nodeclaim = %name, node = node_name, provider_id, "tagged instance");
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]
