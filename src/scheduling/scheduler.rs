@@ -60,12 +60,13 @@ const COST_SLACK: f64 = 1.5;
 const TIGHT_GROWTH_SLACK: f64 = 1.2;
 
 /// The most pods a round may have for `plan` to try [`TIGHT_GROWTH_SLACK`]. Its solves open more
-/// NodeClaims whose cheapest option no longer holds the next pod, so each pod compares a full
-/// placement window: on 20,000 diverse pods (`benches/gen-diverse-manifest.py`) a tight solve took
-/// ~6 s against ~0.6 s, for a plan of $84.89/h instead of $175.19/h. Until that is made fast,
-/// larger rounds keep the two [`COST_SLACK`] solves (all of `benches/gen-cost.py`'s cases, up to
-/// 3,000 pods, get both).
-const TIGHT_SOLVE_MAX_PODS: usize = 3_000;
+/// NodeClaims (6,914 against 4,000 for 20,000 diverse pods, `benches/gen-diverse-manifest.py`),
+/// and although each now costs about what a [`COST_SLACK`] solve does (3,000 pods: 0.65 s for all
+/// four, was 4.3 s), the four of a 20,000-pod round take 4.7 s against 2.5 s for two, for a plan
+/// of $84.89/h instead of $175.19/h; 10,000 pods take 2.2 s ($41.35/h instead of $87.80/h).
+/// Larger rounds keep the two [`COST_SLACK`] solves so that a provisioning round stays within
+/// about 3 s.
+const TIGHT_SOLVE_MAX_PODS: usize = 10_000;
 
 /// How many planned NodeClaims that fit a pod are compared for the least added cost (see
 /// `Solver::try_claims`): a bound, so a pod's work stays independent of the number of NodeClaims.
