@@ -60,12 +60,13 @@ const COST_SLACK: f64 = 1.5;
 const TIGHT_GROWTH_SLACK: f64 = 1.2;
 
 /// The most pods a round may have for `plan` to try [`TIGHT_GROWTH_SLACK`]. Its solves open more
-/// NodeClaims whose cheapest option no longer holds the next pod, so each pod compares a full
-/// placement window: on 20,000 diverse pods (`benches/gen-diverse-manifest.py`) a tight solve took
-/// ~6 s against ~0.6 s, for a plan of $84.89/h instead of $175.19/h. Until that is made fast,
-/// larger rounds keep the two [`COST_SLACK`] solves (all of `benches/gen-cost.py`'s cases, up to
-/// 3,000 pods, get both).
-const TIGHT_SOLVE_MAX_PODS: usize = 3_000;
+/// NodeClaims (6,914 against 4,000 for 20,000 diverse pods, `benches/gen-diverse-manifest.py`),
+/// and although each now costs about what a [`COST_SLACK`] solve does (3,000 pods: 0.65 s for all
+/// four, was 4.3 s), the four of a 20,000-pod round take 4.7 s against 2.5 s for two, for a plan
+/// of $84.89/h instead of $175.19/h; 10,000 pods take 2.2 s ($41.35/h instead of $87.80/h).
+/// Larger rounds keep the two [`COST_SLACK`] solves so that a provisioning round stays within
+/// about 3 s.
+const TIGHT_SOLVE_MAX_PODS: usize = 10_000;
 
 /// How many planned NodeClaims that fit a pod are compared for the least added cost (see
 /// `Solver::try_claims`): a bound, so a pod's work stays independent of the number of NodeClaims.
@@ -111,8 +112,45 @@ pub struct PoolCache {
     max_allocatable: OnceLock<Resources>,
     /// Whether any instance type has a capacity reservation offering.
     has_reservations: OnceLock<bool>,
+    /// The zones of the instance types' available offerings, as bitmasks; `None` past 64 zones.
+    zone_index: OnceLock<Option<Arc<ZoneIndex>>>,
     compatible: Mutex<HashMap<String, Arc<TypeSet>>>,
     price_order: Mutex<HashMap<String, Arc<Vec<f64>>>>,
+}
+
+/// The zones a pool's instance types have available offerings in, one bitmask per type over a
+/// shared list of names: `Solver::claim_domains` ORs the masks of a NodeClaim's options instead
+/// of comparing the zone of every offering of each (hundreds of types, a dozen offerings each),
+/// which a NodeClaim opened for a zonal spread pays for on every option.
+#[derive(Debug)]
+struct ZoneIndex {
+    names: Vec<Arc<str>>,
+    /// Per instance type (as indexed in the template), bit `k` set when it has an available
+    /// offering in `names[k]`.
+    masks: Vec<u64>,
+}
+
+impl ZoneIndex {
+    /// `None` when the types span more zones than a mask has bits.
+    fn new(types: &[InstanceType]) -> Option<Self> {
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut masks = Vec::with_capacity(types.len());
+        for it in types {
+            let mut mask = 0u64;
+            for o in it.offerings.iter().filter(|o| o.available) {
+                let k = match names.iter().position(|n| *n == o.zone) {
+                    Some(k) => k,
+                    None => {
+                        names.push(o.zone.clone());
+                        names.len() - 1
+                    }
+                };
+                mask |= 1u64.checked_shl(u32::try_from(k).ok()?)?;
+            }
+            masks.push(mask);
+        }
+        Some(Self { names, masks })
+    }
 }
 
 /// A node (or launched NodeClaim) that already exists.
@@ -363,6 +401,7 @@ struct Pool {
     /// Whether any instance type has a capacity reservation offering: when none has, planning
     /// onto reservations is skipped without a pass over the offerings.
     has_reservations: bool,
+    zone_index: Option<Arc<ZoneIndex>>,
     /// Claims before this index have given back what they can of the pool's limits (see
     /// `Solver::reclaim_limits`).
     reclaimed_to: usize,
@@ -801,12 +840,18 @@ impl<'a> Solver<'a> {
                         .iter()
                         .any(|it| it.offerings.iter().any(|o| o.reservation.is_some()))
                 });
+                let zone_index = t
+                    .cache
+                    .zone_index
+                    .get_or_init(|| ZoneIndex::new(&t.instance_types).map(Arc::new))
+                    .clone();
                 Pool {
                     template: t.clone(),
                     type_requirements,
                     by_price,
                     max_allocatable,
                     has_reservations,
+                    zone_index,
                     reclaimed_to: 0,
                 }
             })
@@ -1634,28 +1679,40 @@ impl<'a> Solver<'a> {
                 out.push(Arc::from(v));
             }
         };
-        for t in options.types(&pool.by_price) {
-            let it = &pool.template.instance_types[t as usize];
-            match key {
-                labels::ZONE => it
-                    .offerings
-                    .iter()
-                    .filter(|o| o.available)
-                    .for_each(|o| push(&o.zone)),
-                labels::CAPACITY_TYPE => it
-                    .offerings
-                    .iter()
-                    .filter(|o| o.available)
-                    .for_each(|o| push(o.capacity_type.label())),
-                labels::PLACEMENT_GROUP_PARTITION => it
-                    .offerings
-                    .iter()
-                    .filter(|o| o.available)
-                    .filter_map(|o| o.partition.as_deref())
-                    .for_each(&mut push),
-                _ => {
-                    if let Some(v) = it.labels.get(key) {
-                        push(v);
+        let zone_index = pool.zone_index.as_deref().filter(|_| key == labels::ZONE);
+        if let Some(index) = zone_index {
+            let mask = options
+                .types(&pool.by_price)
+                .fold(0u64, |mask, t| mask | index.masks[t as usize]);
+            for (k, zone) in index.names.iter().enumerate() {
+                if mask >> k & 1 == 1 {
+                    push(zone);
+                }
+            }
+        } else {
+            for t in options.types(&pool.by_price) {
+                let it = &pool.template.instance_types[t as usize];
+                match key {
+                    labels::ZONE => it
+                        .offerings
+                        .iter()
+                        .filter(|o| o.available)
+                        .for_each(|o| push(&o.zone)),
+                    labels::CAPACITY_TYPE => it
+                        .offerings
+                        .iter()
+                        .filter(|o| o.available)
+                        .for_each(|o| push(o.capacity_type.label())),
+                    labels::PLACEMENT_GROUP_PARTITION => it
+                        .offerings
+                        .iter()
+                        .filter(|o| o.available)
+                        .filter_map(|o| o.partition.as_deref())
+                        .for_each(&mut push),
+                    _ => {
+                        if let Some(v) = it.labels.get(key) {
+                            push(v);
+                        }
                     }
                 }
             }
@@ -1700,14 +1757,33 @@ impl<'a> Solver<'a> {
             return Verdict::Never;
         }
         let admitted = claim.admitted.contains(&(class, relax));
-        let mut requirements = None;
-        if !admitted {
-            if !claim
+        if !admitted
+            && !claim
                 .requirements
                 .is_compatible(reqs, &self.allow_well_known)
-            {
-                return Verdict::Never;
-            }
+        {
+            return Verdict::Never;
+        }
+        let mut total = claim.requests.clone();
+        total.add(&pod.requests);
+        // By requests alone first: the headroom is a per-resource maximum over the options, so
+        // it admits pods no single option holds — often, once a NodeClaim is capped to its cheap
+        // options (`cap_claim`). Such a pod would only reach `NotNow` after the requirement merge
+        // and the topology check below, or `Never` for hostname anti-affinity, asked here.
+        let types = &pool.template.instance_types;
+        if !claim
+            .options
+            .types(&pool.by_price)
+            .any(|t| total.fits(&types[t as usize].allocatable))
+        {
+            return if self.blocked_by_hostname(i, relax, claim) {
+                Verdict::Never
+            } else {
+                Verdict::NotNow
+            };
+        }
+        let mut requirements = None;
+        if !admitted {
             let mut merged = claim.requirements.clone();
             merged.add(reqs);
             if merged != claim.requirements {
@@ -1740,8 +1816,6 @@ impl<'a> Solver<'a> {
                 ));
             }
         }
-        let mut total = claim.requests.clone();
-        total.add(&pod.requests);
         // Only the cheapest option that still holds the pod is needed to judge the claim: a pod
         // compares up to `PLACEMENT_WINDOW` claims, and filtering every option of each (hundreds
         // of types) made that window cost as many full passes. The remaining options are
@@ -2185,13 +2259,12 @@ impl<'a> Solver<'a> {
                     None,
                 ));
             }
-            options = options.filter(&pool.by_price, |t| {
-                type_fits_requirements(
-                    &template.instance_types[t as usize],
-                    &pool.type_requirements[t as usize],
-                    &requirements,
-                )
-            });
+            // The options already meet the other requirements: those that also meet the
+            // pinned domains are the types compatible with the whole set, memoized per pool.
+            // Filtering the options against it type by type (every label and offering compared
+            // again) was most of a tight solve (`plan`) of 20,000 pods, which opens thousands of
+            // NodeClaims in spread domains.
+            options = options.intersection(&self.compatible_types(p, &requirements));
             if options.is_empty() {
                 return Err(Failure::TopologyDomain.into());
             }

@@ -42,6 +42,15 @@ impl TypeSet {
         Self { ranks }
     }
 
+    /// The types in both sets; both must come from the same price order. A bitwise AND: where a
+    /// requirement set's compatible types are already known (memoized per pool), this replaces
+    /// a pass that compares every option's labels and offerings again.
+    pub fn intersection(&self, other: &Self) -> Self {
+        let mut ranks = self.ranks.clone();
+        ranks.intersect_with(&other.ranks);
+        Self { ranks }
+    }
+
     /// Whether no type is left.
     pub fn is_empty(&self) -> bool {
         self.ranks.is_clear()
@@ -63,5 +72,14 @@ mod tests {
         assert!(!odd.is_empty());
         assert!(odd.filter(&order, |_| false).is_empty());
         assert!(TypeSet::default().is_empty());
+        let cheap = TypeSet::from_order(&order, |t| t == 2 || t == 1);
+        assert_eq!(
+            set.intersection(&cheap).types(&order).collect::<Vec<_>>(),
+            vec![2, 1]
+        );
+        assert!(
+            odd.intersection(&TypeSet::from_order(&order, |t| t == 0))
+                .is_empty()
+        );
     }
 }
