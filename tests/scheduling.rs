@@ -1612,3 +1612,33 @@ fn capped_growth_is_never_dearer_than_sizing_by_fit() {
         );
     }
 }
+
+/// A Deployment whose template names a node stamps pods bound to it (the binding is kept beside
+/// the spec the replicas share): none of them waits for capacity.
+#[test]
+fn a_template_naming_a_node_binds_every_replica() {
+    let text = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: pinned, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: pinned}}
+  template:
+    metadata: {labels: {app: pinned}}
+    spec:
+      nodeName: node-a
+      containers: [{name: c, image: pause}]
+"#;
+    let parsed = manifest::parse_str(text, Path::new("test.yaml")).expect("YAML parses");
+    let c = manifest::load(&parsed, chrono::Utc::now()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.pods.len(), 3);
+    for pod in &c.pods {
+        assert_eq!(pod.node_name(), Some("node-a"), "{}", pod.key());
+        assert_eq!(
+            pod.spec.node_name, None,
+            "the binding is not in the shared spec"
+        );
+    }
+    assert!(c.pending_pods().is_empty());
+}

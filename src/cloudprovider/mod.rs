@@ -239,8 +239,9 @@ pub trait CloudProvider: Send + Sync {
         &[]
     }
 
-    /// How long the EC2NodeClass controller waits before resolving a class again (upstream's
-    /// nodeclass status reconcilers requeue every five minutes unless a setting says otherwise).
+    /// How long the EC2NodeClass controller waits before resolving a class again: five minutes
+    /// unless the provider says otherwise (AWS: the shorter of `AMI_REFRESH_INTERVAL` and
+    /// `SUBNET_REFRESH_INTERVAL`).
     fn resolution_period(&self) -> std::time::Duration {
         std::time::Duration::from_secs(300)
     }

@@ -1,9 +1,9 @@
 //! EC2NodeClass status: what its selectors resolve to in the cloud (subnets, security groups,
 //! AMIs, instance profile) and whether it is ready to launch with, refreshed every
-//! [`crate::cloudprovider::CloudProvider::resolution_period`]; the finalizer that keeps a class while NodeClaims still use it and then deletes what
-//! the cloud provider made for it (launch templates, the instance profile for `spec.role`); and
-//! the garbage collection ([`collect_garbage`]) of what classes that went without their
-//! finalizer left behind.
+//! [`crate::cloudprovider::CloudProvider::resolution_period`]; the finalizer that keeps a class
+//! while NodeClaims still use it and then deletes what the cloud provider made for it (launch
+//! templates, the instance profile for `spec.role`); and the garbage collection
+//! ([`collect_garbage`]) of what classes that went without their finalizer left behind.
 
 use std::sync::Arc;
 use std::time::Duration;

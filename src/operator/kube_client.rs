@@ -3,8 +3,8 @@
 //! Upstream's client-go client takes a token bucket: `burst` requests may go at once, then
 //! `qps` per second on average. Operators size these to protect a busy API server (and EKS's
 //! API priority and fairness limits), so the settings must throttle here too. kube-rs has no
-//! such limiter, so [`RateLimitLayer`] adds one ([`TokenBucket`]) to the client's tower stack; every client the
-//! controller builds shares one bucket, as upstream's one client does.
+//! such limiter, so [`RateLimitLayer`] adds one ([`TokenBucket`]) to the client's tower stack;
+//! every client the controller builds shares one bucket, as upstream's one client does.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +13,7 @@ use std::task::{Context, Poll, ready};
 
 use tokio::time::{Instant, Sleep};
 
-pub use crate::pacing::TokenBucket;
+use crate::pacing::TokenBucket;
 use tower_layer::Layer;
 use tower_service::Service;
 

@@ -100,7 +100,7 @@ pub struct ClusterPod {
 impl From<Pod> for ClusterPod {
     fn from(pod: Pod) -> Self {
         let mut spec = pod.spec.unwrap_or_default();
-        let bound_to = spec.node_name.take().filter(|n| !n.is_empty());
+        let bound_to = take_binding(&mut spec);
         Self {
             metadata: pod.metadata,
             spec: Arc::new(spec),
@@ -108,6 +108,12 @@ impl From<Pod> for ClusterPod {
             status: pod.status.map(Arc::new),
         }
     }
+}
+
+/// Takes `spec.nodeName` out of a spec that becomes a [`ClusterPod`]'s (see
+/// [`ClusterPod::bound_to`]): `None` when it was unset or empty.
+pub fn take_binding(spec: &mut PodSpec) -> Option<String> {
+    spec.node_name.take().filter(|n| !n.is_empty())
 }
 
 /// A `ClusterPod` is a Pod to the API: events and object references name it as one.

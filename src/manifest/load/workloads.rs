@@ -2,6 +2,7 @@
 //! Jobs would create, named and owned as their controllers name and own them.
 
 use super::*;
+use crate::snapshot::take_binding;
 
 impl Loader {
     /// A name from `prefix` plus a 5-character suffix, as `generateName` gives, hashed from
@@ -239,17 +240,21 @@ struct SharedTemplate<'a> {
     template: &'a PodTemplateSpec,
     created: &'a Time,
     spec: Arc<PodSpec>,
+    /// The template's `nodeName`, which binds every pod stamped from it.
+    bound_to: Option<String>,
     status: Arc<PodStatus>,
 }
 
 impl<'a> SharedTemplate<'a> {
     pub(super) fn new(template: &'a PodTemplateSpec, created: &'a Time) -> Self {
-        let spec = template.spec.clone().unwrap_or_default();
+        let mut spec = template.spec.clone().unwrap_or_default();
         let status = settled_status(&spec, Some(created));
+        let bound_to = take_binding(&mut spec);
         Self {
             template,
             created,
             spec: Arc::new(spec),
+            bound_to,
             status: Arc::new(status),
         }
     }
@@ -268,7 +273,7 @@ impl<'a> SharedTemplate<'a> {
                 ..ObjectMeta::default()
             },
             spec: self.spec.clone(),
-            bound_to: None,
+            bound_to: self.bound_to.clone(),
             status: Some(self.status.clone()),
         }
     }
