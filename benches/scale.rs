@@ -7,19 +7,23 @@
 //! plane, builds the release binary and runs this with `KUBECONFIG` set. It prints one Markdown
 //! table row per phase (the table in benches/README.md): seconds from the Deployments being
 //! created until every NodeClaim exists, every Node registered and every pod bound; NodeClaims
-//! against what `simulate` plans for the same manifests; the controller's peak and settled RSS
-//! and CPU seconds (from /proc); the API requests it made, by method (from its own
-//! `rest_client_requests_total`), and those refused as throttled; and, per phase, every
+//! against what `simulate` plans for the same manifests, and the fleet's hourly cost as the
+//! controller prices it (`karpenter_nodepools_cost_total`) against the plan's; the controller's
+//! peak and settled RSS and CPU seconds (from /proc); the API requests it made, by method (from
+//! its own `rest_client_requests_total`), and those refused as throttled; and, per phase, every
 //! client's requests by verb and kind as the API servers count them (`apiserver_request_total`
 //! of the core server and of the CRD server, `CRD_KUBECONFIG`).
 //!
-//! `SCALE_PODS` sets the pod count (default 5000).
+//! `SCALE_PODS` sets the pod count (default 5000). `SCALE_MODE=burst` runs one other phase
+//! instead: every pod already pending when the NodePool appears, so the provisioner plans them
+//! all in one batch (see [`burst`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodePool};
@@ -29,7 +33,9 @@ use serde_json::{Value, json};
 
 const NAMESPACE: &str = "scale-bench";
 
-fn deployments(pods: usize) -> Vec<Value> {
+/// `scheduler` names a scheduler that does not run, so kube-scheduler leaves the pods to the
+/// bench (the burst mode marks them unschedulable itself).
+fn deployments(pods: usize, scheduler: Option<&str>) -> Vec<Value> {
     let count = 50;
     let shapes = [
         ("250m", "256Mi"),
@@ -60,6 +66,9 @@ fn deployments(pods: usize) -> Vec<Value> {
                     "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
                     "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": name}},
                 }]);
+            }
+            if let Some(scheduler) = scheduler {
+                spec["schedulerName"] = json!(scheduler);
             }
             if anti {
                 spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -213,14 +222,29 @@ fn cluster_requests(kubeconfigs: &[String]) -> (BTreeMap<String, f64>, f64) {
     all
 }
 
-/// The controller's `rest_client_requests_total`, summed by method (and `429` for the
-/// requests the API server refused as throttled).
-fn requests_by_method(metrics_port: u16) -> BTreeMap<String, f64> {
-    let out = Command::new("curl")
+/// The controller's own `/metrics` exposition (empty when it does not answer).
+fn scrape(metrics_port: u16) -> String {
+    Command::new("curl")
         .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The fleet's hourly cost as the controller prices it: `karpenter_nodepools_cost_total`
+/// summed over the NodePools, to set beside the cost of `simulate`'s plan.
+fn fleet_cost(metrics_port: u16) -> f64 {
+    scrape(metrics_port)
+        .lines()
+        .filter(|l| l.starts_with("karpenter_nodepools_cost_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The controller's `rest_client_requests_total`, summed by method (and `429` for the
+/// requests the API server refused as throttled).
+fn requests_by_method(metrics_port: u16) -> BTreeMap<String, f64> {
+    let out = scrape(metrics_port);
     let mut by_method = BTreeMap::new();
     for line in out
         .lines()
@@ -337,8 +361,8 @@ struct Timings {
     claims: f64,
     /// Every Node registered.
     nodes: f64,
-    /// Every pod bound.
-    bound: f64,
+    /// Every pod bound (none in the burst mode, where nothing binds them).
+    bound: Option<f64>,
 }
 
 /// Runs one phase: waits until `pods` pods are all bound and the NodeClaim count has stood still
@@ -372,11 +396,90 @@ async fn settle(client: &Client, pods: usize, start: Instant) -> (Timings, usize
                 judged: judged_at.unwrap_or(now),
                 claims: claims_at,
                 nodes: nodes_at,
-                bound: now,
+                bound: Some(now),
             };
             return (timings, seen.claims);
         }
         assert!(now < 3600.0, "the phase did not settle within an hour");
+    }
+}
+
+/// The scheduler the burst mode's pods name: none runs under it, so kube-scheduler leaves them
+/// alone and the bench marks them unschedulable itself.
+const BURST_SCHEDULER: &str = "scale-bench-burst";
+
+/// The burst mode: every pod is pending and marked unschedulable before the NodePool exists, so
+/// the provisioner's first batch holds all of them. Measures the target directly: from
+/// the NodePool's creation to the last NodeClaim (the batch window included), and to every
+/// Node registered. Nothing binds the pods (their scheduler does not run).
+async fn burst(client: &Client, objects: &[Value], pods: usize) -> (Timings, usize) {
+    apply(client, &objects[..1]).await;
+    apply(client, &objects[2..]).await;
+    let start = Instant::now();
+    while look(client).await.pods < pods {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            start.elapsed() < Duration::from_secs(1800),
+            "the Deployments did not create their pods"
+        );
+    }
+    let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+    let names: Vec<String> = api
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let status = json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/0 nodes are available (scale bench)",
+    }]}});
+    futures::stream::iter(names)
+        .for_each_concurrent(32, |name| {
+            let (api, status) = (api.clone(), status.clone());
+            async move {
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                    .await
+                    .unwrap_or_else(|e| panic!("marking pod {name} unschedulable: {e}"));
+            }
+        })
+        .await;
+    eprintln!(
+        "{pods} pods created and marked unschedulable in {:.1}s",
+        start.elapsed().as_secs_f64()
+    );
+
+    let start = Instant::now();
+    apply(client, &objects[1..2]).await;
+    let (mut last_claims, mut claims_at, mut nodes_at) = (0, 0.0, None);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let seen = look(client).await;
+        let now = start.elapsed().as_secs_f64();
+        if seen.claims != last_claims {
+            last_claims = seen.claims;
+            claims_at = now;
+            nodes_at = None;
+        }
+        if seen.claims > 0 && seen.nodes >= seen.claims && nodes_at.is_none() {
+            nodes_at = Some(now);
+        }
+        eprintln!(
+            "  {now:7.1}s  nodeclaims {:5}  nodes {:5}",
+            seen.claims, seen.nodes
+        );
+        if let Some(nodes) = nodes_at.filter(|_| now - claims_at > 20.0) {
+            let timings = Timings {
+                judged: 0.0,
+                claims: claims_at,
+                nodes,
+                bound: None,
+            };
+            return (timings, seen.claims);
+        }
+        assert!(now < 1800.0, "the burst did not settle within 30 minutes");
     }
 }
 
@@ -404,7 +507,12 @@ async fn main() {
 
     // What simulate plans for the same manifests.
     let mut objects = vec![nodeclass(), nodepool()];
-    objects.extend(deployments(pods));
+    let burst_mode = std::env::var("SCALE_MODE").is_ok_and(|m| m == "burst");
+    if burst_mode {
+        // The pods never bind, so their nodes look empty: consolidating them would only churn.
+        objects[1]["spec"]["disruption"] = json!({"consolidateAfter": "Never"});
+    }
+    objects.extend(deployments(pods, burst_mode.then_some(BURST_SCHEDULER)));
     let planned = {
         let file = std::env::temp_dir().join("karpenter-rs-scale-bench.json");
         std::fs::write(
@@ -419,8 +527,12 @@ async fn main() {
             .output()
             .expect("simulate runs");
         let report: Value = serde_json::from_slice(&out.stdout).expect("simulate JSON");
-        report["nodeclaims"].as_array().map_or(0, Vec::len)
+        (
+            report["nodeclaims"].as_array().map_or(0, Vec::len),
+            report["cost"]["perHour"].as_f64().unwrap_or(f64::NAN),
+        )
     };
+    let (planned, planned_cost) = planned;
     let total_pods: usize = objects
         .iter()
         .filter(|o| o["kind"] == "Deployment")
@@ -478,9 +590,11 @@ async fn main() {
             .collect::<Vec<_>>()
             .join(", ");
         let (by_kind, throttled) = requests_since(&b.cluster, &cluster_requests(&kubeconfigs));
+        let cost = fleet_cost(metrics_port);
+        let bound = t.bound.map_or("–".to_string(), |b| format!("{b:.1} s"));
         let row = format!(
-            "| {phase} | {pods} | {claims} ({planned}) | {:.1} s | {:.1} s | {:.1} s | {:.1} s | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} | {throttled:.0} |",
-            t.judged, t.claims, t.nodes, t.bound
+            "| {phase} | {pods} | {claims} ({planned}) | {cost:.2} ({planned_cost:.2}) | {:.1} s | {:.1} s | {:.1} s | {bound} | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} | {throttled:.0} |",
+            t.judged, t.claims, t.nodes
         );
         // In the progress log too, so a run stopped early keeps its finished phases.
         eprintln!("{row}");
@@ -496,92 +610,100 @@ async fn main() {
         ));
     };
 
-    // Phase 1: the pods arrive.
-    apply(&client, &objects[..2]).await;
-    let b = before();
-    let start = Instant::now();
-    apply(&client, &objects[2..]).await;
-    eprintln!(
-        "{total_pods} pods in {} Deployments created in {:.1}s",
-        objects.len() - 2,
-        start.elapsed().as_secs_f64()
-    );
-    let (t, claims) = settle(&client, total_pods, start).await;
-    report("provision", total_pods, claims, &t, &b);
-
-    // Phase 2: scale to zero, then back.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
-    let b = before();
-    for d in &objects[2..] {
-        let name = d["metadata"]["name"].as_str().unwrap_or_default();
-        deployments
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": 0}})),
-            )
-            .await
-            .expect("scale to zero");
-    }
-    let start = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let seen = look(&client).await;
+    if burst_mode {
+        let b = before();
+        let (t, claims) = burst(&client, &objects, total_pods).await;
+        report("burst", total_pods, claims, &t, &b);
+    } else {
+        // Phase 1: the pods arrive.
+        apply(&client, &objects[..2]).await;
+        let b = before();
+        let start = Instant::now();
+        apply(&client, &objects[2..]).await;
         eprintln!(
-            "  {:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}",
-            start.elapsed().as_secs_f64(),
-            seen.claims,
-            seen.nodes,
-            seen.pods
+            "{total_pods} pods in {} Deployments created in {:.1}s",
+            objects.len() - 2,
+            start.elapsed().as_secs_f64()
         );
-        if seen.claims == 0 && seen.nodes == 0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(3600),
-            "scale-down did not finish"
-        );
-    }
-    let emptied = start.elapsed().as_secs_f64();
-    let t = Timings {
-        judged: 0.0,
-        claims: emptied,
-        nodes: emptied,
-        bound: emptied,
-    };
-    report("scale to zero", 0, 0, &t, &b);
-    let b = before();
-    let start = Instant::now();
-    for d in &objects[2..] {
-        let name = d["metadata"]["name"].as_str().unwrap_or_default();
-        deployments
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": d["spec"]["replicas"]}})),
-            )
-            .await
-            .expect("scale back");
-    }
-    let (t, claims) = settle(&client, total_pods, start).await;
-    report("scale back", total_pods, claims, &t, &b);
+        let (t, claims) = settle(&client, total_pods, start).await;
+        report("provision", total_pods, claims, &t, &b);
 
-    // Idle: a quiet cluster should cost next to nothing.
-    let b = before();
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    let t = Timings {
-        judged: 0.0,
-        claims: 0.0,
-        nodes: 0.0,
-        bound: 60.0,
-    };
-    report("idle 60 s", total_pods, claims, &t, &b);
+        // Phase 2: scale to zero, then back.
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+        let b = before();
+        for d in &objects[2..] {
+            let name = d["metadata"]["name"].as_str().unwrap_or_default();
+            deployments
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": 0}})),
+                )
+                .await
+                .expect("scale to zero");
+        }
+        let start = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let seen = look(&client).await;
+            eprintln!(
+                "  {:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}",
+                start.elapsed().as_secs_f64(),
+                seen.claims,
+                seen.nodes,
+                seen.pods
+            );
+            if seen.claims == 0 && seen.nodes == 0 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(3600),
+                "scale-down did not finish"
+            );
+        }
+        let emptied = start.elapsed().as_secs_f64();
+        let t = Timings {
+            judged: 0.0,
+            claims: emptied,
+            nodes: emptied,
+            bound: Some(emptied),
+        };
+        report("scale to zero", 0, 0, &t, &b);
+        let b = before();
+        let start = Instant::now();
+        for d in &objects[2..] {
+            let name = d["metadata"]["name"].as_str().unwrap_or_default();
+            deployments
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": d["spec"]["replicas"]}})),
+                )
+                .await
+                .expect("scale back");
+        }
+        let (t, claims) = settle(&client, total_pods, start).await;
+        report("scale back", total_pods, claims, &t, &b);
+
+        // Idle: a quiet cluster should cost next to nothing.
+        let b = before();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let t = Timings {
+            judged: 0.0,
+            claims: 0.0,
+            nodes: 0.0,
+            bound: Some(60.0),
+        };
+        report("idle 60 s", total_pods, claims, &t, &b);
+    }
     eprintln!("RSS {idle_rss:.0} MiB before the first pod");
 
     println!(
-        "| phase | pods | NodeClaims (simulate) | all judged | all NodeClaims | all Nodes | all bound | peak RSS MiB | RSS MiB | CPU s | controller requests | throttled (429) |"
+        "| phase | pods | NodeClaims (simulate) | fleet $/h (simulate) | all judged | all NodeClaims | all Nodes | all bound | peak RSS MiB | RSS MiB | CPU s | controller requests | throttled (429) |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |");
+    println!(
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
+    );
     for row in &rows {
         println!("{row}");
     }

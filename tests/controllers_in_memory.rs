@@ -767,16 +767,20 @@ async fn provisioning_rounds_write_a_nodeclaim_once_and_a_failed_scheduling_even
         )
     };
     assert_eq!(provisioner.provision_once().await.expect("round"), 1);
+    // The round does not wait for its events (they are published beside the next rounds).
+    provisioner.events_published().await;
     assert_eq!(writes(&env), (1, 1));
     // Every round plans the pending pods again: the NodeClaim in flight holds the one, and the
     // other's event stands.
     for _ in 0..3 {
         env.advance(Duration::seconds(10));
         assert_eq!(provisioner.provision_once().await.expect("round"), 0);
+        provisioner.events_published().await;
     }
     assert_eq!(writes(&env), (1, 1), "no write repeats what is there");
     env.advance(Duration::minutes(5));
     provisioner.provision_once().await.expect("round");
+    provisioner.events_published().await;
     assert_eq!(
         writes(&env),
         (1, 2),

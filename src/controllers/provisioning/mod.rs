@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType};
@@ -510,6 +511,11 @@ pub struct Provisioner {
     /// When a `FailedScheduling` event was last published, by pod UID; entries older than
     /// [`FAILED_SCHEDULING_DEDUPE`] are dropped.
     reported: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// The task publishing the last round's `FailedScheduling` events. Rounds do not wait for
+    /// it: thousands of pods no NodePool serves are thousands of event writes, which would hold
+    /// the next round (and the NodeClaims it creates) back for as long as the QPS budget takes.
+    /// One such task at a time; a round that finds it still busy leaves its pods due.
+    reporting: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Provisioner {
@@ -519,6 +525,7 @@ impl Provisioner {
             ctx,
             window,
             reported: Mutex::default(),
+            reporting: Mutex::default(),
         }
     }
 
@@ -583,9 +590,7 @@ impl Provisioner {
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
         let (created, failed) = create_nodeclaims(ctx, "provisioner", &plan.nodeclaims).await;
-        for (pod, reason) in self.not_reported_lately(&cluster, &plan.unschedulable) {
-            self.report_unschedulable(pod, reason).await;
-        }
+        self.report_unschedulable(&cluster, &plan.unschedulable);
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the
         // same pods again.
         wait_until_cached(ctx, &created).await;
@@ -636,28 +641,69 @@ impl Provisioner {
             .collect()
     }
 
-    async fn report_unschedulable(&self, pod: &ClusterPod, reason: &str) {
-        let pod_key = format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        );
-        tracing::info!(controller = "provisioner", pod = %pod_key, reason, "could not schedule pod");
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "FailedScheduling".into(),
-            note: Some(truncate(&format!("Failed to schedule pod, {reason}"), 1000)),
-            action: "Provisioning".into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .ctx
-            .recorder
-            .publish(&event, &pod.object_ref(&()))
-            .await
-        {
-            tracing::warn!(pod = %pod_key, error = %e, "could not record event");
+    /// Waits until the last round's `FailedScheduling` events are published (or their task
+    /// failed): what a caller that reads the events right after a round needs.
+    pub async fn events_published(&self) {
+        let task = self
+            .reporting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = task {
+            let _ = task.await;
         }
+    }
+
+    /// Publishes the `FailedScheduling` events that are due in a task of their own, unless the
+    /// previous round's are still being published (then they stay due for a later round).
+    fn report_unschedulable(&self, cluster: &Snapshot, unschedulable: &[(String, String)]) {
+        let mut reporting = self.reporting.lock().unwrap_or_else(|e| e.into_inner());
+        if reporting.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let due: Vec<(ObjectReference, String, String)> = self
+            .not_reported_lately(cluster, unschedulable)
+            .into_iter()
+            .map(|(pod, reason)| (pod.object_ref(&()), pod_key(pod), reason.to_string()))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let ctx = self.ctx.clone();
+        *reporting = Some(tokio::spawn(async move {
+            for (reference, key, reason) in due {
+                publish_unschedulable(&ctx, &reference, &key, &reason).await;
+            }
+        }));
+    }
+}
+
+/// `namespace/name` of a cached pod.
+fn pod_key(pod: &ClusterPod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Logs why a pod could not be scheduled and publishes it as the pod's `FailedScheduling` event.
+async fn publish_unschedulable(
+    ctx: &Context,
+    reference: &ObjectReference,
+    pod_key: &str,
+    reason: &str,
+) {
+    tracing::info!(controller = "provisioner", pod = %pod_key, reason, "could not schedule pod");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "FailedScheduling".into(),
+        note: Some(truncate(&format!("Failed to schedule pod, {reason}"), 1000)),
+        action: "Provisioning".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, reference).await {
+        tracing::warn!(pod = %pod_key, error = %e, "could not record event");
     }
 }
 
