@@ -361,6 +361,100 @@ async fn tag_selectors_and_the_al2023_alias_resolve() {
     assert_eq!(amis, ["ami-0c0570000000c0002"]);
 }
 
+/// The lookups a resolution makes, counted by moto: SSM parameters, images, subnets, security
+/// groups, instance profiles.
+const LOOKUPS: [&str; 5] = [
+    "GetParameter",
+    "DescribeImages",
+    "DescribeSubnets",
+    "DescribeSecurityGroups",
+    "GetInstanceProfile",
+];
+
+fn lookups(moto: &mut Moto) -> [u64; 5] {
+    LOOKUPS.map(|a| moto.calls(a))
+}
+
+/// How many of each of [`LOOKUPS`] were made since `before`.
+fn lookups_since(moto: &mut Moto, before: [u64; 5]) -> [u64; 5] {
+    let now = lookups(moto);
+    std::array::from_fn(|i| now[i] - before[i])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolutions_within_upstreams_cache_lifetimes_share_their_lookups() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let before = lookups(&mut moto);
+    let first = env.provider.resolve(&al2023()).await.expect("resolve");
+    // al2023@latest reads five SSM parameters and describes their images in one call; the
+    // managed profile is read (absent), created and given the role.
+    assert_eq!(lookups_since(&mut moto, before), [5, 1, 1, 1, 1]);
+    // Of the five, the fixture publishes three (no arm64 NVIDIA, no Neuron image): a parameter
+    // that does not exist is not remembered and is asked for again, as upstream.
+    const MISSING: u64 = 2;
+
+    // A resolution inside the minute makes no other call and finds the same.
+    env.clock.advance(chrono::Duration::seconds(59));
+    let before = lookups(&mut moto);
+    let second = env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [MISSING, 0, 0, 0, 0]);
+    assert_eq!(second, first);
+    // Another class with the same selectors shares them; only its own profile is read.
+    let other = nodeclass("other", "  amiSelectorTerms: [{alias: al2023@latest}]\n");
+    env.provider.resolve(&other).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [2 * MISSING, 0, 0, 0, 1]);
+
+    // A minute on, images, subnets and security groups are read again; the SSM parameters
+    // (a day) and the instance profile (fifteen minutes) are not.
+    env.clock.advance(chrono::Duration::seconds(1));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [MISSING, 1, 1, 1, 0]);
+    env.clock.advance(chrono::Duration::minutes(14));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [MISSING, 1, 1, 1, 1]);
+    env.clock.advance(chrono::Duration::hours(24));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [5, 1, 1, 1, 1]);
+    // The half-hourly check describes the images of the cached @latest parameters (one call);
+    // none is deprecated here, so all stay.
+    let before = lookups(&mut moto);
+    let dropped = env.provider.invalidate_parameters_if_due().await;
+    assert_eq!(dropped.map(|d| d.expect("check")), Some(Vec::new()));
+    assert_eq!(lookups_since(&mut moto, before), [0, 1, 0, 0, 0]);
+    assert!(
+        env.provider.invalidate_parameters_if_due().await.is_none(),
+        "not due again for half an hour"
+    );
+
+    // A user's own parameter is read again after five minutes.
+    env.ssm
+        .put_parameter()
+        .name("/platform/node-ami")
+        .value("ami-0c0570000000c0001")
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .expect("parameter");
+    let by_parameter = nodeclass(
+        "param",
+        "  amiFamily: AL2023\n  amiSelectorTerms: [{ssmParameter: /platform/node-ami}]\n",
+    );
+    env.provider.resolve(&by_parameter).await.expect("resolve");
+    env.clock.advance(chrono::Duration::minutes(4));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&by_parameter).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before)[0], 0);
+    env.clock.advance(chrono::Duration::minutes(1));
+    env.provider.resolve(&by_parameter).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before)[0], 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_makes_one_tagged_instance_and_a_retry_finds_it() {
     let Some(mut moto) = Moto::start() else {
@@ -2673,6 +2767,8 @@ async fn an_unknown_placement_group_keeps_the_class_from_launching() {
         .send()
         .await
         .expect("delete group");
+    // The group found is remembered for a minute, as upstream.
+    env.clock.advance(chrono::Duration::minutes(1));
     env.provider.resolve(&class).await.expect_err("group gone");
     let err = env
         .provider

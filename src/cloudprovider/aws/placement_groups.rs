@@ -15,6 +15,7 @@ use crate::cloudprovider::CloudError;
 use crate::scheduling::instance_type::{InstanceType, Offering};
 use crate::scheduling::requirements::Requirements;
 
+use super::lookup_cache::{DEFAULT_TTL, LookupCache, terms_key};
 use super::sdk_error;
 use super::tags::filter;
 
@@ -36,8 +37,28 @@ pub struct PlacementGroup {
 const UNKNOWN_GROUP: &str = "InvalidPlacementGroup.Unknown";
 
 /// The available placement group `selector` names, or `None` when there is none (unknown,
-/// pending or being deleted).
+/// pending or being deleted). A group found is remembered for [`DEFAULT_TTL`], one not found is
+/// looked for again next time (upstream's placement group cache).
 pub async fn resolve(
+    ec2: &aws_sdk_ec2::Client,
+    cache: &LookupCache,
+    selector: &PlacementGroupSelector,
+) -> Result<Option<PlacementGroup>, CloudError> {
+    let key = terms_key(selector);
+    if let Some(found) = cache.placement_groups.get(&key) {
+        return Ok(Some(found));
+    }
+    let found = describe_group(ec2, selector).await?;
+    match &found {
+        Some(group) => cache
+            .placement_groups
+            .insert(key, group.clone(), DEFAULT_TTL),
+        None => cache.placement_groups.remove(&key),
+    }
+    Ok(found)
+}
+
+async fn describe_group(
     ec2: &aws_sdk_ec2::Client,
     selector: &PlacementGroupSelector,
 ) -> Result<Option<PlacementGroup>, CloudError> {
