@@ -662,7 +662,7 @@ impl AwsProvider {
                 }
             }
         };
-        let types = instance_types::mark_unavailable(base, &self.unavailable);
+        let types = instance_types::mark_unavailable(base, &self.unavailable, group_id);
         if !self.settings.reserved_capacity {
             return Ok(types);
         }
@@ -682,6 +682,9 @@ impl AwsProvider {
         // launch and termination.
         let mut with_reserved = (*types).clone();
         add_reserved_offerings(&mut with_reserved, &reservations);
+        if let Some(group) = placement_group {
+            placement_groups::offer_partitions(&mut with_reserved, group);
+        }
         Ok(Arc::new(with_reserved))
     }
 
@@ -852,11 +855,16 @@ impl AwsProvider {
                 } else if unavailable::is_unfulfillable_capacity(&e.code)
                     && let (Some(t), Some(z)) = (&e.instance_type, &e.zone)
                 {
-                    self.unavailable.mark(OfferingKey {
+                    let key = OfferingKey {
                         instance_type: t.clone(),
                         zone: z.clone(),
                         capacity_type,
-                    });
+                    };
+                    // A pool a placement group could not fill may still launch outside it.
+                    match group_of_pool(specs, t, z) {
+                        Some(group) => self.unavailable.mark_in_group(key, group),
+                        None => self.unavailable.mark(key),
+                    }
                 }
             }
             if template_missing {
@@ -996,6 +1004,25 @@ fn reservation_of_pool<'a>(
             }
             _ => None,
         })
+}
+
+/// The placement group (and partition) the launch template of an `instance_type`/`zone`
+/// override launched into, for scoping what EC2 could not fill to it.
+fn group_of_pool(
+    specs: &[(LaunchTemplateSpec, Vec<Override>)],
+    instance_type: &str,
+    zone: &str,
+) -> Option<unavailable::GroupScope> {
+    specs.iter().find_map(|(spec, overrides)| {
+        let group_id = spec.placement_group.clone()?;
+        overrides
+            .iter()
+            .any(|o| o.instance_type == instance_type && o.zone == zone)
+            .then(|| unavailable::GroupScope {
+                group_id,
+                partition: spec.placement_partition.map(|p| p.to_string()),
+            })
+    })
 }
 
 /// The capacity reservation an instance was launched into by a reserved launch (with the
