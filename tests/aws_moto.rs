@@ -361,6 +361,100 @@ async fn tag_selectors_and_the_al2023_alias_resolve() {
     assert_eq!(amis, ["ami-0c0570000000c0002"]);
 }
 
+/// The lookups a resolution makes, counted by moto: SSM parameters, images, subnets, security
+/// groups, instance profiles.
+const LOOKUPS: [&str; 5] = [
+    "GetParameter",
+    "DescribeImages",
+    "DescribeSubnets",
+    "DescribeSecurityGroups",
+    "GetInstanceProfile",
+];
+
+fn lookups(moto: &mut Moto) -> [u64; 5] {
+    LOOKUPS.map(|a| moto.calls(a))
+}
+
+/// How many of each of [`LOOKUPS`] were made since `before`.
+fn lookups_since(moto: &mut Moto, before: [u64; 5]) -> [u64; 5] {
+    let now = lookups(moto);
+    std::array::from_fn(|i| now[i] - before[i])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolutions_within_upstreams_cache_lifetimes_share_their_lookups() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let before = lookups(&mut moto);
+    let first = env.provider.resolve(&al2023()).await.expect("resolve");
+    // al2023@latest reads five SSM parameters and describes their images in one call; the
+    // managed profile is read (absent), created and given the role.
+    assert_eq!(lookups_since(&mut moto, before), [5, 1, 1, 1, 1]);
+    // Of the five, the fixture publishes three (no arm64 NVIDIA, no Neuron image): a parameter
+    // that does not exist is not remembered and is asked for again, as upstream.
+    const MISSING: u64 = 2;
+
+    // A resolution inside the minute makes no other call and finds the same.
+    env.clock.advance(chrono::Duration::seconds(59));
+    let before = lookups(&mut moto);
+    let second = env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [MISSING, 0, 0, 0, 0]);
+    assert_eq!(second, first);
+    // Another class with the same selectors shares them; only its own profile is read.
+    let other = nodeclass("other", "  amiSelectorTerms: [{alias: al2023@latest}]\n");
+    env.provider.resolve(&other).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [2 * MISSING, 0, 0, 0, 1]);
+
+    // A minute on, images, subnets and security groups are read again; the SSM parameters
+    // (a day) and the instance profile (fifteen minutes) are not.
+    env.clock.advance(chrono::Duration::seconds(1));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [MISSING, 1, 1, 1, 0]);
+    env.clock.advance(chrono::Duration::minutes(14));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [MISSING, 1, 1, 1, 1]);
+    env.clock.advance(chrono::Duration::hours(24));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before), [5, 1, 1, 1, 1]);
+    // The half-hourly check describes the images of the cached @latest parameters (one call);
+    // none is deprecated here, so all stay.
+    let before = lookups(&mut moto);
+    let dropped = env.provider.invalidate_parameters_if_due().await;
+    assert_eq!(dropped.map(|d| d.expect("check")), Some(Vec::new()));
+    assert_eq!(lookups_since(&mut moto, before), [0, 1, 0, 0, 0]);
+    assert!(
+        env.provider.invalidate_parameters_if_due().await.is_none(),
+        "not due again for half an hour"
+    );
+
+    // A user's own parameter is read again after five minutes.
+    env.ssm
+        .put_parameter()
+        .name("/platform/node-ami")
+        .value("ami-0c0570000000c0001")
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .expect("parameter");
+    let by_parameter = nodeclass(
+        "param",
+        "  amiFamily: AL2023\n  amiSelectorTerms: [{ssmParameter: /platform/node-ami}]\n",
+    );
+    env.provider.resolve(&by_parameter).await.expect("resolve");
+    env.clock.advance(chrono::Duration::minutes(4));
+    let before = lookups(&mut moto);
+    env.provider.resolve(&by_parameter).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before)[0], 0);
+    env.clock.advance(chrono::Duration::minutes(1));
+    env.provider.resolve(&by_parameter).await.expect("resolve");
+    assert_eq!(lookups_since(&mut moto, before)[0], 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_makes_one_tagged_instance_and_a_retry_finds_it() {
     let Some(mut moto) = Moto::start() else {
@@ -2631,6 +2725,137 @@ async fn a_placement_group_is_resolved_launched_into_and_labelled() {
     );
 }
 
+/// `claim` additionally requiring partition `partition` of the class' placement group.
+fn in_partition(mut c: NodeClaim, partition: &str) -> NodeClaim {
+    c.spec.requirements.push(
+        serde_yaml_ng::from_str(&format!(
+            "{{key: {}, operator: In, values: ['{partition}']}}",
+            labels::PLACEMENT_GROUP_PARTITION
+        ))
+        .expect("requirement"),
+    );
+    c
+}
+
+/// Whether each partition's (partition, available) offering of `instance_type` in `zone` as
+/// `capacity_type`.
+fn partition_offerings(
+    types: &[karpenter_rs::scheduling::instance_type::InstanceType],
+    instance_type: &str,
+    zone: &str,
+    capacity_type: CapacityType,
+) -> Vec<(Option<String>, bool)> {
+    types
+        .iter()
+        .filter(|t| &*t.name == instance_type)
+        .flat_map(|t| t.offerings.iter())
+        .filter(|o| &*o.zone == zone && o.capacity_type == capacity_type)
+        .map(|o| (o.partition.as_deref().map(str::to_string), o.available))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_group_offers_reservations_per_partition_and_keeps_its_capacity_errors() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    create_placement_group(&env, "kafka", "partition").await;
+    let reservation = create_reservation(&env, 2).await;
+    let class = nodeclass(
+        "default",
+        "  amiSelectorTerms: [{alias: al2023@latest}]\n  capacityReservationSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]\n  placementGroupSelector: {name: kafka}\n",
+    );
+    let class = ready(&env, class).await;
+    let types = env.provider.instance_types(&class).await.expect("types");
+    let some = |p: &str| (Some(p.to_string()), true);
+    assert_eq!(
+        partition_offerings(&types, "m5.large", "us-east-1a", CapacityType::Reserved),
+        [some("1"), some("2"), some("3")],
+        "the reservation is offered in every partition"
+    );
+
+    // A reserved NodeClaim pinned to partition 2 launches into the reservation there.
+    let reserved = in_partition(claim("default-pr001", &["m5.large"], &["reserved"]), "2");
+    let launched = env
+        .provider
+        .create(&reserved, &class)
+        .await
+        .expect("reserved launch");
+    assert_eq!(launched.capacity_type, CapacityType::Reserved);
+    assert_eq!(
+        launched.labels.get(labels::PLACEMENT_GROUP_PARTITION),
+        Some(&"2".to_string())
+    );
+    let fleets = moto.fleets();
+    let targeting = fleet_targeting(&env, &fleets[0]).await.expect("targeting");
+    assert_eq!(
+        targeting
+            .capacity_reservation_target()
+            .and_then(|t| t.capacity_reservation_id()),
+        Some(reservation.as_str())
+    );
+    let template =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name")
+            .to_string();
+    let data = launch_template_of(&env, &template).await;
+    assert_eq!(
+        data.placement().and_then(|p| p.partition_number()),
+        Some(2),
+        "{data:?}"
+    );
+
+    // EC2 cannot fill a pool in partition 3: only partition 3 of the group skips it.
+    moto.set_ice(&[("m5.large", "us-east-1b", "on-demand")]);
+    let full = in_partition(
+        claim("default-pr002", &["m5.large", "m5.xlarge"], &["on-demand"]),
+        "3",
+    );
+    let mut full = full;
+    full.spec.requirements.push(
+        serde_yaml_ng::from_str(
+            "{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1b]}",
+        )
+        .expect("requirement"),
+    );
+    let fallback = env.provider.create(&full, &class).await.expect("fallback");
+    assert_eq!(fallback.instance_type, "m5.xlarge");
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(
+        partition_offerings(&types, "m5.large", "us-east-1b", CapacityType::OnDemand),
+        [some("1"), some("2"), (Some("3".to_string()), false)]
+    );
+    // A launch that lets EC2 pick the partition blocks the pool in the whole group, and only
+    // there: a class outside the group still offers it.
+    let open = claim("default-pr003", &["m5.large", "m5.xlarge"], &["on-demand"]);
+    let mut open = open;
+    open.spec.requirements.push(
+        serde_yaml_ng::from_str(
+            "{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1b]}",
+        )
+        .expect("requirement"),
+    );
+    env.provider.create(&open, &class).await.expect("fallback");
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert!(
+        partition_offerings(&types, "m5.large", "us-east-1b", CapacityType::OnDemand)
+            .iter()
+            .all(|(_, available)| !available)
+    );
+    let plain = ready(
+        &env,
+        nodeclass("plain", "  amiSelectorTerms: [{alias: al2023@latest}]\n"),
+    )
+    .await;
+    let types = env.provider.instance_types(&plain).await.expect("types");
+    assert_eq!(
+        partition_offerings(&types, "m5.large", "us-east-1b", CapacityType::OnDemand),
+        [(None, true)]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_placement_group_keeps_the_class_from_launching() {
     let Some(moto) = Moto::start() else { return };
@@ -2673,6 +2898,8 @@ async fn an_unknown_placement_group_keeps_the_class_from_launching() {
         .send()
         .await
         .expect("delete group");
+    // The group found is remembered for a minute, as upstream.
+    env.clock.advance(chrono::Duration::minutes(1));
     env.provider.resolve(&class).await.expect_err("group gone");
     let err = env
         .provider

@@ -136,7 +136,7 @@ impl Moto {
             .expect("inject failure");
     }
 
-    /// How often EC2 action `action` was called so far.
+    /// How often AWS action `action` (an EC2 or IAM action, an SSM target) was called so far.
     pub fn calls(&mut self, action: &str) -> u64 {
         let all: serde_json::Value =
             serde_json::from_str(&self.http("GET", "/_karpenter/calls", "").expect("calls"))

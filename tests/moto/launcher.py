@@ -27,15 +27,16 @@ enough for the Rust SDK. What it lacks, and what this file adds:
 * Failures: moto never fails a call it understands. A test can make the next N calls of an EC2
   query-protocol action (CreateTags, TerminateInstances, ...) fail with an error code of its
   choosing, answered in EC2's XML error shape, to exercise the provider's recovery paths.
-* Call counts: EC2 query-protocol actions are counted, so a test can tell whether a code path
-  called EC2 at all (e.g. that a launch does not refresh the instance-type catalogue).
+* Call counts: query-protocol actions (EC2, IAM) and JSON-protocol targets (SSM's GetParameter)
+  are counted, so a test can tell whether a code path called AWS at all (e.g. that a launch does
+  not refresh the instance-type catalogue, or that a cached lookup was not made again).
 
 Test-only control endpoints (never AWS APIs):
   POST /_karpenter/ice     {"pools": [["m5.large", "us-east-1a", "spot"], ...]}  replaces the set
   GET  /_karpenter/fleets  the CreateFleet requests seen so far
   POST /_karpenter/fail    {"action": "CreateTags", "count": 3, "code": "UnauthorizedOperation",
                             "status": 403}  the next `count` calls fail (count 0 clears)
-  GET  /_karpenter/calls   {"CreateTags": 4, ...}  EC2 query-protocol calls seen so far
+  GET  /_karpenter/calls   {"CreateTags": 4, "GetParameter": 5, ...}  calls seen so far
   POST /_karpenter/capacity-reservations  see capacity_reservations.py
 """
 
@@ -320,6 +321,10 @@ class App(server.DomainDispatcherApplication):
             return _control(environ, start_response)
         if environ.get("HTTP_X_AMZ_TARGET", "").startswith("AWSPriceListService."):
             return _pricing(environ, start_response)
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if target:
+            with LOCK:
+                CALLS[target.rsplit(".", 1)[-1]] += 1
         action = _query_action(environ)
         if action:
             failed = _injected_failure(action, start_response)

@@ -19,6 +19,7 @@ use crate::apis::nodeclaim::Operator;
 use crate::cloudprovider::CloudError;
 use crate::scheduling::requirements::{Requirement, Requirements};
 
+use super::lookup_cache::{DEFAULT_TTL, LookupCache, SSM_CUSTOM_TTL, SSM_TTL, SsmValue};
 use super::sdk_error;
 use super::tags::{filter, selector_filters};
 
@@ -273,12 +274,52 @@ pub fn ami_for<'a>(amis: &'a [AMI], type_labels: &BTreeMap<String, String>) -> O
     })
 }
 
-/// What DescribeImages says about one image.
-struct Described {
+/// What DescribeImages says about one image (deprecation as of the call).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Described {
     name: Option<String>,
     created: String,
     deprecated: bool,
     arch: Option<&'static str>,
+}
+
+/// The cache key of a DescribeImages query: its owners and its filters, each as a set (upstream
+/// keys on both, so queries that differ only by owner never share an entry).
+pub fn query_key(filters: &[Filter], owners: &[String]) -> String {
+    let mut owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let mut parts: Vec<String> = filters
+        .iter()
+        .map(|f| {
+            let mut values: Vec<&str> = f.values().iter().map(String::as_str).collect();
+            values.sort_unstable();
+            values.dedup();
+            format!("{:?}={values:?}", f.name().unwrap_or_default())
+        })
+        .collect();
+    parts.sort_unstable();
+    format!("owners={owners:?} filters={parts:?}")
+}
+
+/// [`describe_images`] through the cache: one call per distinct query per [`DEFAULT_TTL`].
+async fn cached_images(
+    ec2: &aws_sdk_ec2::Client,
+    cache: &LookupCache,
+    filters: Vec<Filter>,
+    owners: Vec<String>,
+    now: DateTime<Utc>,
+) -> Result<Vec<(String, Described)>, CloudError> {
+    let key = query_key(&filters, &owners);
+    if let Some(found) = cache.images.get(&key) {
+        return Ok(found);
+    }
+    let found: Vec<(String, Described)> = describe_images(ec2, filters, owners, now)
+        .await?
+        .into_iter()
+        .collect();
+    cache.images.insert(key, found.clone(), DEFAULT_TTL);
+    Ok(found)
 }
 
 async fn describe_images(
@@ -339,10 +380,75 @@ pub async fn ssm_parameter(
     }
 }
 
-/// Resolves a node class' AMI selector terms on a cluster of Kubernetes minor version `k8s`.
+/// [`ssm_parameter`] through the cache: an alias' parameter for [`SSM_TTL`] (`mutable` for
+/// `@latest`, which the deprecation check may drop early), a user's for [`SSM_CUSTOM_TTL`]. A
+/// missing parameter is not remembered.
+async fn cached_parameter(
+    ssm: &aws_sdk_ssm::Client,
+    cache: &LookupCache,
+    name: &str,
+    kind: Parameter,
+) -> Result<Option<String>, CloudError> {
+    if let Some(found) = cache.ssm.get(&name.to_string()) {
+        return Ok(Some(found.value));
+    }
+    let Some(value) = ssm_parameter(ssm, name).await? else {
+        return Ok(None);
+    };
+    let (ttl, mutable) = match kind {
+        Parameter::Alias { latest } => (SSM_TTL, latest),
+        Parameter::Custom => (SSM_CUSTOM_TTL, false),
+    };
+    cache.ssm.insert(
+        name.to_string(),
+        SsmValue {
+            value: value.clone(),
+            mutable,
+        },
+        ttl,
+    );
+    Ok(Some(value))
+}
+
+/// Whose SSM parameter a term reads.
+#[derive(Clone, Copy)]
+enum Parameter {
+    /// One an alias names; `latest` when it follows new releases.
+    Alias { latest: bool },
+    /// A user's `ssmParameter`.
+    Custom,
+}
+
+/// The images of `ids` that are deprecated now (one uncached DescribeImages), for the check of
+/// the `@latest` parameters.
+pub async fn deprecated_images(
+    ec2: &aws_sdk_ec2::Client,
+    ids: &[&str],
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, CloudError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found = describe_images(
+        ec2,
+        vec![filter("image-id", ids.iter().copied())],
+        Vec::new(),
+        now,
+    )
+    .await?;
+    Ok(found
+        .into_iter()
+        .filter(|(_, d)| d.deprecated)
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// Resolves a node class' AMI selector terms on a cluster of Kubernetes minor version `k8s`,
+/// through the provider's caches (SSM parameters, DescribeImages queries).
 pub async fn resolve(
     ec2: &aws_sdk_ec2::Client,
     ssm: &aws_sdk_ssm::Client,
+    cache: &LookupCache,
     terms: &[AMISelectorTerm],
     k8s: &str,
     now: DateTime<Utc>,
@@ -354,9 +460,12 @@ pub async fn resolve(
         if let Some(alias) = &term.alias {
             let params = alias_parameters(alias, k8s)
                 .map_err(|e| CloudError::Invalid(format!("{field}.alias: {e}")))?;
+            let latest = alias.ends_with("@latest");
             let mut ids: Vec<(String, Vec<AMIRequirement>)> = Vec::new();
             for p in &params {
-                if let Some(id) = ssm_parameter(ssm, &p.path).await? {
+                if let Some(id) =
+                    cached_parameter(ssm, cache, &p.path, Parameter::Alias { latest }).await?
+                {
                     ids.push((id, p.requirements.clone()));
                 }
             }
@@ -374,8 +483,16 @@ pub async fn resolve(
             let mut unique: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
             unique.sort_unstable();
             unique.dedup();
-            let images =
-                describe_images(ec2, vec![filter("image-id", unique)], Vec::new(), now).await?;
+            let images: BTreeMap<String, Described> = cached_images(
+                ec2,
+                cache,
+                vec![filter("image-id", unique)],
+                Vec::new(),
+                now,
+            )
+            .await?
+            .into_iter()
+            .collect();
             for (id, requirements) in ids {
                 if let Some(d) = images.get(&id) {
                     candidates.push(Candidate {
@@ -392,7 +509,7 @@ pub async fn resolve(
         let mut filters = Vec::new();
         let mut owners = Vec::new();
         if let Some(param) = &term.ssm_parameter {
-            match ssm_parameter(ssm, param).await? {
+            match cached_parameter(ssm, cache, param, Parameter::Custom).await? {
                 Some(id) => filters.push(filter("image-id", [id.as_str()])),
                 None => {
                     tried.push(format!("{field}.ssmParameter {param} (no such parameter)"));
@@ -416,7 +533,7 @@ pub async fn resolve(
             filters.extend(selector_filters(tags));
         }
         tried.push(format!("{field} ({})", describe_term(term)));
-        for (id, d) in describe_images(ec2, filters, owners, now).await? {
+        for (id, d) in cached_images(ec2, cache, filters, owners, now).await? {
             let Some(arch) = d.arch else { continue };
             candidates.push(Candidate {
                 id,

@@ -12,6 +12,7 @@ use crate::apis::hash::fnv1a;
 use crate::apis::labels;
 use crate::cloudprovider::CloudError;
 
+use super::lookup_cache::{INSTANCE_PROFILE_TTL, LookupCache};
 use super::sdk_error;
 use super::tags;
 
@@ -60,30 +61,50 @@ async fn get(
     }
 }
 
-/// The instance profile a node class launches with, creating or fixing the managed one.
+fn role_names(profile: &aws_sdk_iam::types::InstanceProfile) -> Vec<String> {
+    profile
+        .roles()
+        .iter()
+        .map(|r| r.role_name().to_string())
+        .collect()
+}
+
+/// The roles of instance profile `name` through the cache (upstream's instance profile cache:
+/// [`INSTANCE_PROFILE_TTL`] by name); `None` when IAM has no such profile (not remembered).
+async fn cached_roles(
+    iam: &aws_sdk_iam::Client,
+    cache: &LookupCache,
+    name: &str,
+) -> Result<Option<Vec<String>>, CloudError> {
+    if let Some(roles) = cache.instance_profiles.get(&name.to_string()) {
+        return Ok(Some(roles));
+    }
+    let Some(profile) = get(iam, name).await? else {
+        return Ok(None);
+    };
+    let roles = role_names(&profile);
+    cache
+        .instance_profiles
+        .insert(name.to_string(), roles.clone(), INSTANCE_PROFILE_TTL);
+    Ok(Some(roles))
+}
+
+/// The instance profile a node class launches with, creating or fixing the managed one. What
+/// IAM said about a profile is kept for [`INSTANCE_PROFILE_TTL`], so a class resolved every
+/// minute reads its profile four times an hour.
 pub async fn ensure(
     iam: &aws_sdk_iam::Client,
+    cache: &LookupCache,
     cluster: &str,
     region: &str,
     nodeclass: &EC2NodeClass,
 ) -> Result<String, CloudError> {
     if let Some(profile) = &nodeclass.spec.instance_profile {
-        return match iam
-            .get_instance_profile()
-            .instance_profile_name(profile)
-            .send()
-            .await
-        {
-            Ok(_) => Ok(profile.clone()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_no_such_entity_exception()) =>
-            {
-                Err(CloudError::NodeClassNotReady(format!(
-                    "spec.instanceProfile: instance profile {profile} does not exist"
-                )))
-            }
-            Err(e) => Err(sdk_error("iam:GetInstanceProfile", e)),
+        return match cached_roles(iam, cache, profile).await? {
+            Some(_) => Ok(profile.clone()),
+            None => Err(CloudError::NodeClassNotReady(format!(
+                "spec.instanceProfile: instance profile {profile} does not exist"
+            ))),
         };
     }
     let Some(role) = nodeclass.spec.role.as_deref() else {
@@ -94,13 +115,8 @@ pub async fn ensure(
     let role = role_name(role);
     let class = nodeclass.metadata.name.as_deref().unwrap_or_default();
     let name = managed_name(cluster, region, class);
-    let existing = get(iam, &name).await?;
-    let roles: Vec<String> = match existing {
-        Some(p) => p
-            .roles()
-            .iter()
-            .map(|r| r.role_name().to_string())
-            .collect(),
+    let roles: Vec<String> = match cached_roles(iam, cache, &name).await? {
+        Some(roles) => roles,
         None => {
             let mut wanted = BTreeMap::from([
                 (tags::cluster_tag_key(cluster), "owned".to_string()),
@@ -149,7 +165,14 @@ pub async fn ensure(
         .send()
         .await
     {
-        Ok(_) => Ok(name),
+        Ok(_) => {
+            cache.instance_profiles.insert(
+                name.clone(),
+                vec![role.to_string()],
+                INSTANCE_PROFILE_TTL,
+            );
+            Ok(name)
+        }
         Err(e)
             if e.as_service_error()
                 .is_some_and(|s| s.is_no_such_entity_exception()) =>
@@ -162,9 +185,14 @@ pub async fn ensure(
     }
 }
 
-/// Deletes the instance profile `name` (its roles removed first, as IAM requires); one already
-/// gone is fine.
-pub async fn delete(iam: &aws_sdk_iam::Client, name: &str) -> Result<(), CloudError> {
+/// Deletes the instance profile `name` (its roles removed first, as IAM requires) and forgets
+/// it; one already gone is fine.
+pub async fn delete(
+    iam: &aws_sdk_iam::Client,
+    cache: &LookupCache,
+    name: &str,
+) -> Result<(), CloudError> {
+    cache.instance_profiles.remove(&name.to_string());
     let profile = match iam
         .get_instance_profile()
         .instance_profile_name(name)

@@ -341,17 +341,25 @@ pub fn build(
 }
 
 /// `types` with the offerings in the unavailable cache marked unavailable (the same list when
-/// none are).
+/// none are); a class launching into placement group `group_id` also skips the pools that
+/// group (or the offering's partition of it) could not fill.
 pub fn mark_unavailable(
     types: Arc<Vec<InstanceType>>,
     unavailable: &UnavailableOfferings,
+    group_id: Option<&str>,
 ) -> Arc<Vec<InstanceType>> {
-    let blocked = |it: &InstanceType, o: &Offering| {
-        unavailable.is_unavailable(&it.name, &o.zone, o.capacity_type)
+    let blocked = |name: &str, o: &Offering| {
+        unavailable.is_unavailable_in(
+            name,
+            &o.zone,
+            o.capacity_type,
+            group_id,
+            o.partition.as_deref(),
+        )
     };
     if !types
         .iter()
-        .any(|it| it.offerings.iter().any(|o| blocked(it, o)))
+        .any(|it| it.offerings.iter().any(|o| blocked(&it.name, o)))
     {
         return types;
     }
@@ -359,7 +367,7 @@ pub fn mark_unavailable(
     for it in &mut marked {
         let name = it.name.clone();
         for o in &mut it.offerings {
-            if unavailable.is_unavailable(&name, &o.zone, o.capacity_type) {
+            if blocked(&name, o) {
                 o.available = false;
             }
         }
@@ -452,6 +460,7 @@ mod tests {
                 "us-east-1",
             )),
             &unavailable,
+            None,
         );
         assert_eq!(types.len(), 1);
         let it = &types[0];

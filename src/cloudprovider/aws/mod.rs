@@ -20,6 +20,7 @@ pub mod instance_profile;
 pub mod instance_types;
 pub mod interruption;
 pub mod launch_templates;
+pub mod lookup_cache;
 pub mod placement_groups;
 pub mod pricing;
 pub mod security_groups;
@@ -237,6 +238,9 @@ pub struct AwsProvider {
     placement_groups: Mutex<HashMap<String, (PlacementGroupSelector, PlacementGroup)>>,
     /// The dry-run authorization verdicts per EC2NodeClass, kept while their inputs hold.
     validations: Mutex<validation::Verdicts>,
+    /// What resolutions looked up (SSM parameters, images, subnets, security groups, placement
+    /// groups, instance profiles), kept for upstream's lifetimes.
+    lookups: lookup_cache::LookupCache,
     /// Paces the per-node calls that name registered instances.
     registration_tagging: tags::RegistrationPacing,
 }
@@ -299,6 +303,7 @@ impl AwsProvider {
             untagged: Mutex::new(HashMap::new()),
             placement_groups: Mutex::new(HashMap::new()),
             validations: Mutex::new(validation::Verdicts::new()),
+            lookups: lookup_cache::LookupCache::new(clock.clone()),
             registration_tagging: tags::RegistrationPacing::new(tokio::time::Instant::now()),
             settings,
             clock,
@@ -374,13 +379,42 @@ impl AwsProvider {
         capacity_reservations::refresh_counts(&self.ec2, &self.reservations).await
     }
 
+    /// Drops the cached `@latest` SSM parameters whose image EC2 now reports deprecated, so the
+    /// next resolution reads the parameter again instead of keeping a withdrawn release for up
+    /// to a day (upstream's SSM invalidation controller). Returns the parameters dropped.
+    pub async fn invalidate_deprecated_parameters(&self) -> Result<Vec<String>, CloudError> {
+        let parameters = self.lookups.mutable_parameters();
+        let ids: Vec<&str> = parameters.iter().map(|(_, id)| id.as_str()).collect();
+        let deprecated = amis::deprecated_images(&self.ec2, &ids, self.clock.now()).await?;
+        Ok(self.lookups.forget_deprecated(&deprecated))
+    }
+
+    /// [`AwsProvider::invalidate_deprecated_parameters`] every
+    /// [`lookup_cache::SSM_INVALIDATION_PERIOD`] by the provider's clock; `None` when not due.
+    pub async fn invalidate_parameters_if_due(&self) -> Option<Result<Vec<String>, CloudError>> {
+        if !self.lookups.ssm_check_due(self.clock.now()) {
+            return None;
+        }
+        Some(self.invalidate_deprecated_parameters().await)
+    }
+
     /// Keeps instance types and prices fresh in the background, so that no launch or
     /// scheduling pass ever waits for a refresh: checks every [`REFRESH_CHECK`] whether one is
     /// due and logs what it found, and re-reads the capacity reservations' counts each time, as
-    /// upstream re-reads them every minute. Never returns: it ends with the runtime (or when its
+    /// upstream re-reads them every minute; every half hour it checks the cached `@latest` SSM
+    /// parameters for deprecated images. Never returns: it ends with the runtime (or when its
     /// task is aborted).
     pub async fn run_refresh(self: Arc<Self>) {
         loop {
+            match self.invalidate_parameters_if_due().await {
+                Some(Ok(dropped)) if !dropped.is_empty() => {
+                    tracing::info!(parameters = ?dropped, "alias SSM parameters point at deprecated AMIs; reading them again");
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "checking the cached alias AMIs for deprecation failed; retrying in half an hour");
+                }
+                Some(Ok(_)) | None => {}
+            }
             match self.refresh_if_due().await {
                 Ok(Some(report)) => log_refresh(&report),
                 Ok(None) => {}
@@ -420,7 +454,7 @@ impl AwsProvider {
         {
             return Ok(Some(group.clone()));
         }
-        let group = placement_groups::resolve(&self.ec2, selector)
+        let group = placement_groups::resolve(&self.ec2, &self.lookups, selector)
             .await?
             .ok_or_else(|| {
                 CloudError::NodeClassNotReady(format!(
@@ -628,7 +662,7 @@ impl AwsProvider {
                 }
             }
         };
-        let types = instance_types::mark_unavailable(base, &self.unavailable);
+        let types = instance_types::mark_unavailable(base, &self.unavailable, group_id);
         if !self.settings.reserved_capacity {
             return Ok(types);
         }
@@ -648,6 +682,9 @@ impl AwsProvider {
         // launch and termination.
         let mut with_reserved = (*types).clone();
         add_reserved_offerings(&mut with_reserved, &reservations);
+        if let Some(group) = placement_group {
+            placement_groups::offer_partitions(&mut with_reserved, group);
+        }
         Ok(Arc::new(with_reserved))
     }
 
@@ -818,11 +855,16 @@ impl AwsProvider {
                 } else if unavailable::is_unfulfillable_capacity(&e.code)
                     && let (Some(t), Some(z)) = (&e.instance_type, &e.zone)
                 {
-                    self.unavailable.mark(OfferingKey {
+                    let key = OfferingKey {
                         instance_type: t.clone(),
                         zone: z.clone(),
                         capacity_type,
-                    });
+                    };
+                    // A pool a placement group could not fill may still launch outside it.
+                    match group_of_pool(specs, t, z) {
+                        Some(group) => self.unavailable.mark_in_group(key, group),
+                        None => self.unavailable.mark(key),
+                    }
                 }
             }
             if template_missing {
@@ -962,6 +1004,25 @@ fn reservation_of_pool<'a>(
             }
             _ => None,
         })
+}
+
+/// The placement group (and partition) the launch template of an `instance_type`/`zone`
+/// override launched into, for scoping what EC2 could not fill to it.
+fn group_of_pool(
+    specs: &[(LaunchTemplateSpec, Vec<Override>)],
+    instance_type: &str,
+    zone: &str,
+) -> Option<unavailable::GroupScope> {
+    specs.iter().find_map(|(spec, overrides)| {
+        let group_id = spec.placement_group.clone()?;
+        overrides
+            .iter()
+            .any(|o| o.instance_type == instance_type && o.zone == zone)
+            .then(|| unavailable::GroupScope {
+                group_id,
+                partition: spec.placement_partition.map(|p| p.to_string()),
+            })
+    })
 }
 
 /// The capacity reservation an instance was launched into by a reserved launch (with the
@@ -1507,7 +1568,7 @@ impl CloudProvider for AwsProvider {
         let cluster = &self.settings.cluster_name;
         if nodeclass.spec.role.is_some() {
             let profile = instance_profile::managed_name(cluster, &self.settings.region, class);
-            instance_profile::delete(&self.iam, &profile).await?;
+            instance_profile::delete(&self.iam, &self.lookups, &profile).await?;
         }
         for template in launch_templates::list_owned(&self.ec2, cluster).await? {
             if template.nodeclass == class {
@@ -1548,7 +1609,7 @@ impl CloudProvider for AwsProvider {
         }
         let profiles = instance_profile::list_owned(&self.iam, cluster).await?;
         for profile in garbage::stale_profiles(&profiles, in_use, cluster, region, now) {
-            instance_profile::delete(&self.iam, &profile.name).await?;
+            instance_profile::delete(&self.iam, &self.lookups, &profile.name).await?;
             deleted.push(format!("instance profile {}", profile.name));
         }
         Ok(deleted)
@@ -1612,7 +1673,7 @@ impl CloudProvider for AwsProvider {
     async fn resolve(&self, nodeclass: &EC2NodeClass) -> NodeClassResolution {
         use NodeClassCondition as C;
         let spec = &nodeclass.spec;
-        let subnets = subnets::resolve(&self.ec2, &spec.subnet_selector_terms)
+        let subnets = subnets::resolve(&self.ec2, &self.lookups, &spec.subnet_selector_terms)
             .await
             .map_err(|e| ResolveError::new(C::SubnetsReady, "SubnetsNotFound", e))?;
         if subnets.is_empty() {
@@ -1622,12 +1683,13 @@ impl CloudProvider for AwsProvider {
                 CloudError::NodeClassNotReady("spec.subnetSelectorTerms matched no subnet".into()),
             ));
         }
-        let security_groups =
-            security_groups::resolve(&self.ec2, &spec.security_group_selector_terms)
-                .await
-                .map_err(|e| {
-                    ResolveError::new(C::SecurityGroupsReady, "SecurityGroupsNotFound", e)
-                })?;
+        let security_groups = security_groups::resolve(
+            &self.ec2,
+            &self.lookups,
+            &spec.security_group_selector_terms,
+        )
+        .await
+        .map_err(|e| ResolveError::new(C::SecurityGroupsReady, "SecurityGroupsNotFound", e))?;
         if security_groups.is_empty() {
             return Err(ResolveError::new(
                 C::SecurityGroupsReady,
@@ -1640,6 +1702,7 @@ impl CloudProvider for AwsProvider {
         let amis = amis::resolve(
             &self.ec2,
             &self.ssm,
+            &self.lookups,
             &spec.ami_selector_terms,
             &self.settings.kubernetes_version,
             self.clock.now(),
@@ -1648,6 +1711,7 @@ impl CloudProvider for AwsProvider {
         .map_err(|e| ResolveError::new(C::AMIsReady, "AMINotFound", e))?;
         let instance_profile = instance_profile::ensure(
             &self.iam,
+            &self.lookups,
             &self.settings.cluster_name,
             &self.settings.region,
             nodeclass,
@@ -1677,15 +1741,15 @@ impl CloudProvider for AwsProvider {
             self.reservations.sync(&resolved.available);
             resolved.reservations
         };
-        // Looked up afresh on every resolution (a group deleted and made again under its name
-        // gets a new ID) and kept for the launches.
+        // Looked up again once its cached answer is a minute old (a group deleted and made
+        // again under its name gets a new ID) and kept for the launches.
         let class_name = nodeclass.metadata.name.clone().unwrap_or_default();
         match &spec.placement_group_selector {
             None => {
                 locked(&self.placement_groups).remove(&class_name);
             }
             Some(selector) => {
-                let group = placement_groups::resolve(&self.ec2, selector)
+                let group = placement_groups::resolve(&self.ec2, &self.lookups, selector)
                     .await
                     .map_err(|e| {
                         ResolveError::new(

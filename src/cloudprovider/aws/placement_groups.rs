@@ -15,6 +15,7 @@ use crate::cloudprovider::CloudError;
 use crate::scheduling::instance_type::{InstanceType, Offering};
 use crate::scheduling::requirements::Requirements;
 
+use super::lookup_cache::{DEFAULT_TTL, LookupCache, terms_key};
 use super::sdk_error;
 use super::tags::filter;
 
@@ -36,8 +37,28 @@ pub struct PlacementGroup {
 const UNKNOWN_GROUP: &str = "InvalidPlacementGroup.Unknown";
 
 /// The available placement group `selector` names, or `None` when there is none (unknown,
-/// pending or being deleted).
+/// pending or being deleted). A group found is remembered for [`DEFAULT_TTL`], one not found is
+/// looked for again next time (upstream's placement group cache).
 pub async fn resolve(
+    ec2: &aws_sdk_ec2::Client,
+    cache: &LookupCache,
+    selector: &PlacementGroupSelector,
+) -> Result<Option<PlacementGroup>, CloudError> {
+    let key = terms_key(selector);
+    if let Some(found) = cache.placement_groups.get(&key) {
+        return Ok(Some(found));
+    }
+    let found = describe_group(ec2, selector).await?;
+    match &found {
+        Some(group) => cache
+            .placement_groups
+            .insert(key, group.clone(), DEFAULT_TTL),
+        None => cache.placement_groups.remove(&key),
+    }
+    Ok(found)
+}
+
+async fn describe_group(
     ec2: &aws_sdk_ec2::Client,
     selector: &PlacementGroupSelector,
 ) -> Result<Option<PlacementGroup>, CloudError> {
@@ -76,8 +97,11 @@ pub async fn resolve(
 
 /// In a partition group, every offering of `types` once per partition (`1` to the group's
 /// count), as upstream: requirements and topology spread on
-/// `karpenter.k8s.aws/placement-group-partition` then pick partitions like zones. Other groups'
-/// offerings stay as they are.
+/// `karpenter.k8s.aws/placement-group-partition` then pick partitions like zones. Reserved
+/// offerings too (upstream expands them after adding them): each partition's copy names the same
+/// reservation, whose count the scheduler keeps per reservation. Offerings that already name a
+/// partition stay as they are, so reserved offerings added later are expanded by a second call;
+/// other groups' offerings stay as they are.
 pub fn offer_partitions(types: &mut [InstanceType], group: &PlacementGroup) {
     if group.strategy != PlacementStrategy::Partition.as_str() || group.partition_count < 1 {
         return;
@@ -86,14 +110,24 @@ pub fn offer_partitions(types: &mut [InstanceType], group: &PlacementGroup) {
         .map(|p| Arc::from(p.to_string()))
         .collect();
     for it in types {
+        if it.offerings.iter().all(|o| o.partition.is_some()) {
+            continue;
+        }
         it.offerings = it
             .offerings
             .iter()
             .flat_map(|o| {
-                partitions.iter().map(|p| Offering {
-                    partition: Some(p.clone()),
-                    ..o.clone()
-                })
+                let copies: Vec<Offering> = match o.partition {
+                    Some(_) => vec![o.clone()],
+                    None => partitions
+                        .iter()
+                        .map(|p| Offering {
+                            partition: Some(p.clone()),
+                            ..o.clone()
+                        })
+                        .collect(),
+                };
+                copies
             })
             .collect();
     }
@@ -164,6 +198,69 @@ mod tests {
             None,
         ));
         reqs
+    }
+
+    #[test]
+    fn reserved_offerings_are_offered_in_every_partition_too() {
+        use crate::apis::ec2nodeclass::AMIFamily;
+        use crate::scheduling::instance_type::{
+            CapacityType, NodeClassSettings, ReservedCapacity, add_reserved_offerings,
+        };
+        let catalog = crate::catalog::Catalog::bundled("us-east-1").expect("catalog");
+        let m5 = || -> Vec<InstanceType> {
+            catalog
+                .instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023))
+                .into_iter()
+                .filter(|it| &*it.name == "m5.large")
+                .collect()
+        };
+        let mut types = m5();
+        let pools = types[0].offerings.len();
+        let kafka = group("partition", 3);
+        offer_partitions(&mut types, &kafka);
+        assert_eq!(types[0].offerings.len(), pools * 3);
+        add_reserved_offerings(
+            &mut types,
+            &[ReservedCapacity {
+                id: "cr-1".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                reservation_type: "default".into(),
+                available: 2,
+            }],
+        );
+        offer_partitions(&mut types, &kafka);
+        assert_eq!(
+            types[0].offerings.len(),
+            pools * 3 + 3,
+            "the pools once per partition, not again"
+        );
+        let reserved: Vec<(Option<&str>, Option<&str>, i64)> = types[0]
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == CapacityType::Reserved)
+            .map(|o| {
+                (
+                    o.partition.as_deref(),
+                    o.reservation.as_ref().map(|r| &*r.id),
+                    o.reservation.as_ref().map_or(0, |r| r.available),
+                )
+            })
+            .collect();
+        assert_eq!(
+            reserved,
+            [
+                (Some("1"), Some("cr-1"), 2),
+                (Some("2"), Some("cr-1"), 2),
+                (Some("3"), Some("cr-1"), 2)
+            ],
+            "one reservation, offered in each partition"
+        );
+        // Cluster and spread groups have no partitions.
+        let mut plain = m5();
+        offer_partitions(&mut plain, &group("cluster", 0));
+        assert_eq!(plain[0].offerings.len(), pools);
+        assert!(plain[0].offerings.iter().all(|o| o.partition.is_none()));
     }
 
     #[test]

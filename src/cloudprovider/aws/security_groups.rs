@@ -8,6 +8,7 @@ use aws_sdk_ec2::types::Filter;
 use crate::apis::ec2nodeclass::{SecurityGroup, SecurityGroupSelectorTerm};
 use crate::cloudprovider::CloudError;
 
+use super::lookup_cache::{DEFAULT_TTL, LookupCache, terms_key};
 use super::sdk_error;
 use super::tags::{filter, selector_filters};
 
@@ -26,8 +27,25 @@ pub fn term_filters(term: &SecurityGroupSelectorTerm) -> Vec<Filter> {
     out
 }
 
-/// The security groups the terms select, sorted by ID.
+/// The security groups the terms select, sorted by ID; the same terms are looked up once per
+/// [`DEFAULT_TTL`] (upstream's security group cache).
 pub async fn resolve(
+    ec2: &aws_sdk_ec2::Client,
+    cache: &LookupCache,
+    terms: &[SecurityGroupSelectorTerm],
+) -> Result<Vec<SecurityGroup>, CloudError> {
+    let key = terms_key(&terms);
+    if let Some(found) = cache.security_groups.get(&key) {
+        return Ok(found);
+    }
+    let found = describe(ec2, terms).await?;
+    cache
+        .security_groups
+        .insert(key, found.clone(), DEFAULT_TTL);
+    Ok(found)
+}
+
+async fn describe(
     ec2: &aws_sdk_ec2::Client,
     terms: &[SecurityGroupSelectorTerm],
 ) -> Result<Vec<SecurityGroup>, CloudError> {

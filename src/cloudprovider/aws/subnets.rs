@@ -13,6 +13,7 @@ use aws_sdk_ec2::types::Filter;
 use crate::apis::ec2nodeclass::{Subnet, SubnetSelectorTerm};
 use crate::cloudprovider::CloudError;
 
+use super::lookup_cache::{DEFAULT_TTL, LookupCache, terms_key};
 use super::sdk_error;
 use super::tags::{filter, selector_filters};
 
@@ -52,8 +53,23 @@ pub fn term_filters(term: &SubnetSelectorTerm) -> Vec<Filter> {
     out
 }
 
-/// The subnets the terms select, sorted by zone then most free addresses first.
+/// The subnets the terms select, sorted by zone then most free addresses first; the same terms
+/// are looked up once per [`DEFAULT_TTL`] (upstream's subnet cache, free addresses included).
 pub async fn resolve(
+    ec2: &aws_sdk_ec2::Client,
+    cache: &LookupCache,
+    terms: &[SubnetSelectorTerm],
+) -> Result<Vec<SubnetInfo>, CloudError> {
+    let key = terms_key(&terms);
+    if let Some(found) = cache.subnets.get(&key) {
+        return Ok(found);
+    }
+    let found = describe(ec2, terms).await?;
+    cache.subnets.insert(key, found.clone(), DEFAULT_TTL);
+    Ok(found)
+}
+
+async fn describe(
     ec2: &aws_sdk_ec2::Client,
     terms: &[SubnetSelectorTerm],
 ) -> Result<Vec<SubnetInfo>, CloudError> {
