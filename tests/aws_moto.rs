@@ -2938,7 +2938,7 @@ async fn a_nodeclaim_asking_for_efa_gets_an_efa_interface_per_device() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_virtualization_offers_only_the_types_that_support_it() {
-    let Some(moto) = Moto::start() else {
+    let Some(mut moto) = Moto::start() else {
         return;
     };
     let env = env(&moto, None).await;
@@ -2975,6 +2975,47 @@ async fn nested_virtualization_offers_only_the_types_that_support_it() {
         all,
         "`disabled` filters nothing"
     );
+
+    // The setting reaches the launch templates' CPU options, as upstream sends it (read back
+    // from EC2); a class without `cpuOptions` sends none.
+    let allowed: Vec<&str> = capable.iter().map(String::as_str).collect();
+    for (class, name, expected) in [
+        (
+            &nested,
+            "default-nested",
+            Some(aws_sdk_ec2::types::NestedVirtualizationSpecification::Enabled),
+        ),
+        (
+            &disabled,
+            "default-unnested",
+            Some(aws_sdk_ec2::types::NestedVirtualizationSpecification::Disabled),
+        ),
+        (&plain, "default-plain", None),
+    ] {
+        env.provider
+            .create(&claim(name, &allowed, &["on-demand"]), class)
+            .await
+            .expect("launch");
+        let fleet = moto.fleets().pop().expect("a CreateFleet request");
+        let configs = fleet["LaunchTemplateConfigs"]
+            .as_array()
+            .expect("configs")
+            .clone();
+        assert!(!configs.is_empty());
+        for config in configs {
+            let template = config["LaunchTemplateSpecification"]["LaunchTemplateName"]
+                .as_str()
+                .expect("template name");
+            let data = launch_template_of(&env, template).await;
+            assert_eq!(
+                data.cpu_options()
+                    .and_then(|c| c.nested_virtualization())
+                    .cloned(),
+                expected,
+                "{name}: {template}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types::{
     CapacityReservationPreference, CapacityReservationTarget,
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
-    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
-    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateCpuOptionsRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
-    LaunchTemplatesMonitoringRequest, MarketType, RequestLaunchTemplateData, ResourceType,
-    TagSpecification, VolumeType,
+    LaunchTemplatesMonitoringRequest, MarketType, NestedVirtualizationSpecification,
+    RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use serde::Serialize;
 
@@ -78,6 +78,11 @@ pub struct LaunchTemplateSpec {
     /// out of the name's hash when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub efa_interfaces: i32,
+    /// `spec.cpuOptions.nestedVirtualization` (`enabled` or `disabled`), sent as the template's
+    /// `CpuOptions.NestedVirtualization` as upstream does (no `CpuOptions` when unset); left out
+    /// of the name's hash when unset, so templates without it keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<String>,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
     /// Which capacity reservations instances of the template may run in.
@@ -235,6 +240,13 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
     } else {
         data.set_security_group_ids(Some(spec.security_groups.clone()))
     };
+    if let Some(nested) = &spec.nested_virtualization {
+        data = data.cpu_options(
+            LaunchTemplateCpuOptionsRequest::builder()
+                .nested_virtualization(NestedVirtualizationSpecification::from(nested.as_str()))
+                .build(),
+        );
+    }
     if let Some(group) = &spec.placement_group {
         data = data.placement(
             LaunchTemplatePlacementRequest::builder()
@@ -458,9 +470,36 @@ mod tests {
             placement_partition: None,
             network_interfaces: Vec::new(),
             efa_interfaces: 0,
+            nested_virtualization: None,
             tags: BTreeMap::new(),
             reservations: ReservationTargeting::Open,
         }
+    }
+
+    #[test]
+    fn nested_virtualization_reaches_the_cpu_options() {
+        assert!(request_data(&spec()).expect("data").cpu_options().is_none());
+        let nested = |value: &str| {
+            let mut s = spec();
+            s.nested_virtualization = Some(value.into());
+            s
+        };
+        for (value, expected) in [
+            ("enabled", NestedVirtualizationSpecification::Enabled),
+            ("disabled", NestedVirtualizationSpecification::Disabled),
+        ] {
+            let data = request_data(&nested(value)).expect("data");
+            assert_eq!(
+                data.cpu_options().and_then(|c| c.nested_virtualization()),
+                Some(&expected),
+                "{value}"
+            );
+        }
+        let names: BTreeSet<String> = [spec(), nested("enabled"), nested("disabled")]
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(names.len(), 3, "each setting is its own template");
     }
 
     #[test]

@@ -434,7 +434,7 @@ impl AwsProvider {
 
     /// The launch template of a launch of `nodeclass`: what the launch decides (`launch`) and
     /// what the node class says (volumes, metadata options, monitoring, public IP, prefixes,
-    /// network interfaces) and the cluster (IPv6).
+    /// network interfaces, nested virtualization) and the cluster (IPv6).
     fn template_spec(&self, nodeclass: &EC2NodeClass, launch: Launch<'_>) -> LaunchTemplateSpec {
         LaunchTemplateSpec {
             image_id: launch.image_id,
@@ -455,6 +455,11 @@ impl AwsProvider {
             placement_partition: launch.placement_partition,
             network_interfaces: nodeclass.spec.network_interfaces.clone(),
             efa_interfaces: launch.efa_interfaces,
+            nested_virtualization: nodeclass
+                .spec
+                .cpu_options
+                .as_ref()
+                .and_then(|c| c.nested_virtualization.clone()),
             tags: launch.tags,
             reservations: launch.reservations,
         }
