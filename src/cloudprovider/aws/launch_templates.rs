@@ -100,12 +100,17 @@ pub enum ReservationTargeting {
     /// upstream's do: reserved capacity is used only where it was planned.
     Avoid,
     /// A reserved launch: only this reservation (`capacity-reservations-only` with it as the
-    /// target); a capacity block also needs the `capacity-block` market type.
+    /// target); a capacity block also needs the `capacity-block` market type, an interruptible
+    /// reservation the `interruptible-capacity-reservation` one.
     Target {
         /// Reservation ID.
         id: String,
         /// Whether it is a capacity block.
         capacity_block: bool,
+        /// Whether it is an interruptible reservation; left out of the name's hash when not,
+        /// so the templates of other reservations keep their names.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        interruptible: bool,
     },
 }
 
@@ -262,7 +267,11 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                 .capacity_reservation_preference(CapacityReservationPreference::None)
                 .build(),
         ),
-        ReservationTargeting::Target { id, capacity_block } => {
+        ReservationTargeting::Target {
+            id,
+            capacity_block,
+            interruptible,
+        } => {
             let data = data.capacity_reservation_specification(
                 LaunchTemplateCapacityReservationSpecificationRequest::builder()
                     .capacity_reservation_preference(
@@ -275,14 +284,20 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                     )
                     .build(),
             );
-            if *capacity_block {
-                data.instance_market_options(
-                    LaunchTemplateInstanceMarketOptionsRequest::builder()
-                        .market_type(MarketType::CapacityBlock)
-                        .build(),
-                )
+            let market = if *capacity_block {
+                Some(MarketType::CapacityBlock)
+            } else if *interruptible {
+                Some(MarketType::InterruptibleCapacityReservation)
             } else {
-                data
+                None
+            };
+            match market {
+                Some(market) => data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(market)
+                        .build(),
+                ),
+                None => data,
             }
         }
     };
@@ -606,6 +621,7 @@ mod tests {
         block.reservations = ReservationTargeting::Target {
             id: "cr-1".into(),
             capacity_block: true,
+            interruptible: false,
         };
         let data = request_data(&block).expect("data");
         let crs = data.capacity_reservation_specification().expect("spec");
@@ -626,6 +642,7 @@ mod tests {
         odcr.reservations = ReservationTargeting::Target {
             id: "cr-1".into(),
             capacity_block: false,
+            interruptible: false,
         };
         assert!(
             request_data(&odcr)
@@ -633,11 +650,33 @@ mod tests {
                 .instance_market_options()
                 .is_none()
         );
-        let names: BTreeSet<String> = [spec(), avoid, block, odcr]
+        let mut lent = odcr.clone();
+        lent.reservations = ReservationTargeting::Target {
+            id: "cr-1".into(),
+            capacity_block: false,
+            interruptible: true,
+        };
+        let data = request_data(&lent).expect("data");
+        assert_eq!(
+            data.instance_market_options().and_then(|m| m.market_type()),
+            Some(&MarketType::InterruptibleCapacityReservation)
+        );
+        assert_eq!(
+            data.capacity_reservation_specification()
+                .and_then(|c| c.capacity_reservation_target())
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-1")
+        );
+        // Without the interruptible flag in the hash, ODCR templates keep the names they had.
+        assert_eq!(
+            serde_json::to_value(&odcr.reservations).expect("json"),
+            serde_json::json!({"Target": {"id": "cr-1", "capacity_block": false}})
+        );
+        let names: BTreeSet<String> = [spec(), avoid, block, odcr, lent]
             .iter()
             .map(|s| s.name())
             .collect();
-        assert_eq!(names.len(), 4, "each targeting is its own template");
+        assert_eq!(names.len(), 5, "each targeting is its own template");
     }
 
     #[test]
