@@ -1317,7 +1317,7 @@ async fn launches_never_refresh_and_the_background_refresh_runs_when_due() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_launches_that_arrive_together_share_one_create_fleet() {
     use karpenter_rs::cloudprovider::aws::fleet::{
-        BATCHER_NAME, FleetBatcher, FleetRequest, Override, TemplateConfig,
+        BATCHER_NAME, FleetBatcher, FleetRequest, Override, ReservationKind, TemplateConfig,
     };
     let Some(mut moto) = Moto::start() else {
         return;
@@ -1339,7 +1339,7 @@ async fn identical_launches_that_arrive_together_share_one_create_fleet() {
         .to_string();
     let request = |instance_type: &str| FleetRequest {
         capacity_type: CapacityType::OnDemand,
-        capacity_block: false,
+        reservation: ReservationKind::OnDemand,
         configs: vec![TemplateConfig {
             launch_template: template.clone(),
             overrides: vec![Override {
@@ -2105,6 +2105,165 @@ async fn a_capacity_block_is_launched_with_the_capacity_block_market_type() {
     assert_eq!(resolved.state.as_deref(), Some("expiring"));
     let types = env.provider.instance_types(&class).await.expect("types");
     assert_eq!(reserved_offering(&types), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interruptible_reservation_is_launched_into_and_its_interruption_drains_the_node() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let queue = "karpenter-demo";
+    let env = env(&moto, Some(queue)).await;
+    let url = env
+        .sqs
+        .create_queue()
+        .queue_name(queue)
+        .send()
+        .await
+        .expect("queue")
+        .queue_url()
+        .expect("url")
+        .to_string();
+    let reservation = create_reservation(&env, 2).await;
+    // Capacity another account lends: EC2 reports it as an interruptible reservation.
+    change_reservation(
+        &mut moto,
+        serde_json::json!({"id": reservation, "interruptible": true}),
+    );
+    let class = ready(&env, reservation_class()).await;
+    let resolved = &class.status.as_ref().expect("status").capacity_reservations[0];
+    assert_eq!(resolved.interruptible, Some(true));
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((true, 2)));
+
+    let planned = plan(&env, &class, &["reserved"], 1, "default-lent").await;
+    assert!(
+        planned.unschedulable.is_empty(),
+        "{:?}",
+        planned.unschedulable
+    );
+    let claim = planned.nodeclaims.first().expect("a NodeClaim");
+    assert_eq!(
+        requirement_values(claim, "karpenter.k8s.aws/capacity-reservation-id"),
+        [&*reservation]
+    );
+    assert_eq!(
+        requirement_values(
+            claim,
+            "karpenter.k8s.aws/capacity-reservation-interruptible"
+        ),
+        ["true"]
+    );
+    let launched = env
+        .provider
+        .create(claim, &class)
+        .await
+        .expect("launch into the interruptible reservation");
+    assert_eq!(launched.capacity_type, CapacityType::Reserved);
+    for (key, value) in [
+        ("karpenter.sh/capacity-type", "reserved"),
+        (
+            "karpenter.k8s.aws/capacity-reservation-id",
+            reservation.as_str(),
+        ),
+        ("karpenter.k8s.aws/capacity-reservation-type", "default"),
+        (
+            "karpenter.k8s.aws/capacity-reservation-interruptible",
+            "true",
+        ),
+    ] {
+        assert_eq!(
+            launched.labels.get(key).map(String::as_str),
+            Some(value),
+            "{key}"
+        );
+    }
+    // The CreateFleet shape EC2 requires for interruptible reservations (the launcher's
+    // extension refuses any other): `reserved-capacity` with ReservedCapacityOptions naming
+    // them, no on-demand options, and a template targeting the reservation with the
+    // interruptible market type.
+    let fleets = moto.fleets();
+    assert_eq!(fleets.len(), 1);
+    assert_eq!(
+        fleets[0]["TargetCapacitySpecification"]["DefaultTargetCapacityType"],
+        "reserved-capacity"
+    );
+    assert_eq!(
+        fleets[0]["ReservedCapacityOptions"]["ReservationTypes"],
+        serde_json::json!(["interruptible-capacity-reservation"]),
+        "{}",
+        fleets[0]
+    );
+    assert!(
+        fleets[0]["OnDemandOptions"]
+            .as_object()
+            .is_none_or(|o| o.is_empty()),
+        "{}",
+        fleets[0]
+    );
+    let template_name =
+        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name");
+    let template = launch_template_of(&env, template_name).await;
+    assert_eq!(
+        template
+            .instance_market_options()
+            .and_then(|m| m.market_type()),
+        Some(&aws_sdk_ec2::types::MarketType::InterruptibleCapacityReservation)
+    );
+    let targeting = fleet_targeting(&env, &fleets[0]).await.expect("targeting");
+    assert_eq!(
+        targeting
+            .capacity_reservation_target()
+            .and_then(|t| t.capacity_reservation_id()),
+        Some(reservation.as_str())
+    );
+    let name = claim.metadata.name.as_deref().expect("name");
+    let instance = instances_of(&env, name).await.pop().expect("instance");
+    assert_eq!(
+        instance.capacity_reservation_id(),
+        Some(reservation.as_str())
+    );
+    let got = env.provider.get(&launched.provider_id).await.expect("get");
+    assert_eq!(got.capacity_type, CapacityType::Reserved);
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((true, 1)));
+
+    // The owner takes its capacity back: EC2's two-minute warning deletes the NodeClaim (its
+    // node is drained) and nothing more is planned onto the reservation.
+    let instance_id = instance.instance_id().expect("id").to_string();
+    let body = serde_json::json!({
+        "version": "0", "id": "9", "source": "aws.ec2", "account": "123456789012",
+        "detail-type": "EC2 Capacity Reservation Instance Interruption Warning",
+        "time": "2026-06-01T00:00:00Z", "region": "us-east-1",
+        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}")],
+        "detail": {"instance-id": instance_id, "instance-action": "terminate"}
+    });
+    env.sqs
+        .send_message()
+        .queue_url(&url)
+        .message_body(body.to_string())
+        .send()
+        .await
+        .expect("send");
+    let messages = env
+        .provider
+        .interruptions()
+        .await
+        .expect("queue configured")
+        .expect("receive");
+    assert_eq!(messages.len(), 1);
+    let event = messages[0].event.clone().expect("event");
+    assert_eq!(event.kind, InterruptionKind::CapacityReservationInterrupted);
+    assert_eq!(event.action, InterruptionAction::DeleteNodeClaim);
+    assert_eq!(event.instance_ids, [instance_id]);
+    env.provider
+        .record_interruption(&event)
+        .await
+        .expect("record");
+    let types = env.provider.instance_types(&class).await.expect("types");
+    assert_eq!(reserved_offering(&types), Some((false, 0)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -3165,7 +3324,7 @@ async fn a_nodeclaim_asking_for_efa_gets_an_efa_interface_per_device() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_virtualization_offers_only_the_types_that_support_it() {
-    let Some(moto) = Moto::start() else {
+    let Some(mut moto) = Moto::start() else {
         return;
     };
     let env = env(&moto, None).await;
@@ -3202,6 +3361,47 @@ async fn nested_virtualization_offers_only_the_types_that_support_it() {
         all,
         "`disabled` filters nothing"
     );
+
+    // The setting reaches the launch templates' CPU options, as upstream sends it (read back
+    // from EC2); a class without `cpuOptions` sends none.
+    let allowed: Vec<&str> = capable.iter().map(String::as_str).collect();
+    for (class, name, expected) in [
+        (
+            &nested,
+            "default-nested",
+            Some(aws_sdk_ec2::types::NestedVirtualizationSpecification::Enabled),
+        ),
+        (
+            &disabled,
+            "default-unnested",
+            Some(aws_sdk_ec2::types::NestedVirtualizationSpecification::Disabled),
+        ),
+        (&plain, "default-plain", None),
+    ] {
+        env.provider
+            .create(&claim(name, &allowed, &["on-demand"]), class)
+            .await
+            .expect("launch");
+        let fleet = moto.fleets().pop().expect("a CreateFleet request");
+        let configs = fleet["LaunchTemplateConfigs"]
+            .as_array()
+            .expect("configs")
+            .clone();
+        assert!(!configs.is_empty());
+        for config in configs {
+            let template = config["LaunchTemplateSpecification"]["LaunchTemplateName"]
+                .as_str()
+                .expect("template name");
+            let data = launch_template_of(&env, template).await;
+            assert_eq!(
+                data.cpu_options()
+                    .and_then(|c| c.nested_virtualization())
+                    .cloned(),
+                expected,
+                "{name}: {template}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

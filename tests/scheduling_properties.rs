@@ -2239,6 +2239,7 @@ fn reservation_takes_at_most_its_available_count_per_round() {
             zone: "z2".into(),
             reservation_type: "default".into(),
             available: 2,
+            interruptible: false,
         }],
     );
     let pods = (0..4)
@@ -2294,6 +2295,7 @@ fn a_pod_selecting_a_reservation_by_id_lands_in_it() {
         zone: zone.into(),
         reservation_type: "capacity-block".into(),
         available: 1,
+        interruptible: false,
     };
     add_reserved_offerings(
         &mut types,

@@ -439,7 +439,7 @@ fn capacity_rank(ct: CapacityType) -> u8 {
 
 /// The labels a node launched on `offering` of `it` for a NodeClaim with `requirements` carries:
 /// the requirements' single values, the instance type's labels, zone, zone ID, capacity type
-/// and, in a capacity reservation, its ID and type.
+/// and, in a capacity reservation, its ID, type and whether it is interruptible.
 pub fn node_labels(
     it: &InstanceType,
     offering: &Offering,
@@ -462,6 +462,10 @@ pub fn node_labels(
         out.insert(
             labels::CAPACITY_RESERVATION_TYPE.into(),
             r.reservation_type.to_string(),
+        );
+        out.insert(
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE.into(),
+            r.interruptible_label().into(),
         );
     }
     out
@@ -563,8 +567,16 @@ mod tests {
             zone: "us-east-1a".into(),
             reservation_type: "default".into(),
             available: 1,
+            interruptible: id == "cr-3",
         };
-        add_reserved_offerings(&mut types, &[reservation("cr-1"), reservation("cr-2")]);
+        add_reserved_offerings(
+            &mut types,
+            &[
+                reservation("cr-1"),
+                reservation("cr-2"),
+                reservation("cr-3"),
+            ],
+        );
         let requirement = |key: &str, values: &[&str]| {
             Requirement::new(key, Operator::In, values.iter().copied(), None)
         };
@@ -592,7 +604,34 @@ mod tests {
         let node = node_labels(it, o, &pinned);
         assert_eq!(node[labels::CAPACITY_RESERVATION_ID], "cr-2");
         assert_eq!(node[labels::CAPACITY_RESERVATION_TYPE], "default");
+        assert_eq!(node[labels::CAPACITY_RESERVATION_INTERRUPTIBLE], "false");
         assert_eq!(node[labels::CAPACITY_TYPE], "reserved");
+        // The interruptible label selects reservations as upstream's offerings carry it.
+        let mut lent = reqs.clone();
+        lent.add_requirement(requirement(
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
+            &["true"],
+        ));
+        let c = launch_candidates(&types, &lent, &Resources::default());
+        let ids: Vec<&str> = c
+            .iter()
+            .map(|(_, o)| o.reservation.as_ref().map_or("-", |r| &*r.id))
+            .collect();
+        assert_eq!(ids, ["cr-3"], "only the interruptible reservation");
+        let node = node_labels(c[0].0, c[0].1, &lent);
+        assert_eq!(node[labels::CAPACITY_RESERVATION_INTERRUPTIBLE], "true");
+        let mut own = reqs.clone();
+        own.add_requirement(requirement(
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
+            &["false"],
+        ));
+        let c = launch_candidates(&types, &own, &Resources::default());
+        assert!(
+            c.iter()
+                .all(|(_, o)| o.reservation.as_ref().is_some_and(|r| !r.interruptible)),
+            "{c:?}"
+        );
+        assert!(!c.is_empty());
         let mut outside = reqs;
         outside.add_requirement(Requirement::new(
             labels::CAPACITY_RESERVATION_ID,

@@ -78,6 +78,17 @@ pub struct Reservation {
     /// Instances the reservation can still launch: the scheduler plans at most this many
     /// NodeClaims onto it in one round.
     pub available: i64,
+    /// An interruptible reservation (capacity another account lends and may take back): the
+    /// `capacity-reservation-interruptible` label, launched with its own market type.
+    pub interruptible: bool,
+}
+
+impl Reservation {
+    /// The `karpenter.k8s.aws/capacity-reservation-interruptible` value of its offerings and
+    /// nodes, as upstream labels every reserved offering.
+    pub fn interruptible_label(&self) -> &'static str {
+        if self.interruptible { "true" } else { "false" }
+    }
 }
 
 /// The type of an on-demand capacity reservation (EC2's `default`; the other is `capacity-block`).
@@ -96,6 +107,8 @@ pub struct ReservedCapacity {
     pub reservation_type: String,
     /// Instances it can still launch.
     pub available: i64,
+    /// Whether it is an interruptible reservation.
+    pub interruptible: bool,
 }
 
 impl ReservedCapacity {
@@ -115,6 +128,7 @@ impl ReservedCapacity {
                 .clone()
                 .unwrap_or_else(|| RESERVATION_TYPE_DEFAULT.into()),
             available,
+            interruptible: status.interruptible.unwrap_or(false),
         }
     }
 }
@@ -154,6 +168,7 @@ pub fn add_reserved_offerings(types: &mut [InstanceType], reservations: &[Reserv
                 id: Arc::from(r.id.as_str()),
                 reservation_type: Arc::from(r.reservation_type.as_str()),
                 available: r.available.max(0),
+                interruptible: r.interruptible,
             })),
             partition: None,
         });
@@ -710,6 +725,7 @@ mod tests {
             zone: zone.into(),
             reservation_type: "capacity-block".into(),
             available,
+            interruptible: false,
         }
     }
 

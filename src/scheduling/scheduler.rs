@@ -572,6 +572,7 @@ fn type_requirements(it: &InstanceType) -> Requirements {
             labels::NODEPOOL,
             labels::CAPACITY_RESERVATION_ID,
             labels::CAPACITY_RESERVATION_TYPE,
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
             labels::PLACEMENT_GROUP_PARTITION,
         ]
         .contains(key)
@@ -654,9 +655,9 @@ pub fn cheapest_offering<'a>(
 }
 
 /// Whether the requirements allow an offering's zone, zone ID, capacity type and (for reserved
-/// offerings) capacity reservation, whether or not it is available now. Offerings outside
-/// reservations carry neither reservation label, so they pass a reservation requirement only when
-/// it excludes values.
+/// offerings) capacity reservation (ID, type, interruptible), whether or not it is available now.
+/// Offerings outside reservations carry no reservation label, so they pass a reservation
+/// requirement only when it excludes values.
 pub fn offering_allowed(
     reqs: &Requirements,
 ) -> impl Fn(&super::instance_type::Offering) -> bool + '_ {
@@ -665,6 +666,7 @@ pub fn offering_allowed(
     let zone_id = reqs.get(labels::ZONE_ID);
     let reservation_id = reqs.get(labels::CAPACITY_RESERVATION_ID);
     let reservation_type = reqs.get(labels::CAPACITY_RESERVATION_TYPE);
+    let interruptible = reqs.get(labels::CAPACITY_RESERVATION_INTERRUPTIBLE);
     let partition = reqs.get(labels::PLACEMENT_GROUP_PARTITION);
     let absent_ok =
         |r: &Requirement| matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist);
@@ -679,6 +681,10 @@ pub fn offering_allowed(
             && reservation_type.is_none_or(|types| match &o.reservation {
                 Some(r) => types.has(&r.reservation_type),
                 None => absent_ok(types),
+            })
+            && interruptible.is_none_or(|values| match &o.reservation {
+                Some(r) => values.has(r.interruptible_label()),
+                None => absent_ok(values),
             })
             && partition.is_none_or(|p| match &o.partition {
                 Some(n) => p.has(n),
@@ -1120,6 +1126,7 @@ impl<'a> Solver<'a> {
         let zone = only_reserved.get(labels::ZONE);
         let zone_id = only_reserved.get(labels::ZONE_ID);
         let reservation_id = only_reserved.get(labels::CAPACITY_RESERVATION_ID);
+        let interruptible = only_reserved.get(labels::CAPACITY_RESERVATION_INTERRUPTIBLE);
         let mut any_reservation = false;
         let mut best: Option<(u32, &super::instance_type::Offering, &Arc<Reservation>)> = None;
         for t in options.types(&pool.by_price) {
@@ -1128,7 +1135,8 @@ impl<'a> Solver<'a> {
                 if !(o.available
                     && zone.is_none_or(|z| z.has(&o.zone))
                     && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
-                    && reservation_id.is_none_or(|ids| ids.has(&r.id)))
+                    && reservation_id.is_none_or(|ids| ids.has(&r.id))
+                    && interruptible.is_none_or(|v| v.has(r.interruptible_label())))
                 {
                     continue;
                 }
@@ -1164,6 +1172,10 @@ impl<'a> Solver<'a> {
             (labels::INSTANCE_TYPE, &*it.name),
             (labels::CAPACITY_RESERVATION_ID, &*r.id),
             (labels::CAPACITY_RESERVATION_TYPE, &*r.reservation_type),
+            (
+                labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
+                r.interruptible_label(),
+            ),
         ] {
             claim
                 .requirements
@@ -2422,6 +2434,7 @@ impl<'a> Solver<'a> {
             labels::CAPACITY_TYPE,
             labels::ZONE_ID,
             labels::CAPACITY_RESERVATION_ID,
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
         ]
         .iter()
         .map(|k| reqs.get(k).map(ToString::to_string).unwrap_or_default())

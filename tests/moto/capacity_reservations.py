@@ -11,15 +11,21 @@ What it adds:
 * What CreateFleet needs (launcher.py calls `fleet_target` and `place`): a launch template whose
   CapacityReservationSpecification targets a reservation launches only into it, while it has
   room; a full one fails the pool with ReservationCapacityExceeded, and a capacity block must be
-  asked for with the capacity-block market type (and target capacity type), as EC2 requires.
-  Instances launched into a reservation report its ID and the capacity-reservations-only
-  preference (and, in a capacity block, the capacity-block lifecycle) from DescribeInstances.
+  asked for with the capacity-block market type (and target capacity type), an interruptible
+  reservation with the interruptible-capacity-reservation market type, the reserved-capacity
+  target capacity type and ReservedCapacityOptions.ReservationTypes naming
+  interruptible-capacity-reservation, as EC2 requires. Instances launched into a reservation
+  report its ID and the capacity-reservations-only preference (and, in a capacity block or an
+  interruptible reservation, the capacity-block or interruptible-capacity-reservation lifecycle)
+  from DescribeInstances.
 
 Test-only control endpoint (launcher.py routes it, never an AWS API):
   POST /_karpenter/capacity-reservations  {"id": "cr-...", "available": 0,
-        "reservationType": "capacity-block", "endDate": "2030-01-01T00:00:00Z"}
+        "reservationType": "capacity-block", "endDate": "2030-01-01T00:00:00Z",
+        "interruptible": true}
   changes a reservation as EC2 would behind the controller's back (instances launched by
-  someone else, a purchased capacity block; only the given fields change).
+  someone else, a purchased capacity block, capacity another account lends as an interruptible
+  reservation; only the given fields change).
 """
 
 import threading
@@ -39,6 +45,7 @@ RESERVATIONS = {}
 PLACED = {}
 
 ONLY_RESERVATIONS = "capacity-reservations-only"
+INTERRUPTIBLE = "interruptible-capacity-reservation"
 
 
 def _scope(response):
@@ -144,16 +151,28 @@ def fleet_target(backend, launch_template_spec):
     return (spec.get("CapacityReservationTarget") or {}).get("CapacityReservationId"), market
 
 
-def room(backend, reservation_id, market, fleet_capacity_type, instance_type, zone, wanted):
+def _launch_shape(r):
+    """(market type, target capacity type, ReservedCapacityOptions.ReservationTypes) EC2 wants
+    for launches into reservation `r`."""
+    if r["ReservationType"] == "capacity-block":
+        return "capacity-block", "capacity-block", None
+    if r.get("Interruptible"):
+        return INTERRUPTIBLE, "reserved-capacity", [INTERRUPTIBLE]
+    return None, "on-demand", None
+
+
+def room(backend, reservation_id, market, fleet_capacity_type, reservation_types, instance_type, zone, wanted):
     """How many of `wanted` instances reservation `reservation_id` takes now, or the EC2 error
-    (code, message) that fails the pool."""
+    (code, message) that fails the pool. `reservation_types` is the fleet's
+    ReservedCapacityOptions.ReservationTypes (None when it sent none)."""
     with LOCK:
         r = RESERVATIONS.get(reservation_id)
         if r is None or r["_scope"] != (backend.account_id, backend.region_name):
             return 0, ("InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{reservation_id}' does not exist")
-        block = r["ReservationType"] == "capacity-block"
-        if block != (market == "capacity-block") or block != (fleet_capacity_type == "capacity-block"):
-            return 0, ("InvalidParameterValue", f"capacity reservation {reservation_id} is a {r['ReservationType']} reservation: launch it with market type and target capacity type {'capacity-block' if block else 'on-demand'}")
+        want_market, want_capacity, want_types = _launch_shape(r)
+        if (market, fleet_capacity_type, reservation_types) != (want_market, want_capacity, want_types):
+            kind = "an interruptible" if r.get("Interruptible") else f"a {r['ReservationType']}"
+            return 0, ("InvalidParameterValue", f"capacity reservation {reservation_id} is {kind} reservation: launch it with market type {want_market}, target capacity type {want_capacity} and reservation types {want_types} (asked: {market}, {fleet_capacity_type}, {reservation_types})")
         if r["State"] != "active" or r["InstanceType"] != instance_type or r["AvailabilityZone"] != zone:
             return 0, ("InvalidParameterValue", f"capacity reservation {reservation_id} ({r['State']}, {r['InstanceType']} in {r['AvailabilityZone']}) cannot run {instance_type} in {zone}")
         take = min(wanted, r["AvailableInstanceCount"])
@@ -168,14 +187,14 @@ def place(instance, reservation_id):
     with LOCK:
         r = RESERVATIONS.get(reservation_id)
         PLACED[instance.id] = reservation_id
-        block = r is not None and r["ReservationType"] == "capacity-block"
+        market = _launch_shape(r)[0] if r is not None else None
     instance.capacity_reservation_id = reservation_id
     instance.capacity_reservation_specification = {
         "CapacityReservationPreference": ONLY_RESERVATIONS,
         "CapacityReservationTarget": {"CapacityReservationId": reservation_id},
     }
-    if block:
-        instance.instance_lifecycle = "capacity-block"
+    if market is not None:
+        instance.instance_lifecycle = market
 
 
 _original_terminate = InstanceBackend.terminate_instances
@@ -212,4 +231,6 @@ def control(spec):
             r["EndDateType"] = "limited"
         if "state" in spec:
             r["State"] = spec["state"]
+        if "interruptible" in spec:
+            r["Interruptible"] = bool(spec["interruptible"])
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in _describe_view(r).items()}

@@ -15,8 +15,9 @@ enough for the Rust SDK. What it lacks, and what this file adds:
   every request is recorded so tests can inspect what was asked for.
 * Capacity reservations (capacity_reservations.py): Create/DescribeCapacityReservations, and
   CreateFleet launches whose launch template targets a reservation land in it while it has room
-  and fail the pool with ReservationCapacityExceeded once it is full; the capacity-block target
-  capacity type launches like on-demand.
+  and fail the pool with ReservationCapacityExceeded once it is full; the capacity-block and
+  reserved-capacity target capacity types launch like on-demand (ReservedCapacityOptions is
+  recorded and checked against the reservation).
 * Placement groups (placement_groups.py): Create/Describe/DeletePlacementGroup, and CreateFleet
   instances land in the group their launch template's Placement names (with a partition in a
   partition group); a template naming an unknown group fails the pool.
@@ -33,7 +34,8 @@ enough for the Rust SDK. What it lacks, and what this file adds:
 
 Test-only control endpoints (never AWS APIs):
   POST /_karpenter/ice     {"pools": [["m5.large", "us-east-1a", "spot"], ...]}  replaces the set
-  GET  /_karpenter/fleets  the CreateFleet requests seen so far
+  GET  /_karpenter/fleets  the CreateFleet requests seen so far (ReservedCapacityOptions with its
+                           ReservationTypes as a list)
   POST /_karpenter/fail    {"action": "CreateTags", "count": 3, "code": "UnauthorizedOperation",
                             "status": 403}  the next `count` calls fail (count 0 clears)
   GET  /_karpenter/calls   {"CreateTags": 4, "GetParameter": 5, ...}  calls seen so far
@@ -151,7 +153,8 @@ def _get_launch_spec_counts(self, weight_to_add):
             continue
         reservation, market = capacity_reservations.fleet_target(self.ec2_backend, spec.launch_template_spec)
         if reservation is not None:
-            count, error = capacity_reservations.room(self.ec2_backend, reservation, market, capacity, spec.instance_type, zone, count)
+            reservation_types = getattr(self, "karpenter_reservation_types", None)
+            count, error = capacity_reservations.room(self.ec2_backend, reservation, market, capacity, reservation_types, spec.instance_type, zone, count)
             if error:
                 fail(spec, *error)
                 continue
@@ -167,11 +170,12 @@ _original_backend_create_fleet = FleetsBackend.create_fleet
 
 
 def _backend_create_fleet(self, on_demand_options, spot_options, target_capacity_specification, *args, **kwargs):
-    # moto launches only `spot` and `on-demand` target capacity; a capacity block launches like
-    # on-demand, and the Fleet remembers what was asked for (set before moto's Fleet launches).
+    # moto launches only `spot` and `on-demand` target capacity; a capacity block or reserved
+    # capacity launches like on-demand, and the Fleet remembers what was asked for (set before
+    # moto's Fleet launches).
     spec = dict(target_capacity_specification)
     requested = spec.get("DefaultTargetCapacityType")
-    if requested == "capacity-block":
+    if requested in ("capacity-block", "reserved-capacity"):
         spec["DefaultTargetCapacityType"] = "on-demand"
     _REQUESTED.value = requested
     try:
@@ -190,11 +194,14 @@ def _backend_create_fleet(self, on_demand_options, spot_options, target_capacity
 
 
 _REQUESTED = threading.local()
+# ReservedCapacityOptions.ReservationTypes of the CreateFleet being served (moto drops it).
+_RESERVATION_TYPES = threading.local()
 _original_fleet_init = Fleet.__init__
 
 
 def _fleet_init(self, *args, **kwargs):
     self.karpenter_capacity_type = getattr(_REQUESTED, "value", None)
+    self.karpenter_reservation_types = getattr(_RESERVATION_TYPES, "value", None)
     _original_fleet_init(self, *args, **kwargs)
 
 
@@ -203,7 +210,21 @@ FleetsBackend.create_fleet = _backend_create_fleet
 _original_create_fleet = Fleets.create_fleet
 
 
+def _reservation_types(options):
+    """ReservedCapacityOptions' reservation types as a list (the query protocol names the member
+    ReservationType.N), or None when the request sent none."""
+    if not options:
+        return None
+    types = options.get("ReservationTypes", options.get("ReservationType"))
+    if types is None:
+        return None
+    if isinstance(types, dict):
+        types = [v for _, v in sorted(types.items(), key=lambda kv: int(kv[0]))]
+    return list(types) if isinstance(types, list) else [types]
+
+
 def _create_fleet(self):
+    reservation_types = _reservation_types(self._get_param("ReservedCapacityOptions", {}))
     with LOCK:
         FLEET_REQUESTS.append(
             {
@@ -211,10 +232,15 @@ def _create_fleet(self):
                 "TargetCapacitySpecification": self._get_param("TargetCapacitySpecification", {}),
                 "SpotOptions": self._get_param("SpotOptions", {}),
                 "OnDemandOptions": self._get_param("OnDemandOptions", {}),
+                "ReservedCapacityOptions": {} if reservation_types is None else {"ReservationTypes": reservation_types},
                 "LaunchTemplateConfigs": self._get_param("LaunchTemplateConfigs", []),
             }
         )
-    result = _original_create_fleet(self)
+    _RESERVATION_TYPES.value = reservation_types
+    try:
+        result = _original_create_fleet(self)
+    finally:
+        _RESERVATION_TYPES.value = None
     fleet = self.ec2_backend.get_fleet(result.result["FleetId"])
     errors = getattr(fleet, "karpenter_errors", [])
     if errors:

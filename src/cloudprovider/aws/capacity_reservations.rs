@@ -211,8 +211,9 @@ async fn describe_counts(
 
 /// The reservations of a node class' status that launches may target, with the instances
 /// `availability` says each can still launch. Left out: reservations no longer active, ended or
-/// expiring ([`is_expiring`]) by `now`, and interruptible ones (launching into those needs CreateFleet's
-/// `ReservedCapacityOptions`, which the EC2 SDK this build uses does not carry).
+/// expiring ([`is_expiring`]) by `now`. Interruptible ones are offered as the others (same
+/// near-zero price, capacity type `reserved`), told apart by their
+/// `capacity-reservation-interruptible` label, as upstream does.
 pub fn offered(
     reservations: &[CapacityReservation],
     availability: &Availability,
@@ -222,7 +223,6 @@ pub fn offered(
         .iter()
         .filter(|r| r.state.as_deref().is_none_or(|s| s == "active"))
         .filter(|r| r.end_time.is_none_or(|end| end > now) && !is_expiring(r, now))
-        .filter(|r| r.interruptible != Some(true))
         .map(|r| ReservedCapacity::of_status(r, availability.count(&r.id)))
         .collect()
 }
@@ -387,7 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn interruptible_expiring_and_ended_reservations_are_not_offered() {
+    fn expiring_and_ended_reservations_are_not_offered_interruptible_ones_are() {
         let now = DateTime::from_timestamp(1_800_000_000, 0).expect("time");
         let entry = |id: &str| CapacityReservation {
             availability_zone: "us-east-1a".into(),
@@ -410,15 +410,23 @@ mod tests {
         ending_block.reservation_type = Some(TYPE_CAPACITY_BLOCK.into());
         ending_block.end_time = Some(now + chrono::Duration::minutes(39));
         let a = Availability::default();
-        a.sync(&BTreeMap::from([("cr-1".to_string(), 4)]));
+        a.sync(&BTreeMap::from([
+            ("cr-1".to_string(), 4),
+            ("cr-2".to_string(), 3),
+        ]));
         let offered = offered(
             &[entry("cr-1"), interruptible, expiring, ended, ending_block],
             &a,
             now,
         );
-        assert_eq!(offered.len(), 1, "{offered:?}");
+        assert_eq!(offered.len(), 2, "{offered:?}");
         assert_eq!(offered[0].id, "cr-1");
         assert_eq!(offered[0].available, 4);
         assert_eq!(offered[0].reservation_type, TYPE_DEFAULT);
+        assert!(!offered[0].interruptible);
+        assert_eq!(offered[1].id, "cr-2");
+        assert_eq!(offered[1].available, 3);
+        assert_eq!(offered[1].reservation_type, TYPE_DEFAULT);
+        assert!(offered[1].interruptible);
     }
 }

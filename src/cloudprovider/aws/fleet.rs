@@ -5,7 +5,8 @@
 //! priorities follow Karpenter's own order ([`crate::cloudprovider::launch_candidates`]). A
 //! reserved launch is an on-demand request whose launch templates target the reservations (see
 //! [`super::launch_templates::ReservationTargeting`]); into a capacity block it is a
-//! `capacity-block` request without on-demand options, as upstream sends it.
+//! `capacity-block` request without on-demand options, and into interruptible reservations a
+//! `reserved-capacity` request whose `ReservedCapacityOptions` name them, as upstream sends it.
 //! Identical requests that arrive together (a burst of NodeClaims from one NodePool) are merged
 //! into one call with a larger target capacity, as upstream's batcher does: a short idle window
 //! (35 ms) that closes after one second at most.
@@ -18,9 +19,10 @@ use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceType as Ec2InstanceType,
-    OnDemandOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest,
-    TagSpecification, TargetCapacitySpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetReservationType, FleetType,
+    InstanceType as Ec2InstanceType, OnDemandOptionsRequest, ReservedCapacityOptionsRequest,
+    ResourceType, SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
+    TargetCapacitySpecificationRequest,
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -62,13 +64,27 @@ pub struct TemplateConfig {
     pub overrides: Vec<Override>,
 }
 
+/// Which kind of reservation a reserved launch goes into: EC2 asks for each differently.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReservationKind {
+    /// On-Demand Capacity Reservations, launched as on-demand (also what spot and on-demand
+    /// launches carry, where it means nothing).
+    #[default]
+    OnDemand,
+    /// Capacity blocks: the `capacity-block` target capacity type.
+    CapacityBlock,
+    /// Interruptible reservations: the `reserved-capacity` target capacity type with
+    /// `ReservedCapacityOptions.ReservationTypes` [`interruptible-capacity-reservation`].
+    Interruptible,
+}
+
 /// A launch request, without the number of instances. Equal requests are merged into one call.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FleetRequest {
     /// How the instances are bought.
     pub capacity_type: CapacityType,
-    /// A reserved launch into capacity blocks (the `capacity-block` target capacity type).
-    pub capacity_block: bool,
+    /// The kind of reservation of a reserved launch.
+    pub reservation: ReservationKind,
     /// Templates with their pools.
     pub configs: Vec<TemplateConfig>,
     /// Tags for the instances, their volumes and the fleet.
@@ -140,8 +156,12 @@ pub async fn create_fleet(
     let count = i32::try_from(count).unwrap_or(i32::MAX);
     let default_type = match req.capacity_type {
         CapacityType::Spot => DefaultTargetCapacityType::Spot,
-        CapacityType::Reserved if req.capacity_block => DefaultTargetCapacityType::CapacityBlock,
-        CapacityType::OnDemand | CapacityType::Reserved => DefaultTargetCapacityType::OnDemand,
+        CapacityType::Reserved => match req.reservation {
+            ReservationKind::CapacityBlock => DefaultTargetCapacityType::CapacityBlock,
+            ReservationKind::Interruptible => DefaultTargetCapacityType::ReservedCapacity,
+            ReservationKind::OnDemand => DefaultTargetCapacityType::OnDemand,
+        },
+        CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
     };
     let configs: Vec<FleetLaunchTemplateConfigRequest> = req
         .configs
@@ -197,6 +217,11 @@ pub async fn create_fleet(
                 .build(),
         ),
         DefaultTargetCapacityType::CapacityBlock => call,
+        DefaultTargetCapacityType::ReservedCapacity => call.reserved_capacity_options(
+            ReservedCapacityOptionsRequest::builder()
+                .reservation_types(FleetReservationType::InterruptibleCapacityReservation)
+                .build(),
+        ),
         _ => call.on_demand_options(
             OnDemandOptionsRequest::builder()
                 .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
@@ -389,7 +414,7 @@ mod tests {
     fn request(tags: &[(&str, &str)]) -> FleetRequest {
         FleetRequest {
             capacity_type: CapacityType::Spot,
-            capacity_block: false,
+            reservation: ReservationKind::OnDemand,
             configs: vec![TemplateConfig {
                 launch_template: "karpenter.k8s.aws/1".into(),
                 overrides: vec![Override {

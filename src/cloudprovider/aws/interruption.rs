@@ -228,6 +228,19 @@ mod tests {
         )
         .expect("rebalance");
         assert_eq!(rebalance.action, InterruptionAction::NoAction);
+        // An interruptible capacity reservation taking its capacity back: cordon and drain,
+        // as upstream.
+        let reclaimed = ec2(
+            "EC2 Capacity Reservation Instance Interruption Warning",
+            json!({"instance-id": "i-7", "instance-action": "terminate"}),
+        )
+        .expect("reclaimed");
+        assert_eq!(
+            reclaimed.kind,
+            InterruptionKind::CapacityReservationInterrupted
+        );
+        assert_eq!(reclaimed.instance_ids, ["i-7"]);
+        assert_eq!(reclaimed.action, InterruptionAction::DeleteNodeClaim);
         let stopped = ec2(
             "EC2 Instance State-change Notification",
             json!({"instance-id": "i-2", "state": "stopping"}),

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types::{
     CapacityReservationPreference, CapacityReservationTarget,
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
-    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
-    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateCpuOptionsRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
-    LaunchTemplatesMonitoringRequest, MarketType, RequestLaunchTemplateData, ResourceType,
-    TagSpecification, VolumeType,
+    LaunchTemplatesMonitoringRequest, MarketType, NestedVirtualizationSpecification,
+    RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use serde::Serialize;
 
@@ -78,6 +78,11 @@ pub struct LaunchTemplateSpec {
     /// out of the name's hash when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub efa_interfaces: i32,
+    /// `spec.cpuOptions.nestedVirtualization` (`enabled` or `disabled`), sent as the template's
+    /// `CpuOptions.NestedVirtualization` as upstream does (no `CpuOptions` when unset); left out
+    /// of the name's hash when unset, so templates without it keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<String>,
     /// Tags of the template itself.
     pub tags: BTreeMap<String, String>,
     /// Which capacity reservations instances of the template may run in.
@@ -95,12 +100,17 @@ pub enum ReservationTargeting {
     /// upstream's do: reserved capacity is used only where it was planned.
     Avoid,
     /// A reserved launch: only this reservation (`capacity-reservations-only` with it as the
-    /// target); a capacity block also needs the `capacity-block` market type.
+    /// target); a capacity block also needs the `capacity-block` market type, an interruptible
+    /// reservation the `interruptible-capacity-reservation` one.
     Target {
         /// Reservation ID.
         id: String,
         /// Whether it is a capacity block.
         capacity_block: bool,
+        /// Whether it is an interruptible reservation; left out of the name's hash when not,
+        /// so the templates of other reservations keep their names.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        interruptible: bool,
     },
 }
 
@@ -235,6 +245,13 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
     } else {
         data.set_security_group_ids(Some(spec.security_groups.clone()))
     };
+    if let Some(nested) = &spec.nested_virtualization {
+        data = data.cpu_options(
+            LaunchTemplateCpuOptionsRequest::builder()
+                .nested_virtualization(NestedVirtualizationSpecification::from(nested.as_str()))
+                .build(),
+        );
+    }
     if let Some(group) = &spec.placement_group {
         data = data.placement(
             LaunchTemplatePlacementRequest::builder()
@@ -250,7 +267,11 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                 .capacity_reservation_preference(CapacityReservationPreference::None)
                 .build(),
         ),
-        ReservationTargeting::Target { id, capacity_block } => {
+        ReservationTargeting::Target {
+            id,
+            capacity_block,
+            interruptible,
+        } => {
             let data = data.capacity_reservation_specification(
                 LaunchTemplateCapacityReservationSpecificationRequest::builder()
                     .capacity_reservation_preference(
@@ -263,14 +284,20 @@ pub fn request_data(spec: &LaunchTemplateSpec) -> Result<RequestLaunchTemplateDa
                     )
                     .build(),
             );
-            if *capacity_block {
-                data.instance_market_options(
-                    LaunchTemplateInstanceMarketOptionsRequest::builder()
-                        .market_type(MarketType::CapacityBlock)
-                        .build(),
-                )
+            let market = if *capacity_block {
+                Some(MarketType::CapacityBlock)
+            } else if *interruptible {
+                Some(MarketType::InterruptibleCapacityReservation)
             } else {
-                data
+                None
+            };
+            match market {
+                Some(market) => data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(market)
+                        .build(),
+                ),
+                None => data,
             }
         }
     };
@@ -458,9 +485,36 @@ mod tests {
             placement_partition: None,
             network_interfaces: Vec::new(),
             efa_interfaces: 0,
+            nested_virtualization: None,
             tags: BTreeMap::new(),
             reservations: ReservationTargeting::Open,
         }
+    }
+
+    #[test]
+    fn nested_virtualization_reaches_the_cpu_options() {
+        assert!(request_data(&spec()).expect("data").cpu_options().is_none());
+        let nested = |value: &str| {
+            let mut s = spec();
+            s.nested_virtualization = Some(value.into());
+            s
+        };
+        for (value, expected) in [
+            ("enabled", NestedVirtualizationSpecification::Enabled),
+            ("disabled", NestedVirtualizationSpecification::Disabled),
+        ] {
+            let data = request_data(&nested(value)).expect("data");
+            assert_eq!(
+                data.cpu_options().and_then(|c| c.nested_virtualization()),
+                Some(&expected),
+                "{value}"
+            );
+        }
+        let names: BTreeSet<String> = [spec(), nested("enabled"), nested("disabled")]
+            .iter()
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(names.len(), 3, "each setting is its own template");
     }
 
     #[test]
@@ -567,6 +621,7 @@ mod tests {
         block.reservations = ReservationTargeting::Target {
             id: "cr-1".into(),
             capacity_block: true,
+            interruptible: false,
         };
         let data = request_data(&block).expect("data");
         let crs = data.capacity_reservation_specification().expect("spec");
@@ -587,6 +642,7 @@ mod tests {
         odcr.reservations = ReservationTargeting::Target {
             id: "cr-1".into(),
             capacity_block: false,
+            interruptible: false,
         };
         assert!(
             request_data(&odcr)
@@ -594,11 +650,33 @@ mod tests {
                 .instance_market_options()
                 .is_none()
         );
-        let names: BTreeSet<String> = [spec(), avoid, block, odcr]
+        let mut lent = odcr.clone();
+        lent.reservations = ReservationTargeting::Target {
+            id: "cr-1".into(),
+            capacity_block: false,
+            interruptible: true,
+        };
+        let data = request_data(&lent).expect("data");
+        assert_eq!(
+            data.instance_market_options().and_then(|m| m.market_type()),
+            Some(&MarketType::InterruptibleCapacityReservation)
+        );
+        assert_eq!(
+            data.capacity_reservation_specification()
+                .and_then(|c| c.capacity_reservation_target())
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-1")
+        );
+        // Without the interruptible flag in the hash, ODCR templates keep the names they had.
+        assert_eq!(
+            serde_json::to_value(&odcr.reservations).expect("json"),
+            serde_json::json!({"Target": {"id": "cr-1", "capacity_block": false}})
+        );
+        let names: BTreeSet<String> = [spec(), avoid, block, odcr, lent]
             .iter()
             .map(|s| s.name())
             .collect();
-        assert_eq!(names.len(), 4, "each targeting is its own template");
+        assert_eq!(names.len(), 5, "each targeting is its own template");
     }
 
     #[test]

@@ -63,7 +63,7 @@ use super::{
     NodeClassesInUse, ResolveError, Tagging, claim_requests, claim_requirements, launch_candidates,
     node_labels, provider_id_instance,
 };
-use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, TemplateConfig};
+use fleet::{FleetBatcher, FleetInstance, FleetRequest, Override, ReservationKind, TemplateConfig};
 use instance_types::{Ec2Catalogue, REFRESH_INTERVAL};
 use interruption::InterruptionQueue;
 use launch_templates::{LaunchTemplateSpec, ReservationTargeting};
@@ -468,7 +468,7 @@ impl AwsProvider {
 
     /// The launch template of a launch of `nodeclass`: what the launch decides (`launch`) and
     /// what the node class says (volumes, metadata options, monitoring, public IP, prefixes,
-    /// network interfaces) and the cluster (IPv6).
+    /// network interfaces, nested virtualization) and the cluster (IPv6).
     fn template_spec(&self, nodeclass: &EC2NodeClass, launch: Launch<'_>) -> LaunchTemplateSpec {
         LaunchTemplateSpec {
             image_id: launch.image_id,
@@ -489,6 +489,11 @@ impl AwsProvider {
             placement_partition: launch.placement_partition,
             network_interfaces: nodeclass.spec.network_interfaces.clone(),
             efa_interfaces: launch.efa_interfaces,
+            nested_virtualization: nodeclass
+                .spec
+                .cpu_options
+                .as_ref()
+                .and_then(|c| c.nested_virtualization.clone()),
             tags: launch.tags,
             reservations: launch.reservations,
         }
@@ -813,7 +818,7 @@ impl AwsProvider {
         &self,
         name: &str,
         capacity_type: CapacityType,
-        capacity_block: bool,
+        reservation: ReservationKind,
         specs: &[(LaunchTemplateSpec, Vec<Override>)],
         launch_tags: &BTreeMap<String, String>,
         nodeclass: &EC2NodeClass,
@@ -829,7 +834,7 @@ impl AwsProvider {
             }
             let request = FleetRequest {
                 capacity_type,
-                capacity_block,
+                reservation,
                 configs,
                 tags: launch_tags.clone(),
                 context: nodeclass.spec.context.clone(),
@@ -1182,9 +1187,10 @@ fn family_of(nodeclass: &EC2NodeClass) -> AMIFamily {
 }
 
 /// The reserved pools one launch asks for, from `candidates` in launch order (reserved first):
-/// as upstream filters them, one reservation type per request (the first candidate's), one
-/// capacity block (the first), and for On-Demand Capacity Reservations one reservation per
-/// instance type and zone, the one with the most room.
+/// as upstream filters them, one reservation type per request (the first candidate's; an
+/// interruptible reservation is launched differently, so it is a type of its own), one capacity
+/// block (the first), and for On-Demand Capacity Reservations one reservation per instance type
+/// and zone, the one with the most room.
 fn reserved_candidates<'a>(
     candidates: Vec<(&'a InstanceType, &'a Offering)>,
 ) -> Vec<(&'a InstanceType, &'a Offering)> {
@@ -1196,7 +1202,7 @@ fn reserved_candidates<'a>(
     let mut out: Vec<(&InstanceType, &Offering)> = Vec::new();
     for (it, o) in candidates {
         let Some(r) = reservation(o) else { continue };
-        if r.reservation_type != first.reservation_type {
+        if r.reservation_type != first.reservation_type || r.interruptible != first.interruptible {
             continue;
         }
         if &*first.reservation_type == capacity_reservations::TYPE_CAPACITY_BLOCK {
@@ -1329,11 +1335,16 @@ impl CloudProvider for AwsProvider {
                 .filter(|(_, o)| o.capacity_type == capacity_type)
                 .collect()
         };
-        let capacity_block = candidates.iter().any(|(_, o)| {
-            o.reservation
-                .as_ref()
-                .is_some_and(|r| &*r.reservation_type == capacity_reservations::TYPE_CAPACITY_BLOCK)
-        });
+        let reservation_kind = match candidates
+            .first()
+            .and_then(|(_, o)| o.reservation.as_deref())
+        {
+            Some(r) if &*r.reservation_type == capacity_reservations::TYPE_CAPACITY_BLOCK => {
+                ReservationKind::CapacityBlock
+            }
+            Some(r) if r.interruptible => ReservationKind::Interruptible,
+            _ => ReservationKind::OnDemand,
+        };
         let nodepool = claim
             .metadata
             .labels
@@ -1377,6 +1388,7 @@ impl CloudProvider for AwsProvider {
                     id: r.id.to_string(),
                     capacity_block: &*r.reservation_type
                         == capacity_reservations::TYPE_CAPACITY_BLOCK,
+                    interruptible: r.interruptible,
                 },
                 None if self.settings.reserved_capacity => ReservationTargeting::Avoid,
                 None => ReservationTargeting::Open,
@@ -1434,7 +1446,7 @@ impl CloudProvider for AwsProvider {
             .launch(
                 &name,
                 capacity_type,
-                capacity_block,
+                reservation_kind,
                 &specs,
                 &launch_tags,
                 nodeclass,
@@ -1822,19 +1834,33 @@ impl CloudProvider for AwsProvider {
     }
 
     /// Marks the spot pools of spot-interrupted instances unavailable, so the replacement is not
-    /// launched into the pool EC2 is reclaiming.
+    /// launched into the pool EC2 is reclaiming, and an interruptible reservation taking its
+    /// capacity back as having none left (until EC2 reports room again), as upstream does.
     async fn record_interruption(&self, event: &InterruptionEvent) -> Result<(), CloudError> {
-        if event.kind != InterruptionKind::SpotInterrupted {
+        if !matches!(
+            event.kind,
+            InterruptionKind::SpotInterrupted | InterruptionKind::CapacityReservationInterrupted
+        ) {
             return Ok(());
         }
         for id in &event.instance_ids {
             match self.describe_instance(id).await {
-                Ok(Some(i)) if i.capacity_type == CapacityType::Spot => {
+                Ok(Some(i))
+                    if event.kind == InterruptionKind::SpotInterrupted
+                        && i.capacity_type == CapacityType::Spot =>
+                {
                     self.unavailable.mark(OfferingKey {
                         instance_type: i.instance_type,
                         zone: i.zone,
                         capacity_type: CapacityType::Spot,
                     });
+                }
+                Ok(Some(Instance {
+                    capacity_reservation_id: Some(reservation),
+                    ..
+                })) if event.kind == InterruptionKind::CapacityReservationInterrupted => {
+                    tracing::info!(instance = %id, capacity_reservation = %reservation, "capacity reservation interrupted; nothing more is launched into it until EC2 reports room again");
+                    self.reservations.mark_unavailable(&reservation);
                 }
                 Ok(_) | Err(CloudError::NotFound(_)) => {}
                 Err(e) => return Err(e),
