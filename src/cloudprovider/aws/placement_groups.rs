@@ -227,6 +227,7 @@ mod tests {
                 zone: "us-east-1a".into(),
                 reservation_type: "default".into(),
                 available: 2,
+                interruptible: false,
             }],
         );
         offer_partitions(&mut types, &kafka);
