@@ -404,6 +404,20 @@ async fn settle(client: &Client, pods: usize, start: Instant) -> (Timings, usize
     }
 }
 
+/// Sets every Deployment's replicas to what `replicas` says for its manifest.
+async fn scale(api: &Api<Deployment>, deployments: &[Value], replicas: impl Fn(&Value) -> Value) {
+    for d in deployments {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas(d)}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("scaling {name}: {e}"));
+    }
+}
+
 /// The scheduler the burst mode's pods name: none runs under it, so kube-scheduler leaves them
 /// alone and the bench marks them unschedulable itself.
 const BURST_SCHEDULER: &str = "scale-bench-burst";
@@ -631,17 +645,7 @@ async fn main() {
         // Phase 2: scale to zero, then back.
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
         let b = before();
-        for d in &objects[2..] {
-            let name = d["metadata"]["name"].as_str().unwrap_or_default();
-            deployments
-                .patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": 0}})),
-                )
-                .await
-                .expect("scale to zero");
-        }
+        scale(&deployments, &objects[2..], |_| json!(0)).await;
         let start = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -671,17 +675,10 @@ async fn main() {
         report("scale to zero", 0, 0, &t, &b);
         let b = before();
         let start = Instant::now();
-        for d in &objects[2..] {
-            let name = d["metadata"]["name"].as_str().unwrap_or_default();
-            deployments
-                .patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": d["spec"]["replicas"]}})),
-                )
-                .await
-                .expect("scale back");
-        }
+        scale(&deployments, &objects[2..], |d| {
+            d["spec"]["replicas"].clone()
+        })
+        .await;
         let (t, claims) = settle(&client, total_pods, start).await;
         report("scale back", total_pods, claims, &t, &b);
 

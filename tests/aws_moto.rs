@@ -21,7 +21,9 @@ use karpenter_rs::apis::{EC2NodeClass, NodeClaim, labels};
 use karpenter_rs::clock::FakeClock;
 use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
 use karpenter_rs::cloudprovider::aws::{AwsProvider, AwsSettings, cluster};
-use karpenter_rs::cloudprovider::interruption::{InterruptionAction, InterruptionKind};
+use karpenter_rs::cloudprovider::interruption::{
+    InterruptionAction, InterruptionKind, InterruptionMessage,
+};
 use karpenter_rs::cloudprovider::{
     CloudError, CloudProvider, InstanceState, Tagging, claim_requests, claim_requirements,
     launch_candidates,
@@ -243,6 +245,29 @@ async fn user_data(env: &Env, instance_id: &str) -> String {
             .expect("base64"),
     )
     .expect("utf-8")
+}
+
+/// The market type of the launch template a reserved CreateFleet request used, which carries
+/// no on-demand options (capacity blocks and interruptible reservations are not on-demand).
+async fn reserved_market_type(
+    env: &Env,
+    fleet: &serde_json::Value,
+) -> Option<aws_sdk_ec2::types::MarketType> {
+    assert!(
+        fleet["OnDemandOptions"]
+            .as_object()
+            .is_none_or(|o| o.is_empty()),
+        "{fleet}"
+    );
+    let name =
+        fleet["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+            .as_str()
+            .expect("template name");
+    launch_template_of(env, name)
+        .await
+        .instance_market_options()
+        .and_then(|m| m.market_type())
+        .cloned()
 }
 
 async fn launch_template_of(
@@ -862,21 +887,7 @@ async fn a_spot_interruption_marks_the_pool_and_asks_to_delete_the_nodeclaim() {
         "resources": [format!("arn:aws:ec2:{}:instance/{instance_id}", launched.zone)],
         "detail": {"instance-id": instance_id, "instance-action": "terminate"}
     });
-    env.sqs
-        .send_message()
-        .queue_url(&url)
-        .message_body(body.to_string())
-        .send()
-        .await
-        .expect("send");
-
-    let messages = env
-        .provider
-        .interruptions()
-        .await
-        .expect("queue configured")
-        .expect("receive");
-    assert_eq!(messages.len(), 1);
+    let messages = deliver(&env, &url, &body).await;
     let event = messages[0].event.clone().expect("event");
     assert_eq!(event.kind, InterruptionKind::SpotInterrupted);
     assert_eq!(event.action, InterruptionAction::DeleteNodeClaim);
@@ -2070,23 +2081,9 @@ async fn a_capacity_block_is_launched_with_the_capacity_block_market_type() {
         fleets[0]["TargetCapacitySpecification"]["DefaultTargetCapacityType"],
         "capacity-block"
     );
-    assert!(
-        fleets[0]["OnDemandOptions"]
-            .as_object()
-            .is_none_or(|o| o.is_empty()),
-        "{}",
-        fleets[0]
-    );
-    let name =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name");
-    let template = launch_template_of(&env, name).await;
     assert_eq!(
-        template
-            .instance_market_options()
-            .and_then(|m| m.market_type()),
-        Some(&aws_sdk_ec2::types::MarketType::CapacityBlock)
+        reserved_market_type(&env, &fleets[0]).await,
+        Some(aws_sdk_ec2::types::MarketType::CapacityBlock)
     );
     let name = claim.metadata.name.as_deref().expect("name");
     let instance = instances_of(&env, name).await.pop().expect("instance");
@@ -2194,23 +2191,9 @@ async fn an_interruptible_reservation_is_launched_into_and_its_interruption_drai
         "{}",
         fleets[0]
     );
-    assert!(
-        fleets[0]["OnDemandOptions"]
-            .as_object()
-            .is_none_or(|o| o.is_empty()),
-        "{}",
-        fleets[0]
-    );
-    let template_name =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name");
-    let template = launch_template_of(&env, template_name).await;
     assert_eq!(
-        template
-            .instance_market_options()
-            .and_then(|m| m.market_type()),
-        Some(&aws_sdk_ec2::types::MarketType::InterruptibleCapacityReservation)
+        reserved_market_type(&env, &fleets[0]).await,
+        Some(aws_sdk_ec2::types::MarketType::InterruptibleCapacityReservation)
     );
     let targeting = fleet_targeting(&env, &fleets[0]).await.expect("targeting");
     assert_eq!(
@@ -2240,20 +2223,7 @@ async fn an_interruptible_reservation_is_launched_into_and_its_interruption_drai
         "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}")],
         "detail": {"instance-id": instance_id, "instance-action": "terminate"}
     });
-    env.sqs
-        .send_message()
-        .queue_url(&url)
-        .message_body(body.to_string())
-        .send()
-        .await
-        .expect("send");
-    let messages = env
-        .provider
-        .interruptions()
-        .await
-        .expect("queue configured")
-        .expect("receive");
-    assert_eq!(messages.len(), 1);
+    let messages = deliver(&env, &url, &body).await;
     let event = messages[0].event.clone().expect("event");
     assert_eq!(event.kind, InterruptionKind::CapacityReservationInterrupted);
     assert_eq!(event.action, InterruptionAction::DeleteNodeClaim);
@@ -3491,4 +3461,24 @@ async fn a_nodeclaim_that_requires_a_partition_launches_into_it() {
     assert!(matches!(err, CloudError::Invalid(_)), "{err}");
     assert!(err.to_string().contains("1 to 3"), "{err}");
     assert!(instances_of(&env, "default-part2").await.is_empty());
+}
+
+/// Sends `body` to the interruption queue at `url` and returns what the provider reads back from
+/// it: that one message.
+async fn deliver(env: &Env, url: &str, body: &serde_json::Value) -> Vec<InterruptionMessage> {
+    env.sqs
+        .send_message()
+        .queue_url(url)
+        .message_body(body.to_string())
+        .send()
+        .await
+        .expect("send");
+    let messages = env
+        .provider
+        .interruptions()
+        .await
+        .expect("queue configured")
+        .expect("receive");
+    assert_eq!(messages.len(), 1);
+    messages
 }
