@@ -29,7 +29,7 @@ use karpenter_rs::apis::labels;
 use karpenter_rs::apis::nodeclaim::Operator;
 use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType, Offering, Overhead};
 use karpenter_rs::scheduling::pod::{
-    AffinityTerm, Pod, Selector, SelectorOp, SpreadConstraint, WhenUnsatisfiable,
+    AffinityTerm, Pod, PodShape, Selector, SelectorOp, SpreadConstraint, WhenUnsatisfiable,
 };
 use karpenter_rs::scheduling::requirements::{NodeSelectorExpression, Requirement, Requirements};
 use karpenter_rs::scheduling::resources::{Resources, gib, mib};
@@ -203,24 +203,16 @@ impl PodFactory {
                     .collect(),
             ),
             created: 0,
-            requests: Resources {
-                pods: 1,
-                ..Resources::cpu_memory(cpu, memory)
-            },
-            node_selector: BTreeMap::new(),
-            required_terms: Vec::new(),
-            preferred_terms: Vec::new(),
-            tolerations: Vec::new(),
-            spread: Vec::new(),
-            affinity: Vec::new(),
-            anti_affinity: Vec::new(),
-            preferred_affinity: Vec::new(),
-            preferred_anti_affinity: Vec::new(),
-            host_ports: Vec::new(),
             owner_kind: None,
-            annotations: BTreeMap::new(),
-            priority: 0,
+            annotations: Arc::default(),
             volumes: vec![],
+            shape: Arc::new(PodShape {
+                requests: Resources {
+                    pods: 1,
+                    ..Resources::cpu_memory(cpu, memory)
+                },
+                ..PodShape::default()
+            }),
         }
     }
 

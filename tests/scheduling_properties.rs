@@ -38,7 +38,8 @@ use karpenter_rs::scheduling::instance_type::{
     CapacityType, InstanceType, Offering, Overhead, ReservedCapacity, add_reserved_offerings,
 };
 use karpenter_rs::scheduling::pod::{
-    AffinityTerm, HostPort, Pod, Selector, SelectorOp, SpreadConstraint, WhenUnsatisfiable,
+    AffinityTerm, HostPort, Pod, PodShape, Selector, SelectorOp, SpreadConstraint,
+    WhenUnsatisfiable,
 };
 use karpenter_rs::scheduling::requirements::{
     AllowUndefined, NodeSelectorExpression, Requirement, Requirements,
@@ -440,26 +441,18 @@ fn bare_pod(namespace: &str, name: &str, app: &str, cpu_m: i64, mem: i64) -> Pod
         uid: Arc::from(format!("{namespace}/{name}")),
         labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
         created: 0,
-        requests: Resources {
-            cpu: cpu_m,
-            memory: mem,
-            pods: 1,
-            ..Resources::default()
-        },
-        node_selector: BTreeMap::new(),
-        required_terms: vec![],
-        preferred_terms: vec![],
-        tolerations: vec![],
-        spread: vec![],
-        affinity: vec![],
-        anti_affinity: vec![],
-        preferred_affinity: vec![],
-        preferred_anti_affinity: vec![],
-        host_ports: vec![],
-        owner_kind: Some("ReplicaSet".to_string()),
-        annotations: BTreeMap::new(),
-        priority: 0,
+        owner_kind: Some(Arc::from("ReplicaSet")),
+        annotations: Arc::default(),
         volumes: vec![],
+        shape: Arc::new(PodShape {
+            requests: Resources {
+                cpu: cpu_m,
+                memory: mem,
+                pods: 1,
+                ..Resources::default()
+            },
+            ..PodShape::default()
+        }),
     }
 }
 

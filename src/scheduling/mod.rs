@@ -8,6 +8,7 @@
 pub mod instance_type;
 pub mod overlay;
 pub mod pod;
+pub mod pod_shapes;
 pub mod requirements;
 pub mod resources;
 pub mod scheduler;

@@ -2,6 +2,7 @@
 //! converted once from the Kubernetes object so the bin-packing loop never touches it again.
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
@@ -190,7 +191,12 @@ pub struct VolumeRef {
     pub id: Arc<str>,
 }
 
-/// A pod as the scheduler sees it.
+/// A pod as the scheduler sees it: who it is, and its [`PodShape`] (what its spec asks of a
+/// node), which siblings converted from the same spec and labels share (see
+/// [`super::pod_shapes::PodShapes`]). Replicas of one workload differ only in their names, so
+/// 20,000 of them hold 20,000 names and one shape. The shape's fields read as the pod's own
+/// (`pod.requests`); changing one (a volume's zone added to `required_terms`) gives that pod a
+/// copy of its own.
 #[derive(Clone, Debug)]
 pub struct Pod {
     /// Namespace.
@@ -200,10 +206,25 @@ pub struct Pod {
     /// UID, the last tie-breaker of the queue order.
     pub uid: Arc<str>,
     /// Labels (for selectors of other pods); shared, since replicas of a workload carry the
-    /// same labels and a large batch would otherwise hold one copy per pod.
+    /// same labels.
     pub labels: Arc<BTreeMap<String, String>>,
     /// Creation time in seconds since the epoch (queue order).
     pub created: i64,
+    /// Owner kind (`DaemonSet`, `ReplicaSet`, `Node`, ...), for filtering.
+    pub owner_kind: Option<Arc<str>>,
+    /// `karpenter.sh/do-not-disrupt` and other annotations the disruption engine reads; shared
+    /// like the labels.
+    pub annotations: Arc<BTreeMap<String, String>>,
+    /// CSI volumes it mounts (filled in by the caller, which knows the PVCs and PVs).
+    pub volumes: Vec<VolumeRef>,
+    /// What its spec asks of a node.
+    pub shape: Arc<PodShape>,
+}
+
+/// What a pod's spec (and, through `matchLabelKeys`, its labels) asks of a node: the part of a
+/// [`Pod`] its siblings share.
+#[derive(Clone, Debug, Default)]
+pub struct PodShape {
     /// Resources requested, including init containers and overhead.
     pub requests: Resources,
     /// `spec.nodeSelector`.
@@ -226,14 +247,24 @@ pub struct Pod {
     pub preferred_anti_affinity: Vec<(i32, AffinityTerm)>,
     /// Host ports.
     pub host_ports: Vec<HostPort>,
-    /// Owner kind (`DaemonSet`, `ReplicaSet`, `Node`, ...), for filtering.
-    pub owner_kind: Option<String>,
-    /// `karpenter.sh/do-not-disrupt` and other annotations the disruption engine reads.
-    pub annotations: BTreeMap<String, String>,
     /// Priority (pod cost in disruption).
     pub priority: i32,
-    /// CSI volumes it mounts (filled in by the caller, which knows the PVCs and PVs).
-    pub volumes: Vec<VolumeRef>,
+}
+
+/// The shape's fields read as the pod's.
+impl Deref for Pod {
+    type Target = PodShape;
+
+    fn deref(&self) -> &PodShape {
+        &self.shape
+    }
+}
+
+/// Changing a shared shape's field through one pod copies the shape for that pod only.
+impl DerefMut for Pod {
+    fn deref_mut(&mut self) -> &mut PodShape {
+        Arc::make_mut(&mut self.shape)
+    }
 }
 
 impl Pod {
@@ -253,12 +284,68 @@ impl Pod {
         Self::from_parts(&pod.metadata, spec)
     }
 
-    /// Converts a pod given as metadata and spec (pods whose spec is shared with their
-    /// siblings); the error names the field and what to change.
+    /// Converts a pod given as metadata and spec, its shape its own (see
+    /// [`super::pod_shapes::PodShapes`] for one shared with its siblings); the error names the
+    /// field and what to change.
     pub fn from_parts(meta: &ObjectMeta, spec: &core::PodSpec) -> Result<Self, String> {
-        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
-        let name = meta.name.clone().unwrap_or_default();
         let labels = Arc::new(meta.labels.clone().unwrap_or_default());
+        let shape = Arc::new(PodShape::from_spec(spec, &labels)?);
+        Ok(Self::with_shape(
+            meta,
+            Arc::from(meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)),
+            labels,
+            Arc::new(meta.annotations.clone().unwrap_or_default()),
+            shape,
+        ))
+    }
+
+    /// The pod of `meta` with an already converted shape and already shared namespace, labels
+    /// and annotations (they are `meta`'s).
+    pub fn with_shape(
+        meta: &ObjectMeta,
+        namespace: Arc<str>,
+        labels: Arc<BTreeMap<String, String>>,
+        annotations: Arc<BTreeMap<String, String>>,
+        shape: Arc<PodShape>,
+    ) -> Self {
+        let name = meta.name.as_deref().unwrap_or_default();
+        Self {
+            uid: match &meta.uid {
+                Some(uid) => Arc::from(uid.as_str()),
+                None => Arc::from(format!("{namespace}/{name}")),
+            },
+            name: Arc::from(name),
+            namespace,
+            labels,
+            created: meta
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second())
+                .unwrap_or(0),
+            owner_kind: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .or_else(|| meta.owner_references.iter().flatten().next())
+                .map(|o| Arc::from(o.kind.as_str())),
+            annotations,
+            volumes: Vec::new(),
+            shape,
+        }
+    }
+}
+
+/// Namespace of namespaced objects that do not name one, as with `kubectl apply` without `-n`.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+impl PodShape {
+    /// Converts what `spec` asks of a node (`labels` complete the topology spread constraints'
+    /// `matchLabelKeys`); the error names the field and what to change.
+    pub fn from_spec(
+        spec: &core::PodSpec,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Self, String> {
         let requests = requests(spec)?;
         let mut required_terms = Vec::new();
         let mut preferred_terms = Vec::new();
@@ -343,7 +430,7 @@ impl Pod {
                 .transpose()
                 .map_err(|e| format!("{field}.labelSelector: {e}"))?
                 .unwrap_or_default()
-                .with_label_keys(c.match_label_keys.as_deref().unwrap_or_default(), &labels);
+                .with_label_keys(c.match_label_keys.as_deref().unwrap_or_default(), labels);
             spread.push(SpreadConstraint {
                 topology_key: c.topology_key.clone(),
                 max_skew: u32::try_from(c.max_skew)
@@ -392,19 +479,6 @@ impl Pod {
         }
         host_ports.sort();
         Ok(Self {
-            uid: Arc::from(
-                meta.uid
-                    .clone()
-                    .unwrap_or_else(|| format!("{namespace}/{name}")),
-            ),
-            namespace: Arc::from(namespace),
-            name: Arc::from(name),
-            labels,
-            created: meta
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.as_second())
-                .unwrap_or(0),
             requests,
             node_selector: spec.node_selector.clone().unwrap_or_default(),
             required_terms,
@@ -416,16 +490,7 @@ impl Pod {
             preferred_affinity,
             preferred_anti_affinity,
             host_ports,
-            owner_kind: meta
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.controller == Some(true))
-                .or_else(|| meta.owner_references.iter().flatten().next())
-                .map(|o| o.kind.clone()),
-            annotations: meta.annotations.clone().unwrap_or_default(),
             priority: spec.priority.unwrap_or(0),
-            volumes: Vec::new(),
         })
     }
 }

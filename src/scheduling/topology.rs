@@ -462,21 +462,10 @@ mod tests {
             uid: Arc::from(name),
             labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
             created: 0,
-            requests: Default::default(),
-            node_selector: BTreeMap::new(),
-            required_terms: vec![],
-            preferred_terms: vec![],
-            tolerations: vec![],
-            spread: vec![],
-            affinity: vec![],
-            anti_affinity: vec![],
-            preferred_affinity: vec![],
-            preferred_anti_affinity: vec![],
-            host_ports: vec![],
             owner_kind: None,
-            annotations: BTreeMap::new(),
-            priority: 0,
+            annotations: Arc::default(),
             volumes: vec![],
+            shape: Arc::default(),
         }
     }
 

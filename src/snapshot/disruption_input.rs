@@ -16,7 +16,7 @@ use crate::disruption::state::{
     ClaimFacts, Pdb, State, StateNode, StatePod, resolve_int_or_percent,
 };
 use crate::scheduling::instance_type::{CapacityType, InstanceType};
-use crate::scheduling::pod::{Pod, Selector};
+use crate::scheduling::pod::Selector;
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{NodePoolTemplate, Options};
 use crate::scheduling::taints::taint_from_k8s;
@@ -54,14 +54,14 @@ pub fn disruption_state(
         .collect();
     let mut pods = Vec::new();
     for p in &cluster.pods {
-        let Ok(pod) = Pod::from_parts(&p.metadata, &p.spec) else {
+        let Ok(pod) = p.scheduling_pod() else {
             continue;
         };
         let status = p.status.as_deref();
         let phase = status.and_then(|s| s.phase.as_deref());
         let node = p.node_name().and_then(|n| index.get(n).copied());
         pods.push(StatePod {
-            pod,
+            pod: pod.clone(),
             node,
             started: status
                 .and_then(|s| s.start_time.as_ref())

@@ -15,7 +15,7 @@ pub mod static_pools;
 pub mod taints;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
@@ -30,9 +30,11 @@ use serde::Deserialize;
 use crate::apis::conditions;
 use crate::apis::nodeclaim::Operator;
 use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
+use crate::scheduling;
+use crate::scheduling::pod_shapes::PodShapes;
 
 /// Namespace of namespaced objects that do not name one, as with `kubectl apply` without `-n`.
-pub(crate) const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) use crate::scheduling::pod::DEFAULT_NAMESPACE;
 /// Well-known node label carrying the cloud region.
 const REGION_LABEL: &str = "topology.kubernetes.io/region";
 /// Well-known node label carrying the availability zone.
@@ -95,6 +97,22 @@ pub struct ClusterPod {
     pub bound_to: Option<String>,
     /// The status (phase, conditions), shared like the spec; `None` when the API gave none.
     pub status: Option<Arc<PodStatus>>,
+    /// The pod as the scheduler sees it, converted once (see [`ClusterPod::scheduling_pod`]).
+    pub converted: Converted,
+}
+
+/// A [`ClusterPod`] as the scheduler sees it, converted at most once: the cache converts a pod
+/// as it arrives (sharing its shape with its siblings'), so the passes that read it (the
+/// provisioner's, the disruption engine's, each over its own snapshot) clone it instead of
+/// converting 20,000 pods each. Filled once the pod is final (trimmed, or fully built from a
+/// manifest); it is derived data, so it plays no part in comparing pods.
+#[derive(Clone, Debug, Default)]
+pub struct Converted(OnceLock<Result<scheduling::pod::Pod, String>>);
+
+impl PartialEq for Converted {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl From<Pod> for ClusterPod {
@@ -106,6 +124,7 @@ impl From<Pod> for ClusterPod {
             spec: Arc::new(spec),
             bound_to,
             status: pod.status.map(Arc::new),
+            converted: Converted::default(),
         }
     }
 }
@@ -147,6 +166,24 @@ impl Resource for ClusterPod {
 }
 
 impl ClusterPod {
+    /// The pod as the scheduler sees it, converted on first use unless
+    /// [`ClusterPod::convert_with`] did it; the error names the field and what to change.
+    pub fn scheduling_pod(&self) -> Result<&scheduling::pod::Pod, &str> {
+        self.converted
+            .0
+            .get_or_init(|| scheduling::pod::Pod::from_parts(&self.metadata, &self.spec))
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// Converts the pod now, its shape shared with its siblings' through `shapes`. Called once
+    /// the pod is final: the conversion is kept with the pod.
+    pub fn convert_with(&self, shapes: &mut PodShapes) {
+        self.converted
+            .0
+            .get_or_init(|| shapes.convert(&self.metadata, &self.spec));
+    }
+
     /// The node the pod is bound to; an empty `nodeName` is no binding.
     pub fn node_name(&self) -> Option<&str> {
         self.bound_to.as_deref()

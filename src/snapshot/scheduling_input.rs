@@ -3,7 +3,7 @@
 //! pods, and the pending pods with their volume topology. `simulate`, the provisioner and the
 //! disruption controller all build their scheduler input here, so they plan alike.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use std::sync::Arc;
 
@@ -506,10 +506,9 @@ pub fn prepare(
             .into_iter()
             .flatten()
             .filter_map(|p| {
-                Pod::from_parts(&p.metadata, &p.spec).ok().map(|mut pod| {
-                    pod.volumes = volumes_of(cluster, p);
-                    pod
-                })
+                let mut pod = p.scheduling_pod().ok()?.clone();
+                pod.volumes = volumes_of(cluster, p);
+                Some(pod)
             })
             .collect();
         let volume_limits: BTreeMap<String, i64> = cluster
@@ -596,8 +595,6 @@ pub fn prepare(
 
     let pending = cluster.pending_pods();
     let mut pods = Vec::with_capacity(pending.len());
-    // Replicas carry identical labels: keep one copy per distinct label set.
-    let mut label_sets: HashSet<Arc<BTreeMap<String, String>>> = HashSet::new();
     for p in pending {
         if let Some(reason) = dra_reason(p) {
             invalid_pods.push(Unschedulable {
@@ -606,19 +603,13 @@ pub fn prepare(
             });
             continue;
         }
-        match Pod::from_parts(&p.metadata, &p.spec)
-            .and_then(|pod| with_volume_topology(cluster, p, pod))
+        match p
+            .scheduling_pod()
+            .map_err(str::to_owned)
+            .and_then(|pod| with_volume_topology(cluster, p, pod.clone()))
         {
             Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
-            Ok(mut pod) => {
-                match label_sets.get(&pod.labels) {
-                    Some(shared) => pod.labels = shared.clone(),
-                    None => {
-                        label_sets.insert(pod.labels.clone());
-                    }
-                }
-                pods.push(pod);
-            }
+            Ok(pod) => pods.push(pod),
             Err(reason) => invalid_pods.push(Unschedulable {
                 pod: p.key(),
                 reason,

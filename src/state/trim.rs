@@ -11,6 +11,7 @@ use std::sync::{Arc, Weak};
 use k8s_openapi::api::core::v1::{Container, Node, PodSpec};
 use kube::Resource;
 
+use crate::scheduling::pod_shapes::PodShapes;
 use crate::snapshot::ClusterPod;
 
 /// The annotation `kubectl apply` writes: a full copy of the object as applied.
@@ -70,22 +71,31 @@ pub fn pod(pod: &mut ClusterPod) {
 /// spec when their trimmed specs are equal, as they are for replicas once the per-pod parts
 /// (the binding, the service-account token volume) are gone: at 20,000 pods from a hundred
 /// Deployments that keeps a hundred specs instead of 20,000. A pod whose spec differs (a
-/// StatefulSet's hostname, a resized pod) keeps its own.
+/// StatefulSet's hostname, a resized pod) keeps its own. Each pod is then converted for the
+/// scheduler, once, sharing its shape with its siblings' ([`PodShapes`]).
 #[derive(Default)]
 pub struct SharedSpecs {
     /// The last spec seen per controller UID; an entry lives as long as a pod holds the spec.
     by_owner: HashMap<String, Weak<PodSpec>>,
     /// Entries added since dead ones were last dropped.
     added: usize,
+    /// The scheduler's view of the pods, shared per spec and labels.
+    shapes: PodShapes,
 }
 
 /// Dead entries are dropped once this many, or as many as the table holds, were added.
 const SHARED_SPECS_PRUNE_AFTER: usize = 1024;
 
 impl SharedSpecs {
-    /// Trims `p` and shares its spec with its siblings'.
+    /// Trims `p`, shares its spec with its siblings' and converts it.
     pub fn trim(&mut self, p: &mut ClusterPod) {
         pod(p);
+        self.share_spec(p);
+        p.convert_with(&mut self.shapes);
+    }
+
+    /// Gives `p` its controller's last spec when they are equal.
+    fn share_spec(&mut self, p: &mut ClusterPod) {
         let Some(owner) = p
             .metadata
             .owner_references
@@ -271,6 +281,18 @@ mod tests {
         );
         let other = replica("web-3", "node-a", "another-replicaset");
         assert!(!Arc::ptr_eq(&a.spec, &other.spec), "only within one owner");
+        let scheduled = |p: &ClusterPod| p.scheduling_pod().expect("converts").clone();
+        let (sa, sb) = (scheduled(&a), scheduled(&b));
+        assert!(
+            Arc::ptr_eq(&sa.shape, &sb.shape) && Arc::ptr_eq(&sa.labels, &sb.labels),
+            "replicas are converted once and share the scheduler's view of their spec"
+        );
+        assert_eq!((&*sa.name, &*sb.name), ("web-1", "web-2"));
+        assert!(!Arc::ptr_eq(&sa.shape, &scheduled(&other).shape));
+        assert!(
+            Arc::ptr_eq(&sa.labels, &scheduled(&other).labels),
+            "equal labels are kept once"
+        );
 
         let mut resized = served_pod();
         Arc::make_mut(&mut resized.spec).priority = Some(1);
@@ -281,6 +303,7 @@ mod tests {
             Some(1),
             "a different spec is its own"
         );
+        assert_eq!(scheduled(&resized).priority, 1, "and so is its shape");
         let mut resized_too = served_pod();
         Arc::make_mut(&mut resized_too.spec).priority = Some(1);
         shared.trim(&mut resized_too);

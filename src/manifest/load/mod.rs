@@ -42,6 +42,7 @@ use serde_json::Value;
 use crate::apis::validation::{Kind, validate_value};
 use crate::apis::{NodeClaim, NodeOverlay, NodePool};
 use crate::manifest::{Document, Source};
+use crate::scheduling::pod_shapes::PodShapes;
 use crate::scheduling::resources::quantity_value;
 use crate::snapshot::{ClusterPod, DEFAULT_NAMESPACE, Ignored, Snapshot};
 use workloads::{apply_default_class, default_storage_class};
@@ -702,6 +703,11 @@ impl Loader {
                 }
                 Workload::Job(job) => self.expand_job(&job),
             }
+        }
+        // The pods are final: converted once, replicas sharing their shape.
+        let mut shapes = PodShapes::default();
+        for pod in &self.cluster.pods {
+            pod.convert_with(&mut shapes);
         }
         Ok(self.cluster)
     }

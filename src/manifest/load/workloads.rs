@@ -275,6 +275,7 @@ impl<'a> SharedTemplate<'a> {
             spec: self.spec.clone(),
             bound_to: self.bound_to.clone(),
             status: Some(self.status.clone()),
+            converted: Default::default(),
         }
     }
 }
