@@ -574,10 +574,20 @@ impl Provisioner {
             let _round = Round::start(pending.len());
             plan(&cluster, &types, &ctx.options)
         };
+        let took = started.elapsed();
         METRICS
             .scheduler_scheduling_duration_seconds
             .with_label_values(&["provisioner"])
-            .observe(started.elapsed().as_secs_f64());
+            .observe(took.as_secs_f64());
+        if !plan.nodeclaims.is_empty() {
+            tracing::info!(
+                controller = "provisioner",
+                nodeclaims = plan.nodeclaims.len(),
+                pods = pending.len(),
+                duration = ?took,
+                "computed new nodeclaim(s) to fit pod(s)"
+            );
+        }
         METRICS
             .scheduler_unschedulable_pods_count
             .with_label_values(&["provisioner"])
