@@ -6,6 +6,7 @@
 //! memory proportional to what the scheduler needs, and a snapshot shares them (`Arc`s) rather
 //! than copying them, so taking one is cheap and several may be alive at once.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -80,7 +81,20 @@ pub struct ClusterState {
 }
 
 /// Wakes the provisioner for events whose object passes the filter.
-type Trigger<K> = Option<(Arc<Notify>, fn(&K) -> bool)>;
+type Trigger<K> = Option<(Arc<Notify>, Box<dyn FnMut(&K) -> bool + Send>)>;
+
+/// A filter for [`Trigger`] that passes an object when it is new or its spec changed (its
+/// `metadata.generation` moved): NodePools and NodeOverlays change what can be provisioned,
+/// but their status, which the controller itself keeps writing as NodeClaims come and go, does
+/// not, and must not keep opening provisioning rounds.
+fn spec_changed<K: Resource>() -> Box<dyn FnMut(&K) -> bool + Send> {
+    let mut seen: HashMap<String, Option<i64>> = HashMap::new();
+    Box::new(move |object: &K| {
+        let meta = object.meta();
+        let uid = meta.uid.clone().unwrap_or_default();
+        seen.insert(uid, meta.generation) != Some(meta.generation)
+    })
+}
 
 /// Starts a reflector for `api` into a new store, objects trimmed by `trim` as they arrive; its
 /// stream is driven on `tasks`.
@@ -139,7 +153,7 @@ where
 async fn consume<K: Send + Sync + 'static>(
     kind: &str,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>>,
-    changed: Trigger<K>,
+    mut changed: Trigger<K>,
     publish: Option<Changes<K>>,
 ) {
     let mut stream = std::pin::pin!(stream);
@@ -148,7 +162,7 @@ async fn consume<K: Send + Sync + 'static>(
         match event {
             Ok(event) => {
                 if let Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) = &event
-                    && let Some((n, wanted)) = &changed
+                    && let Some((n, wanted)) = &mut changed
                     && wanted(o)
                 {
                     n.notify_one();
@@ -238,8 +252,8 @@ impl ClusterState {
         // Batches start on what can make pods need capacity: a pod becoming unschedulable, a
         // NodePool appearing or changing. Binding and status churn must not keep extending a
         // batch to its maximum.
-        let pods: Trigger<ClusterPod> = Some((changed.clone(), is_provisionable));
-        let pools: Trigger<NodePool> = Some((changed.clone(), |_| true));
+        let pods: Trigger<ClusterPod> = Some((changed.clone(), Box::new(is_provisionable)));
+        let pools: Trigger<NodePool> = Some((changed.clone(), spec_changed()));
         let pdb_ar = pdb_resource(client).await;
         let pdb_writer = Writer::new(pdb_ar.clone());
         let pdbs = pdb_writer.as_reader();
@@ -319,7 +333,7 @@ impl ClusterState {
     /// Starts watching NodeOverlays (the `NodeOverlay` gate is on), leniently like Karpenter's
     /// other kinds; a change wakes the provisioner, since it changes prices and capacity.
     pub fn watch_node_overlays(&mut self, client: &Client, tasks: &mut JoinSet<()>) {
-        let changed: Trigger<NodeOverlay> = Some((self.changed.clone(), |_| true));
+        let changed: Trigger<NodeOverlay> = Some((self.changed.clone(), spec_changed()));
         self.node_overlays = Some(reflect_lenient(client, tasks, changed, None));
     }
 
@@ -499,5 +513,23 @@ mod tests {
             let decision = pdb_api(Err(&api_error(code)));
             assert!(decision.is_err(), "{code}: {decision:?}");
         }
+    }
+
+    #[test]
+    fn nodepools_open_a_round_when_new_or_respecified_not_on_status_writes() {
+        let pool = |uid: &str, generation: i64| {
+            serde_json::from_value::<NodePool>(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": uid, "uid": uid, "generation": generation},
+                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}}
+            }))
+            .expect("nodepool")
+        };
+        let mut wanted = spec_changed::<NodePool>();
+        assert!(wanted(&pool("a", 1)), "a new NodePool");
+        assert!(!wanted(&pool("a", 1)), "its status written");
+        assert!(wanted(&pool("a", 2)), "its spec changed");
+        assert!(wanted(&pool("b", 2)), "another NodePool");
+        assert!(!wanted(&pool("a", 2)));
     }
 }
