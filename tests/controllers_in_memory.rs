@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::Duration;
@@ -786,6 +787,68 @@ async fn provisioning_rounds_write_a_nodeclaim_once_and_a_failed_scheduling_even
         (1, 2),
         "the event is repeated after five minutes"
     );
+}
+
+/// The CPU (millicores) each NodeClaim of the cluster requests, by name.
+async fn claim_cpus(env: &Env) -> BTreeMap<String, String> {
+    Api::<NodeClaim>::all(env.ctx.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("nodeclaims")
+        .items
+        .into_iter()
+        .map(|c| {
+            let cpu = c
+                .spec
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("cpu"))
+                .map(|q| q.0.clone())
+                .unwrap_or_default();
+            (c.name_any(), cpu)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pod_stays_with_the_nodeclaim_a_round_planned_it_onto_while_that_comes_up() {
+    let _turn = PROVISIONING.lock().await;
+    let env = Env::new().await;
+    env.create_namespaced(&unschedulable_pod("first", "1"))
+        .await;
+    let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
+    assert_eq!(provisioner.provision_once().await.expect("round"), 1);
+    let first_claim = claim_cpus(&env).await;
+    assert_eq!(first_claim.values().collect::<Vec<_>>(), ["1"]);
+
+    // A bigger pod comes while `first` still waits for its NodeClaim. Planned from scratch, the
+    // bigger pod would go first onto the NodeClaim in flight and push `first` onto a new one;
+    // `first` stays where the last round put it, so the new NodeClaim is the bigger pod's.
+    env.advance(Duration::seconds(10));
+    env.create_namespaced(&unschedulable_pod("second", "1500m"))
+        .await;
+    assert_eq!(provisioner.provision_once().await.expect("round"), 1);
+    let both = claim_cpus(&env).await;
+    let new: Vec<&String> = both
+        .iter()
+        .filter(|(name, _)| !first_claim.contains_key(*name))
+        .map(|(_, cpu)| cpu)
+        .collect();
+    assert_eq!(new, ["1500m"], "{both:?}");
+
+    // Both pods keep their NodeClaims: nothing more to plan.
+    env.advance(Duration::seconds(10));
+    assert_eq!(provisioner.provision_once().await.expect("round"), 0);
+    // Past the nomination's lifetime the pods are planned afresh, onto the same capacity.
+    env.advance(karpenter_rs::controllers::provisioning::NOMINATION_TTL);
+    assert_eq!(provisioner.provision_once().await.expect("round"), 0);
+
+    // A NodeClaim going away frees its pod for the next round.
+    let (gone, _) = first_claim.iter().next().expect("the first NodeClaim");
+    env.delete_claim(gone).await;
+    env.advance(Duration::seconds(10));
+    assert_eq!(provisioner.provision_once().await.expect("round"), 1);
 }
 
 /// The `DisruptionBlocked` events recorded: (kind, name, note) of each.

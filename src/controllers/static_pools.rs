@@ -135,7 +135,7 @@ pub async fn once(ctx: &Context) -> anyhow::Result<Outcome> {
     wait_until_cached(ctx, &created).await;
     match problems.is_empty() {
         true => Ok(Outcome {
-            created: created.len(),
+            created: created.iter().flatten().count(),
             deleted,
         }),
         false => Err(anyhow::anyhow!(problems.join("; "))),

@@ -14,7 +14,7 @@ pub mod scheduling_input;
 pub mod static_pools;
 pub mod taints;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -77,6 +77,10 @@ pub struct Snapshot {
     /// Objects that were read but do not affect what the controller does, so users can see
     /// nothing was silently dropped.
     pub ignored: Vec<Ignored>,
+    /// Pending pods counted as bound to the capacity a provisioning round planned them onto
+    /// (pod UID → the Node, or the NodeClaim not registered yet), set by
+    /// [`Snapshot::nominate`].
+    pub nominated: HashMap<String, String>,
 }
 
 /// A pod as the core reads it: metadata of its own, and a spec and status that the replicas of
@@ -247,22 +251,89 @@ impl Snapshot {
         self.pods
             .iter()
             .map(Arc::as_ref)
-            .filter(|pod| pod.is_pending())
+            .filter(|pod| pod.is_pending() && self.nomination(pod).is_none())
             .collect()
     }
 
     /// Pods occupying each node, by node name: bound and not finished (finished pods free their
-    /// resources). Nodes without such pods are absent.
+    /// resources), and the pending pods nominated to it (see [`Snapshot::nominate`]; an
+    /// in-flight NodeClaim is named as its node will be). Nodes without such pods are absent.
     pub fn bound_pods(&self) -> BTreeMap<&str, Vec<&ClusterPod>> {
         let mut by_node: BTreeMap<&str, Vec<&ClusterPod>> = BTreeMap::new();
         for pod in &self.pods {
-            if let Some(node) = pod.node_name()
+            let node = match pod.node_name() {
+                Some(node) => Some(node),
+                None if pod.is_pending() => self.nomination(pod),
+                None => None,
+            };
+            if let Some(node) = node
                 && !pod.is_terminal()
             {
                 by_node.entry(node).or_default().push(pod.as_ref());
             }
         }
         by_node
+    }
+
+    /// Where a pod is nominated to, if it is.
+    fn nomination(&self, pod: &ClusterPod) -> Option<&str> {
+        if self.nominated.is_empty() {
+            return None;
+        }
+        let uid = pod.metadata.uid.as_deref()?;
+        self.nominated.get(uid).map(String::as_str)
+    }
+
+    /// Counts pending pods as bound to the capacity a provisioning round planned them onto
+    /// (`wanted`: pod UID → a Node's or NodeClaim's name), so the next rounds, which plan every
+    /// pending pod again, neither pack them differently onto that capacity (leaving some over
+    /// for a new NodeClaim) nor count the room they will take as free. kube-scheduler still
+    /// decides where they go. A nomination holds while its pod is pending and its capacity can
+    /// take pods: a NodeClaim not deleted (named by its Node once that registered), a Node
+    /// neither deleted nor cordoned. Returns the nominations kept, by the name they now hold.
+    pub fn nominate(&mut self, wanted: &HashMap<String, String>) -> &HashMap<String, String> {
+        let usable_node = |node: &Node| {
+            node.metadata.deletion_timestamp.is_none()
+                && node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+        };
+        let mut targets: HashMap<&str, Option<String>> = HashMap::new();
+        for target in wanted.values() {
+            targets.entry(target.as_str()).or_insert_with(|| {
+                if let Some(node) = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(target))
+                {
+                    return usable_node(node).then(|| target.clone());
+                }
+                let claim = self
+                    .nodeclaims
+                    .iter()
+                    .find(|c| c.metadata.name.as_deref() == Some(target))?;
+                if claim.metadata.deletion_timestamp.is_some() {
+                    return None;
+                }
+                match joins::node_of(&self.nodes, claim) {
+                    Some(node) => usable_node(node).then(|| node.metadata.name.clone())?,
+                    None => Some(target.clone()),
+                }
+            });
+        }
+        let pending: HashSet<&str> = self
+            .pods
+            .iter()
+            .filter(|p| p.is_pending())
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.nominated = wanted
+            .iter()
+            .filter(|(uid, _)| pending.contains(uid.as_str()))
+            .filter_map(|(uid, target)| {
+                let now = targets.get(target.as_str())?.clone()?;
+                Some((uid.clone(), now))
+            })
+            .collect();
+        &self.nominated
     }
 
     /// The EC2NodeClass called `name`, if loaded.
@@ -375,4 +446,116 @@ pub struct EngineOptions {
     /// policies past their toleration are replaced (`controllers::node_repair`). Off
     /// (upstream's default), they are left alone.
     pub node_repair: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(name: &str, pending: bool) -> Arc<ClusterPod> {
+        let status = if pending {
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})
+        } else {
+            json!({"phase": "Running"})
+        };
+        let node = if pending { None } else { Some("ip-1") };
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": name},
+            "spec": {"containers": [{"name": "app"}], "nodeName": node},
+            "status": status,
+        }))
+        .expect("pod");
+        Arc::new(pod.into())
+    }
+
+    fn node(name: &str, provider_id: &str, cordoned: bool) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"providerID": provider_id, "unschedulable": cordoned},
+            }))
+            .expect("node"),
+        )
+    }
+
+    fn claim(name: &str, provider_id: Option<&str>) -> Arc<NodeClaim> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": name},
+                "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+                "status": {"providerID": provider_id},
+            }))
+            .expect("nodeclaim"),
+        )
+    }
+
+    #[test]
+    fn nominated_pods_count_as_bound_where_their_capacity_now_is() {
+        let mut cluster = Snapshot {
+            pods: vec![
+                pod("in-flight", true),
+                pod("registered", true),
+                pod("cordoned", true),
+                pod("gone", true),
+                pod("running", false),
+                pod("free", true),
+            ],
+            nodeclaims: vec![claim("coming", None), claim("up", Some("aws:///a/i-1"))],
+            nodes: vec![
+                node("ip-1", "aws:///a/i-1", false),
+                node("ip-2", "aws:///a/i-2", true),
+            ],
+            ..Snapshot::default()
+        };
+        let wanted: HashMap<String, String> = [
+            ("in-flight", "coming"),
+            ("registered", "up"),
+            ("cordoned", "ip-2"),
+            ("gone", "deleted-claim"),
+            ("running", "ip-1"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let kept: BTreeMap<String, String> = cluster
+            .nominate(&wanted)
+            .iter()
+            .map(|(a, b)| (a.clone(), b.clone()))
+            .collect();
+        assert_eq!(
+            kept,
+            BTreeMap::from([
+                ("in-flight".to_string(), "coming".to_string()),
+                ("registered".to_string(), "ip-1".to_string()),
+            ]),
+            "a registered NodeClaim is named by its Node; cordoned, gone and bound are dropped"
+        );
+        let pending: Vec<&str> = cluster
+            .pending_pods()
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        assert_eq!(pending, ["cordoned", "gone", "free"]);
+        let bound: BTreeMap<&str, Vec<&str>> = cluster
+            .bound_pods()
+            .into_iter()
+            .map(|(n, pods)| {
+                let names = pods
+                    .iter()
+                    .filter_map(|p| p.metadata.name.as_deref())
+                    .collect();
+                (n, names)
+            })
+            .collect();
+        assert_eq!(
+            bound,
+            BTreeMap::from([
+                ("coming", vec!["in-flight"]),
+                ("ip-1", vec!["registered", "running"])
+            ])
+        );
+    }
 }

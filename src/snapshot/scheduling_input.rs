@@ -282,6 +282,28 @@ fn claim_options<'a>(
 
 /// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
 /// yet (by name or provider ID).
+/// The scheduler's view of the pods `bound` holds for the node (or in-flight NodeClaim) `name`.
+fn pods_on(cluster: &Snapshot, bound: &BTreeMap<&str, Vec<&ClusterPod>>, name: &str) -> Vec<Pod> {
+    bound
+        .get(name)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let mut pod = p.scheduling_pod().ok()?.clone();
+            pod.volumes = volumes_of(cluster, p);
+            Some(pod)
+        })
+        .collect()
+}
+
+/// `base` plus what `pods` request.
+fn requests_of(pods: &[Pod], mut base: Resources) -> Resources {
+    for p in pods {
+        base.add(&p.requests);
+    }
+    base
+}
+
 fn is_in_flight(cluster: &Snapshot, claim: &crate::apis::NodeClaim) -> bool {
     super::joins::node_of(&cluster.nodes, claim).is_none()
         && claim.metadata.deletion_timestamp.is_none()
@@ -501,16 +523,7 @@ pub fn prepare(
         {
             continue;
         }
-        let pods: Vec<Pod> = bound
-            .get(name.as_str())
-            .into_iter()
-            .flatten()
-            .filter_map(|p| {
-                let mut pod = p.scheduling_pod().ok()?.clone();
-                pod.volumes = volumes_of(cluster, p);
-                Some(pod)
-            })
-            .collect();
+        let pods = pods_on(cluster, &bound, &name);
         let volume_limits: BTreeMap<String, i64> = cluster
             .csi_nodes
             .iter()
@@ -521,10 +534,7 @@ pub fn prepare(
                 Some((d.name.clone(), i64::from(count)))
             })
             .collect();
-        let mut requested = Resources::default();
-        for p in &pods {
-            requested.add(&p.requests);
-        }
+        let requested = requests_of(&pods, Resources::default());
         let status = node.status.as_ref();
         let allocatable = node_resources(
             status
@@ -581,13 +591,15 @@ pub fn prepare(
             .map(|t| t.daemon_overhead.clone())
             .unwrap_or_default();
         node_labels.insert(labels::HOSTNAME.into(), name.clone());
+        // The pods a provisioning round planned onto it (see `Snapshot::nominate`).
+        let pods = pods_on(cluster, &bound, &name);
         existing.push(ExistingNode {
             name: Arc::from(name.as_str()),
             labels: node_labels,
             taints: claim.spec.taints.clone(),
             allocatable,
-            requested: daemon,
-            pods: Vec::new(),
+            requested: requests_of(&pods, daemon),
+            pods,
             initialized: false,
             volume_limits: Default::default(),
         });

@@ -29,6 +29,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use crate::apis::conditions::{self, Condition};
 use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::snapshot::{ClusterPod, Snapshot};
 use changes::{Changes, Publisher};
@@ -83,16 +84,23 @@ pub struct ClusterState {
 /// Wakes the provisioner for events whose object passes the filter.
 type Trigger<K> = Option<(Arc<Notify>, Box<dyn FnMut(&K) -> bool + Send>)>;
 
-/// A filter for [`Trigger`] that passes an object when it is new or its spec changed (its
-/// `metadata.generation` moved): NodePools and NodeOverlays change what can be provisioned,
-/// but their status, which the controller itself keeps writing as NodeClaims come and go, does
-/// not, and must not keep opening provisioning rounds.
-fn spec_changed<K: Resource>() -> Box<dyn FnMut(&K) -> bool + Send> {
-    let mut seen: HashMap<String, Option<i64>> = HashMap::new();
+/// A filter for [`Trigger`] that passes an object when it is new, its spec changed (its
+/// `metadata.generation` moved) or its `Ready` condition changed: that is when NodePools,
+/// EC2NodeClasses and NodeOverlays change what can be provisioned. The rest of their status,
+/// which the controller itself keeps writing as NodeClaims come and go, does not, and must not
+/// keep opening provisioning rounds.
+fn usability_changed<K: Resource + 'static>(
+    conditions: fn(&K) -> &[Condition],
+) -> Box<dyn FnMut(&K) -> bool + Send> {
+    let mut seen: HashMap<String, (Option<i64>, bool)> = HashMap::new();
     Box::new(move |object: &K| {
         let meta = object.meta();
         let uid = meta.uid.clone().unwrap_or_default();
-        seen.insert(uid, meta.generation) != Some(meta.generation)
+        let now = (
+            meta.generation,
+            conditions::is_true(conditions(object), conditions::READY),
+        );
+        seen.insert(uid, now) != Some(now)
     })
 }
 
@@ -253,7 +261,18 @@ impl ClusterState {
         // NodePool appearing or changing. Binding and status churn must not keep extending a
         // batch to its maximum.
         let pods: Trigger<ClusterPod> = Some((changed.clone(), Box::new(is_provisionable)));
-        let pools: Trigger<NodePool> = Some((changed.clone(), spec_changed()));
+        let pools: Trigger<NodePool> = Some((
+            changed.clone(),
+            usability_changed(|p: &NodePool| {
+                p.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+            }),
+        ));
+        let classes: Trigger<EC2NodeClass> = Some((
+            changed.clone(),
+            usability_changed(|c: &EC2NodeClass| {
+                c.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+            }),
+        ));
         let pdb_ar = pdb_resource(client).await;
         let pdb_writer = Writer::new(pdb_ar.clone());
         let pdbs = pdb_writer.as_reader();
@@ -284,7 +303,12 @@ impl ClusterState {
             },
             nodeclaims: reflect_lenient(client, &mut tasks, None, Some(nodeclaim_changes.clone())),
             nodepools: reflect_lenient(client, &mut tasks, pools, None),
-            nodeclasses: reflect_lenient(client, &mut tasks, None, Some(nodeclass_changes.clone())),
+            nodeclasses: reflect_lenient(
+                client,
+                &mut tasks,
+                classes,
+                Some(nodeclass_changes.clone()),
+            ),
             daemonsets: reflect(
                 Api::all(client.clone()),
                 &mut tasks,
@@ -333,7 +357,12 @@ impl ClusterState {
     /// Starts watching NodeOverlays (the `NodeOverlay` gate is on), leniently like Karpenter's
     /// other kinds; a change wakes the provisioner, since it changes prices and capacity.
     pub fn watch_node_overlays(&mut self, client: &Client, tasks: &mut JoinSet<()>) {
-        let changed: Trigger<NodeOverlay> = Some((self.changed.clone(), spec_changed()));
+        let changed: Trigger<NodeOverlay> = Some((
+            self.changed.clone(),
+            usability_changed(|o: &NodeOverlay| {
+                o.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+            }),
+        ));
         self.node_overlays = Some(reflect_lenient(client, tasks, changed, None));
     }
 
@@ -409,6 +438,7 @@ impl ClusterState {
             csi_nodes: sorted(&self.csi_nodes),
             node_overlays: self.node_overlays.as_ref().map(sorted).unwrap_or_default(),
             ignored: Vec::new(),
+            nominated: HashMap::new(),
         }
     }
 }
@@ -516,20 +546,24 @@ mod tests {
     }
 
     #[test]
-    fn nodepools_open_a_round_when_new_or_respecified_not_on_status_writes() {
-        let pool = |uid: &str, generation: i64| {
+    fn nodepools_open_a_round_when_new_respecified_or_ready_not_on_other_status_writes() {
+        let pool = |uid: &str, generation: i64, ready: &str| {
             serde_json::from_value::<NodePool>(serde_json::json!({
                 "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
                 "metadata": {"name": uid, "uid": uid, "generation": generation},
-                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}}
+                "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}},
+                "status": {"nodes": generation, "conditions": [{"type": "Ready", "status": ready, "reason": "R", "message": "", "lastTransitionTime": "2026-11-26T00:00:00Z"}]}
             }))
             .expect("nodepool")
         };
-        let mut wanted = spec_changed::<NodePool>();
-        assert!(wanted(&pool("a", 1)), "a new NodePool");
-        assert!(!wanted(&pool("a", 1)), "its status written");
-        assert!(wanted(&pool("a", 2)), "its spec changed");
-        assert!(wanted(&pool("b", 2)), "another NodePool");
-        assert!(!wanted(&pool("a", 2)));
+        let mut wanted = usability_changed(|p: &NodePool| {
+            p.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+        });
+        assert!(wanted(&pool("a", 1, "Unknown")), "a new NodePool");
+        assert!(!wanted(&pool("a", 1, "Unknown")), "its status written");
+        assert!(wanted(&pool("a", 1, "True")), "it became ready");
+        assert!(wanted(&pool("a", 2, "True")), "its spec changed");
+        assert!(wanted(&pool("b", 2, "True")), "another NodePool");
+        assert!(!wanted(&pool("a", 2, "True")));
     }
 }

@@ -69,6 +69,11 @@ pub struct Plan {
     pub placed: Vec<String>,
     /// The pods the scheduler considered, by effective zone (see [`effective_zones`]).
     pub pods_by_zone: BTreeMap<String, usize>,
+    /// The UIDs of the pods planned onto each of `nodeclaims` (same order).
+    pub pods_of: Vec<Vec<String>>,
+    /// Pods (UID) planned onto existing capacity, with its name (a Node's, or an in-flight
+    /// NodeClaim's).
+    pub on_existing: Vec<(String, String)>,
 }
 
 /// Plans NodeClaims for the pending pods of a snapshot, given the instance types each node
@@ -85,7 +90,24 @@ pub fn plan(
         pods_by_zone: effective_zones(input),
         ..Plan::default()
     };
-    for planned in &outcome.nodeclaims {
+    let mut pods_of = vec![Vec::new(); outcome.nodeclaims.len()];
+    for (pod, placement) in input.pods.iter().zip(&outcome.placements) {
+        let uid = pod.uid.to_string();
+        match placement {
+            Some(scheduler::Placement::NodeClaim(c)) => {
+                if let Some(pods) = pods_of.get_mut(*c) {
+                    pods.push(uid);
+                }
+            }
+            Some(scheduler::Placement::Existing(n)) => {
+                if let Some(node) = input.existing.get(*n) {
+                    out.on_existing.push((uid, node.name.to_string()));
+                }
+            }
+            None => {}
+        }
+    }
+    for (planned, pods) in outcome.nodeclaims.iter().zip(pods_of) {
         let template = &input.nodepools[planned.nodepool];
         let Some(pool) = cluster
             .nodepools
@@ -105,6 +127,7 @@ pub fn plan(
             planned,
             &options,
         ));
+        out.pods_of.push(pods);
     }
     for u in prepared.invalid_pods {
         out.ignored.push(u.pod.clone());
@@ -364,12 +387,13 @@ fn nodeclaim_for(
 }
 
 /// Creates NodeClaims (named by `generateName`), all at once within [`CREATE_CONCURRENCY`],
-/// logging and counting each; returns the names created and the first failure.
+/// logging and counting each; returns each one's name (in `claims`' order, `None` where the
+/// creation failed) and the first failure.
 pub(crate) async fn create_nodeclaims(
     ctx: &Context,
     controller: &'static str,
     claims: &[NodeClaim],
-) -> (HashSet<String>, Option<kube::Error>) {
+) -> (Vec<Option<String>>, Option<kube::Error>) {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let results: Vec<Result<NodeClaim, kube::Error>> =
         futures::stream::iter(claims.iter().cloned())
@@ -377,10 +401,10 @@ pub(crate) async fn create_nodeclaims(
                 let api = api.clone();
                 async move { api.create(&PostParams::default(), &claim).await }
             })
-            .buffer_unordered(CREATE_CONCURRENCY)
+            .buffered(CREATE_CONCURRENCY)
             .collect()
             .await;
-    let mut created = HashSet::new();
+    let mut created = Vec::with_capacity(results.len());
     let mut failed = None;
     for result in results {
         match result {
@@ -394,10 +418,11 @@ pub(crate) async fn create_nodeclaims(
                     "created nodeclaim"
                 );
                 crate::metrics::count_nodeclaim_created("provisioned", &made);
-                created.insert(name);
+                created.push(Some(name));
             }
             Err(e) => {
                 tracing::warn!(controller, error = %e, "could not create nodeclaim");
+                created.push(None);
                 if failed.is_none() {
                     failed = Some(e);
                 }
@@ -409,9 +434,9 @@ pub(crate) async fn create_nodeclaims(
 
 /// Waits (up to ten seconds) until the cache holds the NodeClaims just created, so the next
 /// round counts them instead of creating them again.
-pub(crate) async fn wait_until_cached(ctx: &Context, created: &HashSet<String>) {
+pub(crate) async fn wait_until_cached(ctx: &Context, created: &[Option<String>]) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !created.iter().all(|n| {
+    while !created.iter().flatten().all(|n| {
         ctx.state
             .nodeclaims
             .get(&kube::runtime::reflector::ObjectRef::new(n))
@@ -516,7 +541,17 @@ pub struct Provisioner {
     /// the next round (and the NodeClaims it creates) back for as long as the QPS budget takes.
     /// One such task at a time; a round that finds it still busy leaves its pods due.
     reporting: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Where earlier rounds planned pods that are still pending (pod UID → the NodeClaim or
+    /// Node, and since when), so a round counts them there instead of packing them again (see
+    /// `Snapshot::nominate`). Each lasts at most [`NOMINATION_TTL`].
+    nominations: Mutex<HashMap<String, (String, DateTime<Utc>)>>,
 }
+
+/// How long a pod counts as bound to the capacity a round planned it onto while it stays
+/// pending: long enough for an instance to launch and register and kube-scheduler to bind the
+/// pod; a pod still pending after that (its node filled up with other pods, say) is planned
+/// again.
+pub const NOMINATION_TTL: chrono::TimeDelta = chrono::TimeDelta::minutes(3);
 
 impl Provisioner {
     /// A provisioner acting through `ctx`.
@@ -526,6 +561,43 @@ impl Provisioner {
             window,
             reported: Mutex::default(),
             reporting: Mutex::default(),
+            nominations: Mutex::default(),
+        }
+    }
+
+    /// Applies the nominations that still stand to a round's snapshot, forgetting the rest.
+    fn nominate(&self, cluster: &mut Snapshot, now: DateTime<Utc>) {
+        let mut nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
+        nominations.retain(|_, (_, since)| now - *since < NOMINATION_TTL);
+        if nominations.is_empty() {
+            return;
+        }
+        let wanted: HashMap<String, String> = nominations
+            .iter()
+            .map(|(uid, (target, _))| (uid.clone(), target.clone()))
+            .collect();
+        let kept = cluster.nominate(&wanted);
+        nominations.retain(|uid, (target, _)| match kept.get(uid) {
+            Some(now_named) => {
+                target.clone_from(now_named);
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Remembers where a round planned its pods: on the NodeClaims it created (`created`, in
+    /// the plan's order) and on existing capacity.
+    fn remember(&self, plan: &Plan, created: &[Option<String>], now: DateTime<Utc>) {
+        let mut nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, pods) in created.iter().zip(&plan.pods_of) {
+            let Some(name) = name else { continue };
+            for uid in pods {
+                nominations.insert(uid.clone(), (name.clone(), now));
+            }
+        }
+        for (uid, target) in &plan.on_existing {
+            nominations.insert(uid.clone(), (target.clone(), now));
         }
     }
 
@@ -557,6 +629,7 @@ impl Provisioner {
         for (pool, why) in drop_unusable_pools(&mut cluster) {
             tracing::debug!(controller = "provisioner", nodepool = %pool, reason = %why, "not provisioning from nodepool");
         }
+        self.nominate(&mut cluster, ctx.clock.now());
         if cluster.pending_pods().is_empty() {
             METRICS
                 .scheduler_unschedulable_pods_count
@@ -600,6 +673,7 @@ impl Provisioner {
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
         let (created, failed) = create_nodeclaims(ctx, "provisioner", &plan.nodeclaims).await;
+        self.remember(&plan, &created, seen);
         self.report_unschedulable(&cluster, &plan.unschedulable);
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the
         // same pods again.
@@ -607,7 +681,7 @@ impl Provisioner {
         match failed {
             Some(e) => Err(anyhow::anyhow!(
                 "created {} of {} nodeclaims; the first failure: {e}",
-                created.len(),
+                created.iter().flatten().count(),
                 plan.nodeclaims.len()
             )),
             None => Ok(created.len()),
