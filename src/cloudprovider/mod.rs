@@ -52,6 +52,9 @@ pub struct Launched {
     pub allocatable: Resources,
     /// Labels the node will carry (instance type, zone, capacity type and the instance labels).
     pub labels: BTreeMap<String, String>,
+    /// Annotations the NodeClaim gets (the AWS provider: the instance profile it launched with,
+    /// which garbage collection keeps while the NodeClaim exists).
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Where an instance is in its life, as EC2 reports it.
@@ -219,7 +222,8 @@ pub struct NodeClassesInUse {
     /// The EC2NodeClasses that exist, and those NodeClaims still name.
     pub nodeclasses: std::collections::BTreeSet<String>,
     /// The instance profiles EC2NodeClasses name (`spec.instanceProfile`) or resolved
-    /// (`status.instanceProfile`).
+    /// (`status.instanceProfile`), and those NodeClaims were launched with
+    /// (`karpenter.k8s.aws/instance-profile-name`).
     pub instance_profiles: std::collections::BTreeSet<String>,
 }
 

@@ -524,6 +524,7 @@ fn launched(
         capacity: it.capacity.clone(),
         allocatable: it.allocatable.clone(),
         labels: labels_,
+        annotations: BTreeMap::new(),
     }
 }
 
