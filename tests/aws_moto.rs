@@ -2963,6 +2963,45 @@ async fn create_placement_group(env: &Env, name: &str, strategy: &str) -> String
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_placement_group_offers_no_burstable_types() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    create_placement_group(&env, "hpc", "cluster").await;
+    let names = |types: &[InstanceType]| -> BTreeSet<String> {
+        types.iter().map(|it| it.name.to_string()).collect()
+    };
+    let plain = ready(&env, al2023()).await;
+    let everything = names(&env.provider.instance_types(&plain).await.expect("types"));
+    assert!(everything.contains("t3.medium") && everything.contains("m5.large"));
+    let class = ready(
+        &env,
+        nodeclass(
+            "hpc",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: hpc}\n",
+        ),
+    )
+    .await;
+    let grouped = names(&env.provider.instance_types(&class).await.expect("types"));
+    assert!(grouped.contains("m5.large"), "{grouped:?}");
+    let burstable: Vec<&String> = grouped
+        .iter()
+        .filter(|n| {
+            ["t1.", "t2.", "t3.", "t3a.", "t4g."]
+                .iter()
+                .any(|f| n.starts_with(f))
+        })
+        .collect();
+    assert!(burstable.is_empty(), "{burstable:?}");
+    // EC2's list, not a family list: every type it cannot place in a cluster group goes.
+    assert!(grouped.is_subset(&everything) && grouped.len() < everything.len());
+    let mut c = claim("hpc-t3", &["t3.medium"], &["on-demand"]);
+    c.spec.node_class_ref.name = "hpc".into();
+    assert!(env.provider.create(&c, &class).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_placement_group_is_resolved_launched_into_and_labelled() {
     let Some(mut moto) = Moto::start() else {
         return;

@@ -642,6 +642,7 @@ impl AwsProvider {
                         &zones,
                         &settings,
                         nested_virtualization,
+                        placement_group.map(|g| g.strategy.as_str()),
                         &self.settings.region,
                     );
                     // Every node of the class runs in the group: the label is the type's, so
