@@ -3716,3 +3716,116 @@ async fn deliver(env: &Env, url: &str, body: &serde_json::Value) -> Vec<Interrup
     assert_eq!(messages.len(), 1);
     messages
 }
+
+/// Tells the launcher what EC2 reports about an instance's health (`tests/moto/instance_status.py`).
+fn set_health(moto: &mut Moto, health: serde_json::Value) {
+    moto.http("POST", "/_karpenter/instance-status", &health.to_string())
+        .expect("health set");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_status_checks_and_scheduled_events_become_notices() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let mut claims = Vec::new();
+    let mut ids = Vec::new();
+    for name in ["health-a", "health-b", "health-c", "health-d"] {
+        let mut c = claim(name, &["m5.large"], &["on-demand"]);
+        let launched = env.provider.create(&c, &class).await.expect("launch");
+        let id = karpenter_rs::cloudprovider::provider_id_instance(&launched.provider_id)
+            .expect("instance id")
+            .to_string();
+        c.status = Some(
+            serde_json::from_value(serde_json::json!({"providerID": launched.provider_id}))
+                .expect("status"),
+        );
+        claims.push(Arc::new(c));
+        ids.push(id);
+    }
+    let now = karpenter_rs::clock::Clock::now(&*env.clock);
+    let ago = |d: chrono::Duration| (now - d).to_rfc3339();
+    // a: unreachable for three minutes; b: its host impaired for 30 s; c: to be retired; d: fine.
+    set_health(
+        &mut moto,
+        serde_json::json!({"instance": ids[0], "instance_status": "impaired", "impaired_since": ago(chrono::Duration::minutes(3))}),
+    );
+    set_health(
+        &mut moto,
+        serde_json::json!({"instance": ids[1], "system_status": "impaired", "impaired_since": ago(chrono::Duration::seconds(30))}),
+    );
+    set_health(
+        &mut moto,
+        serde_json::json!({"instance": ids[2], "events": ["instance-retirement"]}),
+    );
+    let notices = |events: Vec<karpenter_rs::cloudprovider::interruption::InterruptionEvent>| {
+        events
+            .into_iter()
+            .map(|e| {
+                (
+                    e.instance_ids.join(","),
+                    e.kind.as_str(),
+                    format!("{:?}", e.action),
+                )
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    let calls = moto.calls("DescribeInstanceStatus");
+    let first = env
+        .provider
+        .instance_health()
+        .await
+        .expect("a health source")
+        .expect("health");
+    assert_eq!(
+        moto.calls("DescribeInstanceStatus") - calls,
+        3,
+        "one query per filter: instance checks, system checks, events"
+    );
+    let mut seen = std::collections::HashSet::new();
+    let counted =
+        karpenter_rs::controllers::interruption::newly_unhealthy(&first, &claims, &mut seen);
+    assert_eq!(
+        notices(first),
+        BTreeSet::from([
+            (
+                ids[0].clone(),
+                "instance_status",
+                format!("{:?}", InterruptionAction::ForcefulTermination)
+            ),
+            (
+                ids[2].clone(),
+                "event_status",
+                format!("{:?}", InterruptionAction::DeleteNodeClaim)
+            ),
+        ]),
+        "the host check has failed for less than two minutes"
+    );
+    assert_eq!(
+        counted,
+        [
+            (ids[0].clone(), "instance_status"),
+            (ids[2].clone(), "event_status")
+        ]
+    );
+
+    env.clock.advance(chrono::Duration::seconds(90));
+    let second = env
+        .provider
+        .instance_health()
+        .await
+        .expect("a health source")
+        .expect("health");
+    assert!(notices(second.clone()).contains(&(
+        ids[1].clone(),
+        "system_status",
+        format!("{:?}", InterruptionAction::ForcefulTermination)
+    )));
+    assert_eq!(
+        karpenter_rs::controllers::interruption::newly_unhealthy(&second, &claims, &mut seen),
+        [(ids[1].clone(), "system_status")],
+        "the others were counted the pass before"
+    );
+}

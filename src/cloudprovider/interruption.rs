@@ -21,6 +21,12 @@ pub enum InterruptionKind {
     InstanceTerminated,
     /// An interruptible capacity reservation is taking its capacity back.
     CapacityReservationInterrupted,
+    /// EC2's instance status check has failed for two minutes (the guest is unreachable).
+    InstanceStatus,
+    /// EC2's system status check has failed for two minutes (the host is impaired).
+    SystemStatus,
+    /// EC2 scheduled an event (reboot, maintenance, retirement, stop) for the instance.
+    EventStatus,
 }
 
 impl InterruptionKind {
@@ -33,6 +39,9 @@ impl InterruptionKind {
             Self::InstanceStopped => "instance_stopped",
             Self::InstanceTerminated => "instance_terminated",
             Self::CapacityReservationInterrupted => "capacity_reservation_interrupted",
+            Self::InstanceStatus => "instance_status",
+            Self::SystemStatus => "system_status",
+            Self::EventStatus => "event_status",
         }
     }
 }
@@ -43,6 +52,10 @@ pub enum InterruptionAction {
     /// Delete the NodeClaim: its node is tainted and drained while a replacement is provisioned
     /// (upstream's CordonAndDrain).
     DeleteNodeClaim,
+    /// Delete the NodeClaim with its termination deadline set to now
+    /// (`karpenter.sh/nodeclaim-termination-timestamp`), so the drain waits for no pod: the
+    /// instance is unhealthy and serves nothing (upstream's ForcefulTermination).
+    ForcefulTermination,
     /// Record an event only.
     NoAction,
 }

@@ -329,6 +329,13 @@ pub trait CloudProvider: Send + Sync {
         Ok(())
     }
 
+    /// The instances the cloud reports unhealthy now, as notices to act on (AWS: EC2
+    /// DescribeInstanceStatus, polled every minute by the interruption controller); `None` when
+    /// the provider has no such source.
+    async fn instance_health(&self) -> Option<Result<Vec<InterruptionEvent>, CloudError>> {
+        None
+    }
+
     /// Removes a handled notice from the source, so it is not delivered again.
     async fn acknowledge_interruption(
         &self,

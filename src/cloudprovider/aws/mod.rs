@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod garbage;
 pub mod instance_profile;
+pub mod instance_status;
 pub mod instance_types;
 pub mod interruption;
 pub mod launch_templates;
@@ -1860,6 +1861,11 @@ impl CloudProvider for AwsProvider {
                 })
                 .collect()
         }))
+    }
+
+    /// EC2's failed status checks and scheduled events (DescribeInstanceStatus).
+    async fn instance_health(&self) -> Option<Result<Vec<InterruptionEvent>, CloudError>> {
+        Some(instance_status::unhealthy(&self.ec2, self.clock.now()).await)
     }
 
     /// Marks the spot pools of spot-interrupted instances unavailable, so the replacement is not
