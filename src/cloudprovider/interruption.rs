@@ -46,6 +46,47 @@ impl InterruptionKind {
     }
 }
 
+/// What the cloud's own health reports can say is wrong with a running instance (AWS:
+/// DescribeInstanceStatus), each its own category of notice. The action each calls for is
+/// decided here, for every provider that reports health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HealthProblem {
+    /// The instance status check has failed past the provider's threshold.
+    InstanceCheckFailed,
+    /// The system status check has failed past the provider's threshold.
+    SystemCheckFailed,
+    /// An event (reboot, maintenance, retirement, stop) is scheduled for the instance.
+    EventScheduled,
+}
+
+impl HealthProblem {
+    /// The notice for an instance with this problem: a failed check terminates it forcefully
+    /// (it serves nothing, so the drain waits for no pod); a scheduled event drains it, as an
+    /// AWS Health scheduled change does.
+    pub fn notice(self, instance_id: &str) -> InterruptionEvent {
+        let (kind, action) = match self {
+            Self::InstanceCheckFailed => (
+                InterruptionKind::InstanceStatus,
+                InterruptionAction::ForcefulTermination,
+            ),
+            Self::SystemCheckFailed => (
+                InterruptionKind::SystemStatus,
+                InterruptionAction::ForcefulTermination,
+            ),
+            Self::EventScheduled => (
+                InterruptionKind::EventStatus,
+                InterruptionAction::DeleteNodeClaim,
+            ),
+        };
+        InterruptionEvent {
+            kind,
+            instance_ids: vec![instance_id.to_string()],
+            action,
+            time: None,
+        }
+    }
+}
+
 /// What the controller does with the NodeClaims of the affected instances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InterruptionAction {

@@ -14,7 +14,7 @@ use aws_sdk_ec2::types::{InstanceStatus, InstanceStatusSummary, StatusType};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::cloudprovider::CloudError;
-use crate::cloudprovider::interruption::{InterruptionAction, InterruptionEvent, InterruptionKind};
+use crate::cloudprovider::interruption::{HealthProblem, InterruptionEvent};
 
 use super::sdk_error;
 use super::tags::filter;
@@ -85,31 +85,14 @@ pub fn notices(statuses: &[InstanceStatus], now: DateTime<Utc>) -> Vec<Interrupt
         let Some(id) = status.instance_id() else {
             continue;
         };
-        let mut notice = |kind, action| {
-            out.push(InterruptionEvent {
-                kind,
-                instance_ids: vec![id.to_string()],
-                action,
-                time: None,
-            });
-        };
         if failed_long_enough(status.instance_status(), now) {
-            notice(
-                InterruptionKind::InstanceStatus,
-                InterruptionAction::ForcefulTermination,
-            );
+            out.push(HealthProblem::InstanceCheckFailed.notice(id));
         }
         if failed_long_enough(status.system_status(), now) {
-            notice(
-                InterruptionKind::SystemStatus,
-                InterruptionAction::ForcefulTermination,
-            );
+            out.push(HealthProblem::SystemCheckFailed.notice(id));
         }
         if !status.events().is_empty() {
-            notice(
-                InterruptionKind::EventStatus,
-                InterruptionAction::DeleteNodeClaim,
-            );
+            out.push(HealthProblem::EventScheduled.notice(id));
         }
     }
     out
@@ -118,6 +101,7 @@ pub fn notices(statuses: &[InstanceStatus], now: DateTime<Utc>) -> Vec<Interrupt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloudprovider::interruption::InterruptionAction;
     use aws_sdk_ec2::types::{
         EventCode, InstanceStatusDetails, InstanceStatusEvent, StatusName, SummaryStatus,
     };
