@@ -394,6 +394,8 @@ pub struct Metrics {
     pub interruption_deleted_messages_total: Counter,
     /// `karpenter_interruption_message_queue_duration_seconds`.
     pub interruption_message_queue_duration_seconds: Histogram,
+    /// `karpenter_interruption_instance_status_unhealthy_total`: category.
+    pub interruption_instance_status_unhealthy_total: CounterVec,
     /// `karpenter_ec2nodeclasses_userdata_bytes`: nodeclass.
     pub ec2nodeclasses_userdata_bytes: GaugeVec,
 
@@ -1052,6 +1054,11 @@ impl Metrics {
                 "karpenter_interruption_message_queue_duration_seconds",
                 "Seconds an interruption message waited in the queue before it was handled.",
                 &DURATION_BUCKETS,
+            ),
+            interruption_instance_status_unhealthy_total: b.counter_vec(
+                "karpenter_interruption_instance_status_unhealthy_total",
+                "Count of unique unhealthy instance statuses detected from EC2 DescribeInstanceStatus. Broken down by status check category.",
+                &["category"],
             ),
             ec2nodeclasses_userdata_bytes: b.gauge_vec(
                 "karpenter_ec2nodeclasses_userdata_bytes",

@@ -175,7 +175,7 @@ async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut Aws
 
 fn nodeclass(name: &str, extra: &str) -> EC2NodeClass {
     serde_yaml_ng::from_str(&format!(
-        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: {name}}}\nspec:\n  role: KarpenterNodeRole-demo\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  tags: {{team: platform}}\n{extra}"
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: {name}, uid: uid-{name}}}\nspec:\n  role: KarpenterNodeRole-demo\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  tags: {{team: platform}}\n{extra}"
     ))
     .expect("nodeclass")
 }
@@ -415,8 +415,11 @@ async fn resolutions_within_upstreams_cache_lifetimes_share_their_lookups() {
     let before = lookups(&mut moto);
     let first = env.provider.resolve(&al2023()).await.expect("resolve");
     // al2023@latest reads five SSM parameters and describes their images in one call; the
-    // managed profile is read (absent), created and given the role.
-    assert_eq!(lookups_since(&mut moto, before), [5, 1, 1, 1, 1]);
+    // class has no profile yet, so one is made (not read) and given the role.
+    assert_eq!(lookups_since(&mut moto, before), [5, 1, 1, 1, 0]);
+    // From here on the class carries the status written, as the EC2NodeClass controller does.
+    let mut class = al2023();
+    class.status = Some(first.clone());
     // Of the five, the fixture publishes three (no arm64 NVIDIA, no Neuron image): a parameter
     // that does not exist is not remembered and is asked for again, as upstream.
     const MISSING: u64 = 2;
@@ -424,27 +427,27 @@ async fn resolutions_within_upstreams_cache_lifetimes_share_their_lookups() {
     // A resolution inside the minute makes no other call and finds the same.
     env.clock.advance(chrono::Duration::seconds(59));
     let before = lookups(&mut moto);
-    let second = env.provider.resolve(&al2023()).await.expect("resolve");
+    let second = env.provider.resolve(&class).await.expect("resolve");
     assert_eq!(lookups_since(&mut moto, before), [MISSING, 0, 0, 0, 0]);
     assert_eq!(second, first);
-    // Another class with the same selectors shares them; only its own profile is read.
+    // Another class with the same selectors shares them; only its own profile is made.
     let other = nodeclass("other", "  amiSelectorTerms: [{alias: al2023@latest}]\n");
     env.provider.resolve(&other).await.expect("resolve");
-    assert_eq!(lookups_since(&mut moto, before), [2 * MISSING, 0, 0, 0, 1]);
+    assert_eq!(lookups_since(&mut moto, before), [2 * MISSING, 0, 0, 0, 0]);
 
     // A minute on, images, subnets and security groups are read again; the SSM parameters
     // (a day) and the instance profile (fifteen minutes) are not.
     env.clock.advance(chrono::Duration::seconds(1));
     let before = lookups(&mut moto);
-    env.provider.resolve(&al2023()).await.expect("resolve");
+    env.provider.resolve(&class).await.expect("resolve");
     assert_eq!(lookups_since(&mut moto, before), [MISSING, 1, 1, 1, 0]);
     env.clock.advance(chrono::Duration::minutes(14));
     let before = lookups(&mut moto);
-    env.provider.resolve(&al2023()).await.expect("resolve");
+    env.provider.resolve(&class).await.expect("resolve");
     assert_eq!(lookups_since(&mut moto, before), [MISSING, 1, 1, 1, 1]);
     env.clock.advance(chrono::Duration::hours(24));
     let before = lookups(&mut moto);
-    env.provider.resolve(&al2023()).await.expect("resolve");
+    env.provider.resolve(&class).await.expect("resolve");
     assert_eq!(lookups_since(&mut moto, before), [5, 1, 1, 1, 1]);
     // The half-hourly check describes the images of the cached @latest parameters (one call);
     // none is deprecated here, so all stay.
@@ -787,6 +790,7 @@ async fn delete_terminates_and_get_reports_it() {
     // from `default` at the same time.
     let mut class = al2023();
     class.metadata.name = Some("metrics-del".into());
+    class.metadata.uid = Some("uid-metrics-del".into());
     let class = ready(&env, class).await;
     let c = claim("default-del01", &["m5.large"], &["on-demand"]);
     let launched = env.provider.create(&c, &class).await.expect("launch");
@@ -2498,6 +2502,7 @@ async fn a_registered_instance_is_named_after_its_node_once() {
     // A Name the node class sets at launch is the user's and stays.
     let mut named = al2023();
     named.metadata.name = Some("named".into());
+    named.metadata.uid = Some("uid-named".into());
     named
         .spec
         .tags
@@ -2571,6 +2576,7 @@ async fn a_deleted_node_class_takes_its_launch_templates_and_instance_profile_al
     let env = env(&_moto, None).await;
     let mut class = al2023();
     class.metadata.name = Some("going".into());
+    class.metadata.uid = Some("uid-going".into());
     let class = ready(&env, class).await;
     let profile = class
         .status
@@ -2626,6 +2632,7 @@ async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
     let env = env(&_moto, None).await;
     let mut gone = al2023();
     gone.metadata.name = Some("gone".into());
+    gone.metadata.uid = Some("uid-gone".into());
     let gone = ready(&env, gone).await;
     let gone_profile = gone
         .status
@@ -2654,9 +2661,10 @@ async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
         .await
         .expect("user profile");
 
+    // The live class' status names its profile.
     let in_use = karpenter_rs::cloudprovider::NodeClassesInUse {
         nodeclasses: BTreeSet::from(["default".to_string()]),
-        instance_profiles: BTreeSet::new(),
+        instance_profiles: BTreeSet::from([keep_profile.clone()]),
     };
     assert_eq!(
         env.provider
@@ -2672,12 +2680,199 @@ async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
         .collect_nodeclass_resources(&in_use)
         .await
         .expect("collect");
-    assert_eq!(deleted.len(), 2, "{deleted:?}");
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
     assert!(template_names(&env, "gone").await.is_empty());
-    assert!(!profile_exists(&env, &gone_profile).await);
+    assert!(
+        profile_exists(&env, &gone_profile).await,
+        "a managed profile is protected for the hour after it was made"
+    );
     assert_eq!(template_names(&env, "default").await.len(), 1);
+    env.clock.advance(chrono::Duration::minutes(55));
+    let deleted = env
+        .provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert!(
+        deleted.contains(&format!("instance profile {gone_profile}")),
+        "{deleted:?}"
+    );
+    assert!(!profile_exists(&env, &gone_profile).await);
     assert!(profile_exists(&env, &keep_profile).await);
     assert!(profile_exists(&env, &user_profile).await);
+}
+
+/// The profile of the launch template `name` launches with.
+async fn template_profile(env: &Env, name: &str) -> Option<String> {
+    launch_template_of(env, name)
+        .await
+        .iam_instance_profile()
+        .and_then(|p| p.name())
+        .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_change_gets_a_new_profile_and_the_old_one_goes_after_its_protection() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    env.iam
+        .create_role()
+        .role_name("KarpenterNodeRole-other")
+        .assume_role_policy_document("{}")
+        .send()
+        .await
+        .expect("role");
+    let class = ready(&env, al2023()).await;
+    let old = class
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    let first = env
+        .provider
+        .create(&claim("default-r1", &["m5.large"], &["on-demand"]), &class)
+        .await
+        .expect("launch");
+    assert_eq!(first.annotations[labels::INSTANCE_PROFILE_NAME], old);
+    let old_templates = template_names(&env, "default").await;
+
+    let mut changed = class.clone();
+    changed.spec.role = Some("arn:aws:iam::123456789012:role/KarpenterNodeRole-other".into());
+    let changed = ready(&env, changed).await;
+    let new = changed
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    assert_ne!(new, old, "a role change makes a new profile");
+    let described = env
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&new)
+        .send()
+        .await
+        .expect("new profile");
+    let profile = described.instance_profile().expect("profile");
+    let roles: Vec<&str> = profile.roles().iter().map(|r| r.role_name()).collect();
+    assert_eq!(roles, ["KarpenterNodeRole-other"]);
+    assert_eq!(profile.path(), "/karpenter/us-east-1/demo/uid-default/");
+    let tags: BTreeMap<&str, &str> = profile
+        .tags()
+        .iter()
+        .map(|t| (t.key(), t.value()))
+        .collect();
+    assert_eq!(tags["kubernetes.io/cluster/demo"], "owned");
+    assert_eq!(tags["eks:eks-cluster-name"], "demo");
+    assert_eq!(tags[labels::EC2NODECLASS], "default");
+    assert_eq!(tags["team"], "platform");
+    let old_roles: Vec<String> = env
+        .iam
+        .get_instance_profile()
+        .instance_profile_name(&old)
+        .send()
+        .await
+        .expect("old profile")
+        .instance_profile()
+        .map(|p| {
+            p.roles()
+                .iter()
+                .map(|r| r.role_name().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        old_roles,
+        ["KarpenterNodeRole-demo"],
+        "the old profile keeps its role"
+    );
+    // Resolving again keeps the new profile; so does a resolution whose status write was lost.
+    let again = ready(&env, changed.clone()).await;
+    assert_eq!(
+        again.status.and_then(|s| s.instance_profile),
+        Some(new.clone())
+    );
+    let mut lost = class.clone();
+    lost.spec.role = changed.spec.role.clone();
+    lost.status = None;
+    assert_eq!(
+        env.provider
+            .resolve(&lost)
+            .await
+            .expect("resolve")
+            .instance_profile,
+        Some(new.clone())
+    );
+
+    // Launches from now on use the new profile.
+    let second = env
+        .provider
+        .create(
+            &claim("default-r2", &["m5.large"], &["on-demand"]),
+            &changed,
+        )
+        .await
+        .expect("launch");
+    assert_eq!(second.annotations[labels::INSTANCE_PROFILE_NAME], new);
+    let templates = template_names(&env, "default").await;
+    let fresh: Vec<&String> = templates
+        .iter()
+        .filter(|t| !old_templates.contains(t))
+        .collect();
+    assert_eq!(fresh.len(), 1, "{templates:?}");
+    assert_eq!(template_profile(&env, fresh[0]).await, Some(new.clone()));
+    assert_eq!(
+        template_profile(&env, &old_templates[0]).await,
+        Some(old.clone())
+    );
+
+    // The class names the new profile; the first NodeClaim (launched with the old) is gone.
+    let in_use = karpenter_rs::cloudprovider::NodeClassesInUse {
+        nodeclasses: BTreeSet::from(["default".to_string()]),
+        instance_profiles: BTreeSet::from([new.clone()]),
+    };
+    env.clock.advance(chrono::Duration::minutes(59));
+    let deleted = env
+        .provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert!(
+        deleted.iter().all(|d| !d.contains("instance profile")),
+        "{deleted:?}"
+    );
+    assert!(profile_exists(&env, &old).await, "protected for an hour");
+    env.clock.advance(chrono::Duration::minutes(2));
+    // A NodeClaim launched with the old profile keeps it past the window.
+    let mut launched_with_old = in_use.clone();
+    launched_with_old.instance_profiles.insert(old.clone());
+    env.provider
+        .collect_nodeclass_resources(&launched_with_old)
+        .await
+        .expect("collect");
+    assert!(profile_exists(&env, &old).await);
+    let deleted = env
+        .provider
+        .collect_nodeclass_resources(&in_use)
+        .await
+        .expect("collect");
+    assert!(
+        deleted.contains(&format!("instance profile {old}")),
+        "{deleted:?}"
+    );
+    assert!(!profile_exists(&env, &old).await);
+    assert!(
+        profile_exists(&env, &new).await,
+        "the class' current profile stays"
+    );
+
+    // Deleting the class takes every profile under its path.
+    env.provider
+        .delete_nodeclass_resources(&changed)
+        .await
+        .expect("delete");
+    assert!(!profile_exists(&env, &new).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2765,6 +2960,45 @@ async fn create_placement_group(env: &Env, name: &str, strategy: &str) -> String
         .and_then(|g| g.group_id())
         .expect("group id")
         .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_placement_group_offers_no_burstable_types() {
+    let Some(_moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&_moto, None).await;
+    create_placement_group(&env, "hpc", "cluster").await;
+    let names = |types: &[InstanceType]| -> BTreeSet<String> {
+        types.iter().map(|it| it.name.to_string()).collect()
+    };
+    let plain = ready(&env, al2023()).await;
+    let everything = names(&env.provider.instance_types(&plain).await.expect("types"));
+    assert!(everything.contains("t3.medium") && everything.contains("m5.large"));
+    let class = ready(
+        &env,
+        nodeclass(
+            "hpc",
+            "  amiSelectorTerms: [{alias: al2023@latest}]\n  placementGroupSelector: {name: hpc}\n",
+        ),
+    )
+    .await;
+    let grouped = names(&env.provider.instance_types(&class).await.expect("types"));
+    assert!(grouped.contains("m5.large"), "{grouped:?}");
+    let burstable: Vec<&String> = grouped
+        .iter()
+        .filter(|n| {
+            ["t1.", "t2.", "t3.", "t3a.", "t4g."]
+                .iter()
+                .any(|f| n.starts_with(f))
+        })
+        .collect();
+    assert!(burstable.is_empty(), "{burstable:?}");
+    // EC2's list, not a family list: every type it cannot place in a cluster group goes.
+    assert!(grouped.is_subset(&everything) && grouped.len() < everything.len());
+    let mut c = claim("hpc-t3", &["t3.medium"], &["on-demand"]);
+    c.spec.node_class_ref.name = "hpc".into();
+    assert!(env.provider.create(&c, &class).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -3481,4 +3715,117 @@ async fn deliver(env: &Env, url: &str, body: &serde_json::Value) -> Vec<Interrup
         .expect("receive");
     assert_eq!(messages.len(), 1);
     messages
+}
+
+/// Tells the launcher what EC2 reports about an instance's health (`tests/moto/instance_status.py`).
+fn set_health(moto: &mut Moto, health: serde_json::Value) {
+    moto.http("POST", "/_karpenter/instance-status", &health.to_string())
+        .expect("health set");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_status_checks_and_scheduled_events_become_notices() {
+    let Some(mut moto) = Moto::start() else {
+        return;
+    };
+    let env = env(&moto, None).await;
+    let class = ready(&env, al2023()).await;
+    let mut claims = Vec::new();
+    let mut ids = Vec::new();
+    for name in ["health-a", "health-b", "health-c", "health-d"] {
+        let mut c = claim(name, &["m5.large"], &["on-demand"]);
+        let launched = env.provider.create(&c, &class).await.expect("launch");
+        let id = karpenter_rs::cloudprovider::provider_id_instance(&launched.provider_id)
+            .expect("instance id")
+            .to_string();
+        c.status = Some(
+            serde_json::from_value(serde_json::json!({"providerID": launched.provider_id}))
+                .expect("status"),
+        );
+        claims.push(Arc::new(c));
+        ids.push(id);
+    }
+    let now = karpenter_rs::clock::Clock::now(&*env.clock);
+    let ago = |d: chrono::Duration| (now - d).to_rfc3339();
+    // a: unreachable for three minutes; b: its host impaired for 30 s; c: to be retired; d: fine.
+    set_health(
+        &mut moto,
+        serde_json::json!({"instance": ids[0], "instance_status": "impaired", "impaired_since": ago(chrono::Duration::minutes(3))}),
+    );
+    set_health(
+        &mut moto,
+        serde_json::json!({"instance": ids[1], "system_status": "impaired", "impaired_since": ago(chrono::Duration::seconds(30))}),
+    );
+    set_health(
+        &mut moto,
+        serde_json::json!({"instance": ids[2], "events": ["instance-retirement"]}),
+    );
+    let notices = |events: Vec<karpenter_rs::cloudprovider::interruption::InterruptionEvent>| {
+        events
+            .into_iter()
+            .map(|e| {
+                (
+                    e.instance_ids.join(","),
+                    e.kind.as_str(),
+                    format!("{:?}", e.action),
+                )
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    let calls = moto.calls("DescribeInstanceStatus");
+    let first = env
+        .provider
+        .instance_health()
+        .await
+        .expect("a health source")
+        .expect("health");
+    assert_eq!(
+        moto.calls("DescribeInstanceStatus") - calls,
+        3,
+        "one query per filter: instance checks, system checks, events"
+    );
+    let mut seen = std::collections::HashSet::new();
+    let counted =
+        karpenter_rs::controllers::interruption::newly_unhealthy(&first, &claims, &mut seen);
+    assert_eq!(
+        notices(first),
+        BTreeSet::from([
+            (
+                ids[0].clone(),
+                "instance_status",
+                format!("{:?}", InterruptionAction::ForcefulTermination)
+            ),
+            (
+                ids[2].clone(),
+                "event_status",
+                format!("{:?}", InterruptionAction::DeleteNodeClaim)
+            ),
+        ]),
+        "the host check has failed for less than two minutes"
+    );
+    assert_eq!(
+        counted,
+        [
+            (ids[0].clone(), "instance_status"),
+            (ids[2].clone(), "event_status")
+        ]
+    );
+
+    env.clock.advance(chrono::Duration::seconds(90));
+    let second = env
+        .provider
+        .instance_health()
+        .await
+        .expect("a health source")
+        .expect("health");
+    assert!(notices(second.clone()).contains(&(
+        ids[1].clone(),
+        "system_status",
+        format!("{:?}", InterruptionAction::ForcefulTermination)
+    )));
+    assert_eq!(
+        karpenter_rs::controllers::interruption::newly_unhealthy(&second, &claims, &mut seen),
+        [(ids[1].clone(), "system_status")],
+        "the others were counted the pass before"
+    );
 }

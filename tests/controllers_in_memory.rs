@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use chrono::Duration;
@@ -1101,6 +1101,148 @@ async fn a_handled_interruption_is_counted_received_and_deleted_with_its_time_on
     // Received by its kind, and deleted from the queue once handled.
     assert_eq!(received.get() - received_before, 1.0);
     assert_eq!(deleted.get() - deleted_before, 1.0);
+}
+
+/// The NodeClaim's provider ID.
+fn provider_id(claim: &NodeClaim) -> &str {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .expect("launched")
+}
+
+/// `karpenter_interruption_instance_status_unhealthy_total` of each category: instance checks,
+/// system checks, scheduled events.
+fn unhealthy_counts() -> [f64; 3] {
+    ["instance_status", "system_status", "event_status"].map(|category| {
+        karpenter_rs::metrics::METRICS
+            .interruption_instance_status_unhealthy_total
+            .with_label_values(&[category])
+            .get()
+    })
+}
+
+/// One pass of the instance health controller: the cloud's health read as
+/// `interruption::run_instance_health` reads it, acted on against the NodeClaims cached now.
+async fn health_pass(env: &Env, seen: &mut HashSet<(String, &'static str)>) {
+    let events = env
+        .ctx
+        .provider
+        .instance_health()
+        .await
+        .expect("the simulated cloud reports instance health")
+        .expect("instance health read");
+    karpenter_rs::controllers::interruption::health_pass(
+        &env.ctx.client,
+        &env.ctx.recorder,
+        &*env.ctx.provider,
+        &env.ctx.state.nodeclaims.state(),
+        &events,
+        seen,
+        env.clock.now(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn instances_ec2_reports_unhealthy_are_terminated_forcefully_or_drained_and_counted_once_per_occurrence()
+ {
+    use karpenter_rs::cloudprovider::interruption::HealthProblem;
+    let env = Env::new().await;
+    let (impaired, node) = env.running(&builders::nodeclaim("default-impaired")).await;
+    let (retiring, _) = env.running(&builders::nodeclaim("default-retiring")).await;
+    let (healthy, _) = env.running(&builders::nodeclaim("default-healthy")).await;
+    // An instance no NodeClaim owns any more (its NodeClaim went without terminating it).
+    let orphan = env.launched(&builders::nodeclaim("default-orphan")).await;
+    Api::<NodeClaim>::all(env.ctx.client.clone())
+        .patch(
+            "default-orphan",
+            &Default::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("strip the finalizer");
+    env.delete_claim("default-orphan").await;
+    // A pod whose PDB allows no eviction: a forceful termination does not wait for it.
+    env.create_namespaced(&builders::pod("web", &node.name_any()))
+        .await;
+    env.create_namespaced(&builders::pdb("web", "web", 0)).await;
+    env.cloud
+        .report_unhealthy(provider_id(&impaired), HealthProblem::InstanceCheckFailed);
+    env.cloud
+        .report_unhealthy(provider_id(&retiring), HealthProblem::EventScheduled);
+    env.cloud
+        .report_unhealthy(provider_id(&orphan), HealthProblem::SystemCheckFailed);
+    let before = unhealthy_counts();
+    let counted = |expected: [f64; 3]| {
+        let now = unhealthy_counts();
+        assert_eq!(
+            [0, 1, 2].map(|i| now[i] - before[i]),
+            expected,
+            "instance, system, event status counts"
+        );
+    };
+    let mut seen = HashSet::new();
+
+    health_pass(&env, &mut seen).await;
+    let claim = env.claim("default-impaired").await;
+    assert!(deleting(&claim), "a failed instance check deletes");
+    let deadline = env
+        .clock
+        .now()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert_eq!(
+        claim
+            .annotations()
+            .get(labels::NODECLAIM_TERMINATION_TIMESTAMP),
+        Some(&deadline),
+        "forcefully: the termination deadline is now"
+    );
+    let claim = env.claim("default-retiring").await;
+    assert!(deleting(&claim), "a scheduled event drains");
+    assert!(
+        !claim
+            .annotations()
+            .contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP),
+        "a scheduled event's drain respects the pods' budgets"
+    );
+    assert!(!deleting(&env.claim("default-healthy").await));
+    assert_eq!(
+        instance_state(&env, &orphan),
+        InstanceState::Running,
+        "the instance no NodeClaim owns is left to garbage collection"
+    );
+    counted([1.0, 0.0, 1.0]);
+
+    env.advance(Duration::minutes(1));
+    health_pass(&env, &mut seen).await;
+    counted([1.0, 0.0, 1.0]);
+    assert_eq!(
+        env.claim("default-impaired")
+            .await
+            .annotations()
+            .get(labels::NODECLAIM_TERMINATION_TIMESTAMP),
+        Some(&deadline),
+        "the deadline set once stays"
+    );
+
+    // The check passes again, then fails again: a new occurrence.
+    env.cloud.report_healthy(provider_id(&impaired));
+    env.advance(Duration::minutes(1));
+    health_pass(&env, &mut seen).await;
+    counted([1.0, 0.0, 1.0]);
+    env.cloud
+        .report_unhealthy(provider_id(&impaired), HealthProblem::InstanceCheckFailed);
+    env.advance(Duration::minutes(1));
+    health_pass(&env, &mut seen).await;
+    counted([2.0, 0.0, 1.0]);
+
+    // The termination finishes despite the PDB that allows no eviction; the healthy NodeClaim
+    // and its instance stay.
+    env.reconcile_until_gone("default-impaired", 10).await;
+    assert_ne!(instance_state(&env, &impaired), InstanceState::Running);
+    assert_eq!(instance_state(&env, &healthy), InstanceState::Running);
 }
 
 #[tokio::test]

@@ -21,6 +21,12 @@ pub enum InterruptionKind {
     InstanceTerminated,
     /// An interruptible capacity reservation is taking its capacity back.
     CapacityReservationInterrupted,
+    /// EC2's instance status check has failed for two minutes (the guest is unreachable).
+    InstanceStatus,
+    /// EC2's system status check has failed for two minutes (the host is impaired).
+    SystemStatus,
+    /// EC2 scheduled an event (reboot, maintenance, retirement, stop) for the instance.
+    EventStatus,
 }
 
 impl InterruptionKind {
@@ -33,6 +39,50 @@ impl InterruptionKind {
             Self::InstanceStopped => "instance_stopped",
             Self::InstanceTerminated => "instance_terminated",
             Self::CapacityReservationInterrupted => "capacity_reservation_interrupted",
+            Self::InstanceStatus => "instance_status",
+            Self::SystemStatus => "system_status",
+            Self::EventStatus => "event_status",
+        }
+    }
+}
+
+/// What the cloud's own health reports can say is wrong with a running instance (AWS:
+/// DescribeInstanceStatus), each its own category of notice. The action each calls for is
+/// decided here, for every provider that reports health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HealthProblem {
+    /// The instance status check has failed past the provider's threshold.
+    InstanceCheckFailed,
+    /// The system status check has failed past the provider's threshold.
+    SystemCheckFailed,
+    /// An event (reboot, maintenance, retirement, stop) is scheduled for the instance.
+    EventScheduled,
+}
+
+impl HealthProblem {
+    /// The notice for an instance with this problem: a failed check terminates it forcefully
+    /// (it serves nothing, so the drain waits for no pod); a scheduled event drains it, as an
+    /// AWS Health scheduled change does.
+    pub fn notice(self, instance_id: &str) -> InterruptionEvent {
+        let (kind, action) = match self {
+            Self::InstanceCheckFailed => (
+                InterruptionKind::InstanceStatus,
+                InterruptionAction::ForcefulTermination,
+            ),
+            Self::SystemCheckFailed => (
+                InterruptionKind::SystemStatus,
+                InterruptionAction::ForcefulTermination,
+            ),
+            Self::EventScheduled => (
+                InterruptionKind::EventStatus,
+                InterruptionAction::DeleteNodeClaim,
+            ),
+        };
+        InterruptionEvent {
+            kind,
+            instance_ids: vec![instance_id.to_string()],
+            action,
+            time: None,
         }
     }
 }
@@ -43,6 +93,10 @@ pub enum InterruptionAction {
     /// Delete the NodeClaim: its node is tainted and drained while a replacement is provisioned
     /// (upstream's CordonAndDrain).
     DeleteNodeClaim,
+    /// Delete the NodeClaim with its termination deadline set to now
+    /// (`karpenter.sh/nodeclaim-termination-timestamp`), so the drain waits for no pod: the
+    /// instance is unhealthy and serves nothing (upstream's ForcefulTermination).
+    ForcefulTermination,
     /// Record an event only.
     NoAction,
 }

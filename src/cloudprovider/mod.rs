@@ -52,6 +52,9 @@ pub struct Launched {
     pub allocatable: Resources,
     /// Labels the node will carry (instance type, zone, capacity type and the instance labels).
     pub labels: BTreeMap<String, String>,
+    /// Annotations the NodeClaim gets (the AWS provider: the instance profile it launched with,
+    /// which garbage collection keeps while the NodeClaim exists).
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Where an instance is in its life, as EC2 reports it.
@@ -219,7 +222,8 @@ pub struct NodeClassesInUse {
     /// The EC2NodeClasses that exist, and those NodeClaims still name.
     pub nodeclasses: std::collections::BTreeSet<String>,
     /// The instance profiles EC2NodeClasses name (`spec.instanceProfile`) or resolved
-    /// (`status.instanceProfile`).
+    /// (`status.instanceProfile`), and those NodeClaims were launched with
+    /// (`karpenter.k8s.aws/instance-profile-name`).
     pub instance_profiles: std::collections::BTreeSet<String>,
 }
 
@@ -323,6 +327,13 @@ pub trait CloudProvider: Send + Sync {
     /// marked unavailable), so its replacement is launched elsewhere.
     async fn record_interruption(&self, _event: &InterruptionEvent) -> Result<(), CloudError> {
         Ok(())
+    }
+
+    /// The instances the cloud reports unhealthy now, as notices to act on (AWS: EC2
+    /// DescribeInstanceStatus, polled every minute by the interruption controller); `None` when
+    /// the provider has no such source.
+    async fn instance_health(&self) -> Option<Result<Vec<InterruptionEvent>, CloudError>> {
+        None
     }
 
     /// Removes a handled notice from the source, so it is not delivered again.

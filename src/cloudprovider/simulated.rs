@@ -8,7 +8,7 @@
 //! `shutting-down`, and node classes resolve to deterministic subnets, security groups and AMIs
 //! (IDs given in selector terms are used as given, so changing them produces drift).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -25,9 +25,11 @@ use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
 
+use super::interruption::{HealthProblem, InterruptionEvent};
 use super::{
     CloudError, CloudProvider, Instance, InstanceState, Launched, NodeClassResolution,
     ResolveError, claim_requests, claim_requirements, launch_candidates, node_labels,
+    provider_id_instance,
 };
 
 /// How long an offering that ran out of capacity is skipped (upstream's ICE cache TTL).
@@ -52,6 +54,8 @@ struct Inner {
     unavailable: HashMap<OfferingKey, DateTime<Utc>>,
     /// Calls that fail with a throttling error before any succeeds again.
     throttle_next: u32,
+    /// What the health reports say is wrong with each instance (by provider ID).
+    health: BTreeMap<String, BTreeSet<HealthProblem>>,
     next_id: u64,
     types: HashMap<String, Arc<Vec<InstanceType>>>,
 }
@@ -121,6 +125,23 @@ impl SimulatedProvider {
             .unavailable
             .get(key)
             .is_some_and(|until| *until > now)
+    }
+
+    /// Reports `problem` for the instance from now on, through
+    /// [`CloudProvider::instance_health`] while it runs, as EC2 reports a check failed past its
+    /// threshold or a scheduled event, until [`SimulatedProvider::report_healthy`].
+    pub fn report_unhealthy(&self, provider_id: &str, problem: HealthProblem) {
+        self.lock()
+            .health
+            .entry(provider_id.to_string())
+            .or_default()
+            .insert(problem);
+    }
+
+    /// Ends the problems reported with [`SimulatedProvider::report_unhealthy`]: the checks pass
+    /// again and no event is scheduled.
+    pub fn report_healthy(&self, provider_id: &str) {
+        self.lock().health.remove(provider_id);
     }
 
     /// Every instance, terminated ones included, for assertions.
@@ -468,6 +489,27 @@ impl CloudProvider for SimulatedProvider {
             .collect())
     }
 
+    /// The problems reported with [`SimulatedProvider::report_unhealthy`] of the instances
+    /// that run, as DescribeInstanceStatus lists only running instances.
+    async fn instance_health(&self) -> Option<Result<Vec<InterruptionEvent>, CloudError>> {
+        let inner = self.lock();
+        let notices = inner
+            .health
+            .iter()
+            .filter(|(provider_id, _)| {
+                inner
+                    .instances
+                    .get(*provider_id)
+                    .is_some_and(|i| i.state == InstanceState::Running)
+            })
+            .filter_map(|(provider_id, problems)| {
+                provider_id_instance(provider_id).map(|id| (id, problems))
+            })
+            .flat_map(|(id, problems)| problems.iter().map(move |p| p.notice(id)))
+            .collect();
+        Some(Ok(notices))
+    }
+
     async fn instance_types(
         &self,
         nodeclass: &EC2NodeClass,
@@ -524,6 +566,7 @@ fn launched(
         capacity: it.capacity.clone(),
         allocatable: it.allocatable.clone(),
         labels: labels_,
+        annotations: BTreeMap::new(),
     }
 }
 
@@ -677,6 +720,44 @@ mod tests {
             .await
             .expect_err("not ready");
         assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn health_problems_are_reported_while_the_instance_runs() {
+        let (cloud, _) = provider();
+        let launched = cloud
+            .create(
+                &claim("default-sick", &["m5.large"], &["on-demand"]),
+                &nodeclass(None, true),
+            )
+            .await
+            .expect("launch");
+        let id = provider_id_instance(&launched.provider_id).expect("an instance ID");
+        let reported = || async {
+            cloud
+                .instance_health()
+                .await
+                .expect("reports health")
+                .expect("read")
+        };
+        assert!(reported().await.is_empty());
+        cloud.report_unhealthy(&launched.provider_id, HealthProblem::EventScheduled);
+        cloud.report_unhealthy(&launched.provider_id, HealthProblem::InstanceCheckFailed);
+        assert_eq!(
+            reported().await,
+            [
+                HealthProblem::InstanceCheckFailed.notice(id),
+                HealthProblem::EventScheduled.notice(id)
+            ]
+        );
+        cloud.report_healthy(&launched.provider_id);
+        assert!(reported().await.is_empty(), "recovered");
+        cloud.report_unhealthy(&launched.provider_id, HealthProblem::SystemCheckFailed);
+        cloud.delete(&launched.provider_id).await.expect("delete");
+        assert!(
+            reported().await.is_empty(),
+            "EC2 reports the status of running instances only"
+        );
     }
 
     #[tokio::test]

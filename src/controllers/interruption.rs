@@ -5,19 +5,24 @@
 //! provisioner replaces it — and the provider records what they say about capacity (an
 //! interrupted spot offering becomes unavailable) so the replacement goes elsewhere.
 //!
+//! EC2's own health reports are acted on the same way ([`run_instance_health`]): every minute the
+//! provider's failed status checks and scheduled events become notices, counted once per instance
+//! and category in `karpenter_interruption_instance_status_unhealthy_total`.
+//!
 //! A notice is acknowledged only once everything it asked for is done: when marking the pool or
 //! deleting a NodeClaim fails, it stays, and the source delivers it again (SQS: after its
 //! visibility timeout, 20 s), so a passing API server outage does not lose an interruption.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, ResourceExt};
 
-use crate::apis::NodeClaim;
+use crate::apis::{NodeClaim, labels};
 use crate::cloudprovider::interruption::{
     InterruptionAction, InterruptionEvent, InterruptionMessage,
 };
@@ -90,7 +95,11 @@ pub async fn handle(
     now: DateTime<Utc>,
 ) -> Result<(), String> {
     if let Some(event) = &message.event {
-        act(client, recorder, cloud, claims, event).await?;
+        METRICS
+            .interruption_received_messages_total
+            .with_label_values(&[event.kind.as_str()])
+            .inc();
+        act(client, recorder, cloud, claims, event, now).await?;
         if let Some(sent) = event.time {
             METRICS
                 .interruption_message_queue_duration_seconds
@@ -116,12 +125,9 @@ async fn act(
     cloud: &dyn CloudProvider,
     claims: &[Arc<NodeClaim>],
     event: &InterruptionEvent,
+    now: DateTime<Utc>,
 ) -> Result<(), String> {
     let kind = event.kind.as_str();
-    METRICS
-        .interruption_received_messages_total
-        .with_label_values(&[kind])
-        .inc();
     // Marked before the deletions so the replacements avoid the offering; a failure to mark must
     // not hold up the drain (a spot notice gives two minutes), so it is reported with the rest
     // and the message is redelivered.
@@ -148,7 +154,28 @@ async fn act(
         {
             tracing::debug!(controller = "interruption", error = %err, "could not record event");
         }
-        if event.action != InterruptionAction::DeleteNodeClaim
+        if event.action == InterruptionAction::ForcefulTermination
+            && !claim
+                .annotations()
+                .contains_key(labels::NODECLAIM_TERMINATION_TIMESTAMP)
+        {
+            let deadline = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                labels::NODECLAIM_TERMINATION_TIMESTAMP: deadline,
+            }}});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => continue,
+                Err(err) => {
+                    failed.push(format!("setting the termination deadline of {name}: {err}"));
+                    continue;
+                }
+            }
+        }
+        if event.action == InterruptionAction::NoAction
             || claim.metadata.deletion_timestamp.is_some()
         {
             continue;
@@ -165,6 +192,94 @@ async fn act(
     } else {
         Err(failed.join("; "))
     }
+}
+
+/// How often the provider's instance health is read (upstream polls DescribeInstanceStatus every
+/// minute).
+pub const HEALTH_PERIOD: Duration = Duration::from_secs(60);
+
+/// Acts on the instances the provider reports unhealthy, every [`HEALTH_PERIOD`] until the task
+/// is dropped; returns at once when the provider reports no instance health.
+pub async fn run_instance_health(ctx: Arc<Context>) {
+    ctx.state.wait_synced().await;
+    let mut seen = HashSet::new();
+    loop {
+        let events = match ctx.provider.instance_health().await {
+            None => return,
+            Some(Ok(events)) => events,
+            Some(Err(e)) => {
+                tracing::warn!(controller = "interruption.instancestatus", error = %e, "could not read instance health");
+                tokio::time::sleep(HEALTH_PERIOD).await;
+                continue;
+            }
+        };
+        let claims = ctx.state.nodeclaims.state();
+        let pass = health_pass(
+            &ctx.client,
+            &ctx.recorder,
+            &*ctx.provider,
+            &claims,
+            &events,
+            &mut seen,
+            ctx.clock.now(),
+        );
+        guarded_pass("interruption.instancestatus", &ctx, pass).await;
+        tokio::time::sleep(HEALTH_PERIOD).await;
+    }
+}
+
+/// One pass over the unhealthy instances the provider reported: each that backs a NodeClaim is
+/// acted on, and counted by [`newly_unhealthy`]. Public so tests can run one.
+pub async fn health_pass(
+    client: &Client,
+    recorder: &EventRecorder,
+    cloud: &dyn CloudProvider,
+    claims: &[Arc<NodeClaim>],
+    events: &[InterruptionEvent],
+    seen: &mut HashSet<(String, &'static str)>,
+    now: DateTime<Utc>,
+) {
+    for (id, category) in newly_unhealthy(events, claims, seen) {
+        METRICS
+            .interruption_instance_status_unhealthy_total
+            .with_label_values(&[category])
+            .inc();
+        tracing::info!(controller = "interruption.instancestatus", instance = %id, category, "detected unhealthy instance owned by cluster");
+    }
+    for event in events {
+        if affected(event, claims).is_empty() {
+            continue;
+        }
+        if let Err(e) = act(client, recorder, cloud, claims, event, now).await {
+            tracing::warn!(controller = "interruption.instancestatus", error = %e, "unhealthy instance not handled; tried again next pass");
+        }
+    }
+}
+
+/// The (instance, category) pairs of `events` that back a NodeClaim and were not reported the
+/// pass before (`seen`, which becomes this pass' pairs): counted once per occurrence, and again
+/// after the instance was reported healthy in between, as upstream.
+pub fn newly_unhealthy(
+    events: &[InterruptionEvent],
+    claims: &[Arc<NodeClaim>],
+    seen: &mut HashSet<(String, &'static str)>,
+) -> Vec<(String, &'static str)> {
+    let mut reported = HashSet::new();
+    let mut new = Vec::new();
+    for event in events {
+        if affected(event, claims).is_empty() {
+            continue;
+        }
+        for id in &event.instance_ids {
+            let key = (id.clone(), event.kind.as_str());
+            if !seen.contains(&key) && !reported.contains(&key) {
+                new.push(key.clone());
+            }
+            reported.insert(key);
+        }
+    }
+    *seen = reported;
+    new
 }
 
 #[cfg(test)]
@@ -206,5 +321,40 @@ mod tests {
             .map(|c| c.name_any())
             .collect();
         assert_eq!(names, ["b"]);
+    }
+
+    #[test]
+    fn an_unhealthy_instance_counts_once_per_occurrence_and_category() {
+        let claims = vec![claim("a", Some("aws:///us-east-1a/i-a"))];
+        let event = |kind, id: &str| InterruptionEvent {
+            kind,
+            instance_ids: vec![id.to_string()],
+            action: InterruptionAction::ForcefulTermination,
+            time: None,
+        };
+        let unhealthy = [
+            event(InterruptionKind::InstanceStatus, "i-a"),
+            event(InterruptionKind::SystemStatus, "i-a"),
+            event(InterruptionKind::InstanceStatus, "i-not-ours"),
+        ];
+        let mut seen = HashSet::new();
+        let first = newly_unhealthy(&unhealthy, &claims, &mut seen);
+        assert_eq!(
+            first,
+            [
+                ("i-a".to_string(), "instance_status"),
+                ("i-a".to_string(), "system_status")
+            ]
+        );
+        assert!(
+            newly_unhealthy(&unhealthy, &claims, &mut seen).is_empty(),
+            "still unhealthy: not counted again"
+        );
+        assert!(newly_unhealthy(&[], &claims, &mut seen).is_empty());
+        assert_eq!(
+            newly_unhealthy(&unhealthy[..1], &claims, &mut seen),
+            [("i-a".to_string(), "instance_status")],
+            "unhealthy again after a healthy pass: a new occurrence"
+        );
     }
 }

@@ -230,6 +230,10 @@ pub fn spawn_controllers(
         "interruption",
         interruption::run(ctx.clone()),
     ));
+    tasks.spawn(in_controller(
+        "interruption.instancestatus",
+        interruption::run_instance_health(ctx.clone()),
+    ));
 }
 
 /// Resolves on SIGTERM (what Kubernetes sends) or Ctrl-C.

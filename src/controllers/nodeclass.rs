@@ -237,7 +237,7 @@ pub async fn garbage_pass(ctx: &Context) -> Result<Vec<String>, Error> {
 }
 
 /// What the listed classes and NodeClaims still use: every class, each class a NodeClaim names,
-/// and the instance profiles classes name or resolved.
+/// the instance profiles classes name or resolved and those NodeClaims were launched with.
 pub fn in_use(classes: &[DynamicObject], claims: &[DynamicObject]) -> NodeClassesInUse {
     let text = |o: &DynamicObject, path: &[&str]| -> Option<String> {
         let mut v = &o.data;
@@ -264,6 +264,12 @@ pub fn in_use(classes: &[DynamicObject], claims: &[DynamicObject]) -> NodeClasse
                     text(c, &["status", "instanceProfile"]),
                 ]
             })
+            .chain(claims.iter().map(|c| {
+                c.annotations()
+                    .get(labels::INSTANCE_PROFILE_NAME)
+                    .filter(|p| !p.is_empty())
+                    .cloned()
+            }))
             .flatten()
             .collect(),
     }
@@ -307,7 +313,7 @@ mod tests {
         ];
         let claims = [object(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": "old-abcde"},
+            "metadata": {"name": "old-abcde", "annotations": {labels::INSTANCE_PROFILE_NAME: "demo_456"}},
             "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "deleted-class"}},
         }))];
         let used = in_use(&classes, &claims);
@@ -323,7 +329,7 @@ mod tests {
                 .iter()
                 .map(String::as_str)
                 .collect::<Vec<_>>(),
-            ["demo_123", "my-profile"]
+            ["demo_123", "demo_456", "my-profile"]
         );
     }
 }

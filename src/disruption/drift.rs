@@ -40,6 +40,10 @@ pub enum DriftReason {
     /// The instance runs in another placement group than the EC2NodeClass'
     /// `placementGroupSelector` names (or in one when it names none, or in none when it does).
     PlacementGroupDrift,
+    /// The node was launched with another instance profile than the EC2NodeClass' current one
+    /// (`karpenter.k8s.aws/instance-profile-name` on the NodeClaim against
+    /// `status.instanceProfile`): its role changed, or its profile was replaced.
+    InstanceProfileDrift,
 }
 
 impl DriftReason {
@@ -55,6 +59,7 @@ impl DriftReason {
             Self::SecurityGroupDrift => "SecurityGroupDrift",
             Self::CapacityReservationDrift => "CapacityReservationDrift",
             Self::PlacementGroupDrift => "PlacementGroupDrift",
+            Self::InstanceProfileDrift => "InstanceProfileDrift",
         }
     }
 }
@@ -183,6 +188,9 @@ pub fn detect(
         return DriftVerdict::Drifted(DriftReason::InstanceTypeNotFound, why);
     }
     if let Some(class) = class {
+        if let Some(why) = instance_profile_drift(node.annotations, class) {
+            return DriftVerdict::Drifted(DriftReason::InstanceProfileDrift, why);
+        }
         match stamped(
             labels::EC2NODECLASS_HASH,
             labels::EC2NODECLASS_HASH_VERSION,
@@ -210,6 +218,28 @@ pub fn detect(
     } else {
         DriftVerdict::None
     }
+}
+
+/// Upstream's instance profile drift, judged before the class' static hash as upstream does: a
+/// NodeClaim launched with a profile (`karpenter.k8s.aws/instance-profile-name`) other than the
+/// one the class' status names now. A NodeClaim without the annotation (launched by a version
+/// that did not record it) or a class whose profile is not resolved yet never drifts.
+fn instance_profile_drift(
+    annotations: &BTreeMap<String, String>,
+    class: &EC2NodeClass,
+) -> Option<String> {
+    let launched_with = annotations.get(labels::INSTANCE_PROFILE_NAME)?;
+    let current = class
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.as_deref())
+        .filter(|p| !p.is_empty())?;
+    (launched_with != current).then(|| {
+        format!(
+            "it was launched with instance profile {launched_with}, but EC2NodeClass {} now uses {current}",
+            class.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
 }
 
 /// Upstream's `InstanceTypeNotFound`: the node has no instance-type label, its type is not
@@ -508,6 +538,78 @@ mod tests {
             instance_types: &[],
         };
         assert_eq!(detect(&node, &new, None), DriftVerdict::Restamp);
+    }
+
+    #[test]
+    fn a_node_launched_with_another_instance_profile_than_the_class_uses_now_drifts() {
+        let class = |profile: Option<&str>| -> EC2NodeClass {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+                "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                         "subnetSelectorTerms": [{"tags": {"a": "b"}}], "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]},
+                "status": {"instanceProfile": profile}
+            }))
+            .expect("class")
+        };
+        let labels_ =
+            BTreeMap::from([("karpenter.sh/capacity-type".to_string(), "spot".to_string())]);
+        let launched_with = |profile: Option<&str>| -> BTreeMap<String, String> {
+            profile
+                .map(|p| (labels::INSTANCE_PROFILE_NAME.to_string(), p.to_string()))
+                .into_iter()
+                .collect()
+        };
+        let verdict = |annotations: &BTreeMap<String, String>, class: &EC2NodeClass| {
+            detect(
+                &DriftInput {
+                    labels: &labels_,
+                    annotations,
+                    observed: Observed::default(),
+                    instance_types: &[],
+                },
+                &pool("blue"),
+                Some(class),
+            )
+        };
+        let current = class(Some("demo_new"));
+        assert_eq!(
+            verdict(&launched_with(Some("demo_new")), &current),
+            DriftVerdict::None
+        );
+        match verdict(&launched_with(Some("demo_old")), &current) {
+            DriftVerdict::Drifted(DriftReason::InstanceProfileDrift, why) => {
+                assert!(
+                    why.contains("demo_old") && why.contains("demo_new"),
+                    "{why}"
+                );
+            }
+            other => panic!("expected InstanceProfileDrift, got {other:?}"),
+        }
+        assert_eq!(
+            verdict(&launched_with(None), &current),
+            DriftVerdict::None,
+            "a NodeClaim that recorded no profile"
+        );
+        assert_eq!(
+            verdict(&launched_with(Some("demo_old")), &class(None)),
+            DriftVerdict::None,
+            "the class' profile is not resolved yet"
+        );
+        // Judged before the class hash, as upstream: a hash of another version is no excuse.
+        let mut other_version = launched_with(Some("demo_old"));
+        other_version.insert(labels::EC2NODECLASS_HASH.to_string(), "123".to_string());
+        other_version.insert(
+            labels::EC2NODECLASS_HASH_VERSION.to_string(),
+            "v1".to_string(),
+        );
+        assert!(matches!(
+            verdict(&other_version, &current),
+            DriftVerdict::Drifted(DriftReason::InstanceProfileDrift, _)
+        ));
+        assert_eq!(
+            DriftReason::InstanceProfileDrift.as_str(),
+            "InstanceProfileDrift"
+        );
     }
 
     #[test]

@@ -21,6 +21,8 @@ enough for the Rust SDK. What it lacks, and what this file adds:
 * Placement groups (placement_groups.py): Create/Describe/DeletePlacementGroup, and CreateFleet
   instances land in the group their launch template's Placement names (with a partition in a
   partition group); a template naming an unknown group fails the pool.
+* Instance health (instance_status.py): DescribeInstanceStatus reports the status checks and
+  scheduled events a test gave an instance, and filters on them.
 * Pricing: moto has no Price List service; GetProducts is answered from the hand-written fixture
   tests/fixtures/aws/pricing-get-products.json (filtered by the tenancy filter, paged by
   NextToken).
@@ -40,6 +42,7 @@ Test-only control endpoints (never AWS APIs):
                             "status": 403}  the next `count` calls fail (count 0 clears)
   GET  /_karpenter/calls   {"CreateTags": 4, "GetParameter": 5, ...}  calls seen so far
   POST /_karpenter/capacity-reservations  see capacity_reservations.py
+  POST /_karpenter/instance-status  see instance_status.py
 """
 
 import io
@@ -63,6 +66,7 @@ from moto.ssm.models import Parameter, ParameterDict  # noqa: E402
 sys.path.insert(0, HERE)
 import capacity_reservations  # noqa: E402  (registers the capacity reservation calls)
 import placement_groups  # noqa: E402  (registers the placement group calls)
+import instance_status  # noqa: E402  (registers DescribeInstanceStatus with health)
 
 PRICING_FIXTURE = os.path.join(HERE, "..", "fixtures", "aws", "pricing-get-products.json")
 PUBLIC_PREFIXES = ("/aws/service/eks/", "/aws/service/bottlerocket/", "/aws/service/ami-windows-latest/")
@@ -308,6 +312,9 @@ def _control(environ, start_response):
         if changed is None:
             return _json(start_response, "404 Not Found", {"error": "no such capacity reservation"})
         return _json(start_response, "200 OK", changed)
+    if path == "/_karpenter/instance-status" and environ.get("REQUEST_METHOD") == "POST":
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        return _json(start_response, "200 OK", instance_status.control(json.loads(environ["wsgi.input"].read(length) or b"{}")))
     return _json(start_response, "404 Not Found", {"error": path})
 
 

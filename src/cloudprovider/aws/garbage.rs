@@ -1,8 +1,11 @@
 //! Which launch templates and managed instance profiles are left over from EC2NodeClasses that
 //! are gone, as upstream's EC2NodeClass termination and instance-profile garbage collection
-//! decide: a template belongs to the class its `karpenter.k8s.aws/ec2nodeclass` tag names; a
-//! managed profile is the one [`super::instance_profile::managed_name`] gives a class. What is
-//! younger than [`GRACE`] is left alone — a class created while the collection ran may own it.
+//! decide: a template belongs to the class its `karpenter.k8s.aws/ec2nodeclass` tag names. A
+//! managed profile goes once no class names it in its status, no NodeClaim was launched with it
+//! and its protection (a role change, [`super::lookup_cache::PROTECTED_PROFILE_TTL`]) is over;
+//! one named as earlier versions named them ([`super::instance_profile::legacy_name`]) stays
+//! while its class exists. What is younger than [`GRACE`] is left alone — a class created while
+//! the collection ran may own it.
 //!
 //! A live class' templates go too once no launch has used them for [`UNUSED`] (its AMI or
 //! configuration changed, so launches use a new one), as upstream deletes a template that drops
@@ -13,7 +16,7 @@ use chrono::{DateTime, Utc};
 
 use crate::cloudprovider::NodeClassesInUse;
 
-use super::instance_profile::{OwnedProfile, managed_name};
+use super::instance_profile::{OwnedProfile, legacy_name};
 use super::launch_templates::OwnedTemplate;
 
 /// Templates and profiles made less than this long ago are never collected.
@@ -57,24 +60,27 @@ pub fn unused_templates<'a>(
         .collect()
 }
 
-/// The cluster's own profiles that are neither a class's managed profile nor one a class names.
+/// The cluster's own profiles nothing keeps: not named by a class or launched with
+/// (`in_use.instance_profiles`), not `protected`, not a live class' profile of an earlier version.
 pub fn stale_profiles<'a>(
     profiles: &'a [OwnedProfile],
     in_use: &NodeClassesInUse,
+    protected: &std::collections::BTreeSet<String>,
     cluster: &str,
     region: &str,
     now: DateTime<Utc>,
 ) -> Vec<&'a OwnedProfile> {
-    let managed: std::collections::BTreeSet<String> = in_use
+    let legacy: std::collections::BTreeSet<String> = in_use
         .nodeclasses
         .iter()
-        .map(|c| managed_name(cluster, region, c))
+        .map(|c| legacy_name(cluster, region, c))
         .collect();
     profiles
         .iter()
         .filter(|p| {
-            !managed.contains(&p.name)
+            !legacy.contains(&p.name)
                 && !in_use.instance_profiles.contains(&p.name)
+                && !protected.contains(&p.name)
                 && old_enough(p.created, now)
         })
         .collect()
@@ -146,25 +152,28 @@ mod tests {
     }
 
     #[test]
-    fn profiles_are_kept_for_live_classes_and_for_those_a_class_names() {
+    fn profiles_go_once_nothing_names_protects_or_launched_with_them() {
         let now = Utc::now();
-        let p = |name: String, age: i64| OwnedProfile {
-            name,
+        let p = |name: &str, age: i64| OwnedProfile {
+            name: name.to_string(),
             created: Some(now - chrono::Duration::minutes(age)),
         };
-        let live = managed_name("demo", "us-east-1", "default");
-        let gone = managed_name("demo", "us-east-1", "gone");
-        let named = "demo_shared".to_string();
-        let fresh = managed_name("demo", "us-east-1", "brand-new");
+        let legacy_live = legacy_name("demo", "us-east-1", "default");
+        let legacy_gone = legacy_name("demo", "us-east-1", "gone");
         let profiles = [
-            p(live, 60),
-            p(gone.clone(), 60),
-            p(named.clone(), 60),
-            p(fresh, 1),
+            p(&legacy_live, 60),
+            p(&legacy_gone, 60),
+            p("demo_current", 60),
+            p("demo_launched-with", 60),
+            p("demo_left-by-a-role-change", 60),
+            p("demo_protected", 60),
+            p("demo_fresh", 1),
         ];
+        let protected = std::collections::BTreeSet::from(["demo_protected".to_string()]);
         let stale: Vec<&str> = stale_profiles(
             &profiles,
-            &in_use(&["default"], &[&named]),
+            &in_use(&["default"], &["demo_current", "demo_launched-with"]),
+            &protected,
             "demo",
             "us-east-1",
             now,
@@ -172,6 +181,6 @@ mod tests {
         .iter()
         .map(|p| p.name.as_str())
         .collect();
-        assert_eq!(stale, [gone.as_str()]);
+        assert_eq!(stale, [legacy_gone.as_str(), "demo_left-by-a-role-change"]);
     }
 }

@@ -40,6 +40,20 @@ pub struct TypeEntry {
     /// Whether EC2 lists `nested-virtualization` among its processor's supported features: a
     /// class with `cpuOptions.nestedVirtualization: enabled` offers only such types.
     pub nested_virtualization: bool,
+    /// The placement group strategies (`cluster`, `partition`, `spread`) EC2 lists for it
+    /// (`PlacementGroupInfo.SupportedStrategies`; burstable types lack `cluster`). `None` when
+    /// EC2 does not say, which restricts nothing.
+    pub placement_strategies: Option<Vec<String>>,
+}
+
+impl TypeEntry {
+    /// Whether EC2 can place it in a placement group of `strategy` (any type without a group).
+    pub fn placeable(&self, strategy: Option<&str>) -> bool {
+        match (strategy, &self.placement_strategies) {
+            (Some(strategy), Some(supported)) => supported.iter().any(|s| s == strategy),
+            _ => true,
+        }
+    }
 }
 
 /// The processor feature DescribeInstanceTypes reports for types that can run a hypervisor of
@@ -199,6 +213,12 @@ pub fn info_from_ec2(
                 .iter()
                 .any(|f| f.as_str() == NESTED_VIRTUALIZATION_FEATURE)
         }),
+        placement_strategies: t.placement_group_info().map(|p| {
+            p.supported_strategies()
+                .iter()
+                .map(|s| s.as_str().to_string())
+                .collect()
+        }),
     })
 }
 
@@ -272,13 +292,15 @@ pub async fn describe(
 /// zone where EC2 sells them and a price is known, all available ([`mark_unavailable`] applies
 /// the unavailable-offerings cache on every read, so entries expire on time). With
 /// `nested_virtualization` (the class' `cpuOptions.nestedVirtualization: enabled`) only the types
-/// that support it, as upstream.
+/// that support it, and with `placement_strategy` (that of the class' placement group) only the
+/// types EC2 can place in such a group, as upstream's node class compatibility check.
 pub fn build(
     catalogue: &Ec2Catalogue,
     prices: &Prices,
     zones: &[String],
     settings: &NodeClassSettings,
     nested_virtualization: bool,
+    placement_strategy: Option<&str>,
     region: &str,
 ) -> Vec<InstanceType> {
     let zone_ids: HashMap<&str, Arc<str>> = catalogue
@@ -290,6 +312,7 @@ pub fn build(
     for entry in &catalogue.types {
         if !instance_type::supports_interfaces(&entry.info, &settings.network_interfaces)
             || (nested_virtualization && !entry.nested_virtualization)
+            || !entry.placeable(placement_strategy)
         {
             continue;
         }
@@ -383,7 +406,8 @@ mod tests {
     use crate::clock::FakeClock;
     use aws_sdk_ec2::types::{
         GpuDeviceInfo, GpuDeviceMemoryInfo, GpuInfo, InstanceTypeHypervisor, MemoryInfo,
-        NetworkInfo, ProcessorInfo, SupportedAdditionalProcessorFeature, VCpuInfo,
+        NetworkInfo, PlacementGroupInfo, PlacementGroupStrategy, ProcessorInfo,
+        SupportedAdditionalProcessorFeature, VCpuInfo,
     };
 
     fn g4dn() -> aws_sdk_ec2::types::InstanceTypeInfo {
@@ -457,6 +481,7 @@ mod tests {
                 &["us-east-1a".to_string()],
                 &settings,
                 false,
+                None,
                 "us-east-1",
             )),
             &unavailable,
@@ -480,7 +505,15 @@ mod tests {
                 (CapacityType::Spot, 0.2, true, Some("use1-az1")),
             ]
         );
-        let all_zones = build(&catalogue, &prices, &[], &settings, false, "us-east-1");
+        let all_zones = build(
+            &catalogue,
+            &prices,
+            &[],
+            &settings,
+            false,
+            None,
+            "us-east-1",
+        );
         let b_offerings: Vec<CapacityType> = all_zones[0]
             .offerings
             .iter()
@@ -530,12 +563,89 @@ mod tests {
         };
         let settings = NodeClassSettings::for_family(AMIFamily::AL2023);
         let names = |nested: bool| -> Vec<String> {
-            build(&catalogue, &prices, &[], &settings, nested, "us-east-1")
-                .iter()
-                .map(|it| it.name.to_string())
-                .collect()
+            build(
+                &catalogue,
+                &prices,
+                &[],
+                &settings,
+                nested,
+                None,
+                "us-east-1",
+            )
+            .iter()
+            .map(|it| it.name.to_string())
+            .collect()
         };
         assert_eq!(names(false), ["g4dn.xlarge", "c8i.large"]);
         assert_eq!(names(true), ["c8i.large"]);
+    }
+
+    #[test]
+    fn a_cluster_placement_group_offers_only_the_types_ec2_can_place_in_one() {
+        let described = |name: &str, strategies: Option<&[PlacementGroupStrategy]>| {
+            let mut t = g4dn();
+            t.instance_type = Some(aws_sdk_ec2::types::InstanceType::from(name));
+            t.placement_group_info = strategies.map(|s| {
+                PlacementGroupInfo::builder()
+                    .set_supported_strategies(Some(s.to_vec()))
+                    .build()
+            });
+            info_from_ec2(&t, None).expect("entry")
+        };
+        use PlacementGroupStrategy as S;
+        let types = vec![
+            described("m5.large", Some(&[S::Cluster, S::Partition, S::Spread])),
+            // Burstable: EC2 lists no `cluster` for the t families.
+            described("t3.medium", Some(&[S::Partition, S::Spread])),
+            described("x9.unknown", None),
+        ];
+        assert_eq!(
+            types[1].placement_strategies.as_deref(),
+            Some(&["partition".to_string(), "spread".to_string()][..])
+        );
+        let zones = BTreeSet::from(["us-east-1a".to_string()]);
+        let catalogue = Ec2Catalogue {
+            zones: types
+                .iter()
+                .map(|t| (t.info.name.clone(), zones.clone()))
+                .collect(),
+            types,
+            zone_ids: HashMap::new(),
+            fetched_at: None,
+        };
+        let prices = Prices {
+            on_demand: catalogue
+                .types
+                .iter()
+                .map(|t| (t.info.name.clone(), 0.1))
+                .collect(),
+            spot: HashMap::new(),
+            spot_fetched: true,
+        };
+        let settings = NodeClassSettings::for_family(AMIFamily::AL2023);
+        let names = |strategy: Option<&str>| -> Vec<String> {
+            build(
+                &catalogue,
+                &prices,
+                &[],
+                &settings,
+                false,
+                strategy,
+                "us-east-1",
+            )
+            .iter()
+            .map(|it| it.name.to_string())
+            .collect()
+        };
+        assert_eq!(names(None), ["m5.large", "t3.medium", "x9.unknown"]);
+        assert_eq!(
+            names(Some("cluster")),
+            ["m5.large", "x9.unknown"],
+            "no burstable type in a cluster group; a type EC2 says nothing about stays"
+        );
+        assert_eq!(
+            names(Some("spread")),
+            ["m5.large", "t3.medium", "x9.unknown"]
+        );
     }
 }

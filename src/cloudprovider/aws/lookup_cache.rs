@@ -31,6 +31,9 @@ pub const SSM_TTL: Duration = Duration::hours(24);
 pub const SSM_CUSTOM_TTL: Duration = Duration::minutes(5);
 /// Upstream's `InstanceProfileTTL`.
 pub const INSTANCE_PROFILE_TTL: Duration = Duration::minutes(15);
+/// Upstream's `ProtectedProfilesTTL`: how long a managed instance profile a class just left (or
+/// just made) is kept from garbage collection, so launches already on their way with it succeed.
+pub const PROTECTED_PROFILE_TTL: Duration = Duration::hours(1);
 /// How often the `@latest` parameters are checked for a deprecated image (upstream's SSM
 /// invalidation controller), so a withdrawn release is left within half an hour, not a day.
 pub const SSM_INVALIDATION_PERIOD: Duration = Duration::minutes(30);
@@ -119,6 +122,9 @@ pub struct LookupCache {
     pub placement_groups: TtlCache<String, PlacementGroup>,
     /// Instance profile name → the roles it holds (the profile exists).
     pub instance_profiles: TtlCache<String, Vec<String>>,
+    /// Managed instance profiles garbage collection leaves alone for now (see
+    /// [`PROTECTED_PROFILE_TTL`]).
+    pub protected_profiles: TtlCache<String, ()>,
     /// When the `@latest` SSM parameters were last checked for a deprecated image.
     pub ssm_checked: Mutex<DateTime<Utc>>,
 }
@@ -134,7 +140,8 @@ impl LookupCache {
             subnets: TtlCache::new(clock.clone()),
             security_groups: TtlCache::new(clock.clone()),
             placement_groups: TtlCache::new(clock.clone()),
-            instance_profiles: TtlCache::new(clock),
+            instance_profiles: TtlCache::new(clock.clone()),
+            protected_profiles: TtlCache::new(clock),
             ssm_checked: Mutex::new(now),
         }
     }

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod garbage;
 pub mod instance_profile;
+pub mod instance_status;
 pub mod instance_types;
 pub mod interruption;
 pub mod launch_templates;
@@ -642,6 +643,7 @@ impl AwsProvider {
                         &zones,
                         &settings,
                         nested_virtualization,
+                        placement_group.map(|g| g.strategy.as_str()),
                         &self.settings.region,
                     );
                     // Every node of the class runs in the group: the label is the type's, so
@@ -1232,6 +1234,7 @@ fn launched(
     offering: &Offering,
     reqs: &Requirements,
     nodeclass: &str,
+    instance_profile: &str,
 ) -> Launched {
     let mut node = node_labels(it, offering, reqs);
     node.insert(labels::INSTANCE_TYPE.into(), it.name.to_string());
@@ -1252,6 +1255,11 @@ fn launched(
         capacity: it.capacity.clone(),
         allocatable: it.allocatable.clone(),
         labels: node,
+        // As upstream: what garbage collection keeps the instance's profile by.
+        annotations: BTreeMap::from([(
+            labels::INSTANCE_PROFILE_NAME.to_string(),
+            instance_profile.to_string(),
+        )]),
     }
 }
 
@@ -1284,6 +1292,11 @@ impl CloudProvider for AwsProvider {
         let placement_group = self.placement_group(nodeclass).await?;
         let types = self.types_for(nodeclass, placement_group.as_ref())?;
         let reqs = claim_requirements(claim);
+        let instance_profile = status.instance_profile.clone().ok_or_else(|| {
+            CloudError::NodeClassNotReady(format!(
+                "EC2NodeClass {class} has no instance profile yet"
+            ))
+        })?;
         let placement_partition = placement_group
             .as_ref()
             .map(|g| placement_groups::required_partition(g, &reqs))
@@ -1318,7 +1331,14 @@ impl CloudProvider for AwsProvider {
                         existing.provider_id
                     ))
                 })?;
-            return Ok(launched(&existing, it, offering, &reqs, &class));
+            return Ok(launched(
+                &existing,
+                it,
+                offering,
+                &reqs,
+                &class,
+                &instance_profile,
+            ));
         }
         let candidates = launch_candidates(types.iter(), &reqs, &claim_requests(claim));
         let Some(capacity_type) = candidates.first().map(|(_, o)| o.capacity_type) else {
@@ -1358,11 +1378,6 @@ impl CloudProvider for AwsProvider {
             nodeclass: &class,
         };
         let launch_tags = tags::launch_tags(&owner, &nodeclass.spec.tags);
-        let instance_profile = status.instance_profile.clone().ok_or_else(|| {
-            CloudError::NodeClassNotReady(format!(
-                "EC2NodeClass {class} has no instance profile yet"
-            ))
-        })?;
         // One launch template per (AMI, max pods, EFA interfaces, reservation): the user data
         // states the pod limit the scheduler planned with, a NodeClaim that asks for EFA devices
         // (and whose class lists no interfaces) gets one EFA interface per device its type
@@ -1500,7 +1515,7 @@ impl CloudProvider for AwsProvider {
                     started.id, instance.instance_type, instance.zone
                 ))
             })?;
-        let mut result = launched(&instance, it, offering, &reqs, &class);
+        let mut result = launched(&instance, it, offering, &reqs, &class, &instance_profile);
         result.capacity_type = capacity_type;
         Ok(result)
     }
@@ -1578,9 +1593,16 @@ impl CloudProvider for AwsProvider {
     async fn delete_nodeclass_resources(&self, nodeclass: &EC2NodeClass) -> Result<(), CloudError> {
         let class = nodeclass.metadata.name.as_deref().unwrap_or_default();
         let cluster = &self.settings.cluster_name;
+        let region = &self.settings.region;
         if nodeclass.spec.role.is_some() {
-            let profile = instance_profile::managed_name(cluster, &self.settings.region, class);
-            instance_profile::delete(&self.iam, &self.lookups, &profile).await?;
+            let legacy = instance_profile::legacy_name(cluster, region, class);
+            instance_profile::delete(&self.iam, &self.lookups, &legacy).await?;
+        }
+        if let Some(uid) = nodeclass.metadata.uid.as_deref().filter(|u| !u.is_empty()) {
+            let path = instance_profile::class_path(region, cluster, uid);
+            for profile in instance_profile::list_under(&self.iam, &path).await? {
+                instance_profile::delete(&self.iam, &self.lookups, &profile.name).await?;
+            }
         }
         for template in launch_templates::list_owned(&self.ec2, cluster).await? {
             if template.nodeclass == class {
@@ -1620,7 +1642,15 @@ impl CloudProvider for AwsProvider {
             deleted.push(format!("unused launch template {name}"));
         }
         let profiles = instance_profile::list_owned(&self.iam, cluster).await?;
-        for profile in garbage::stale_profiles(&profiles, in_use, cluster, region, now) {
+        let protected = self
+            .lookups
+            .protected_profiles
+            .live()
+            .into_iter()
+            .map(|(name, ())| name)
+            .collect();
+        for profile in garbage::stale_profiles(&profiles, in_use, &protected, cluster, region, now)
+        {
             instance_profile::delete(&self.iam, &self.lookups, &profile.name).await?;
             deleted.push(format!("instance profile {}", profile.name));
         }
@@ -1831,6 +1861,11 @@ impl CloudProvider for AwsProvider {
                 })
                 .collect()
         }))
+    }
+
+    /// EC2's failed status checks and scheduled events (DescribeInstanceStatus).
+    async fn instance_health(&self) -> Option<Result<Vec<InterruptionEvent>, CloudError>> {
+        Some(instance_status::unhealthy(&self.ec2, self.clock.now()).await)
     }
 
     /// Marks the spot pools of spot-interrupted instances unavailable, so the replacement is not

@@ -385,8 +385,8 @@ async fn launch(
     }
 }
 
-/// Writes a launch to the NodeClaim: the cloud's labels under the NodeClaim's own, then the
-/// provider ID, image, capacity and `Launched=True`.
+/// Writes a launch to the NodeClaim: the cloud's labels under the NodeClaim's own and its
+/// annotations, then the provider ID, image, capacity and `Launched=True`.
 async fn record_launch(
     claim: &NodeClaim,
     ctx: &Context,
@@ -402,7 +402,10 @@ async fn record_launch(
         .patch(
             &name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": new_labels}})),
+            &Patch::Merge(json!({"metadata": {
+                "labels": new_labels,
+                "annotations": launched.annotations,
+            }})),
         )
         .await?;
     status.provider_id = Some(launched.provider_id.clone());
