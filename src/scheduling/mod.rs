@@ -11,6 +11,7 @@ pub mod pod;
 pub mod requirements;
 pub mod resources;
 pub mod scheduler;
+pub mod shape;
 pub mod static_capacity;
 pub mod taints;
 pub mod topology;
