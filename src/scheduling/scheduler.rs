@@ -34,8 +34,8 @@ use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
 use super::instance_type::{CapacityType, InstanceType, Reservation};
 use super::pod::{HostPort, Pod};
 use super::requirements::{AllowUndefined, Requirement, Requirements};
+use super::resource_shape::ResourceShapes;
 use super::resources::Resources;
-use super::shape::Shapes;
 use super::taints::{self, Toleration};
 use super::topology::{Constraint, PodTopology, Strength, Topology};
 use super::type_set::TypeSet;
@@ -443,7 +443,7 @@ struct Solver<'a> {
     /// The pending pods' shapes, each with the typical pod the NodeClaims opened for it are
     /// sized for (see `Solver::cost_efficient`): one for the whole round unless
     /// [`Sizing::ByShape`].
-    shapes: Shapes,
+    shapes: ResourceShapes,
     /// How new NodeClaims are sized and which a pod may join.
     sizing: Sizing,
     /// The key a pod's NodeClaim skip list is kept under (with its relaxation): its class, or
@@ -481,7 +481,7 @@ enum Yardstick {
 enum Sizing {
     /// The round's average pod; any pod may join any NodeClaim.
     WholeRound,
-    /// The average pod of the opening pod's shape (`shape::Shapes::by_ratio`), and a pod joins
+    /// The average pod of the opening pod's shape (`shape::ResourceShapes::by_ratio`), and a pod joins
     /// only NodeClaims opened for its own shape: web, batch and memory-heavy pods each get the
     /// types cheapest for them instead of sharing nodes sized for their average.
     ByShape,
@@ -539,7 +539,7 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     }
     let tried = if !tight {
         2
-    } else if Shapes::by_ratio(&input.pods).typical.len() > 1 {
+    } else if ResourceShapes::by_ratio(&input.pods).typical.len() > 1 {
         STRATEGIES.len()
     } else {
         // With one shape, sizing by shape is sizing for the round.
@@ -999,7 +999,7 @@ impl<'a> Solver<'a> {
             })
             .collect();
 
-        let shapes = Shapes::whole_round(&input.pods);
+        let shapes = ResourceShapes::whole_round(&input.pods);
         let route_of = class_of.clone();
 
         Self {
@@ -1028,7 +1028,7 @@ impl<'a> Solver<'a> {
     /// Sizes new NodeClaims for the typical pod of their opening pod's shape and keeps each pod
     /// to its own shape's NodeClaims ([`Sizing::ByShape`]).
     fn size_by_shape(&mut self) {
-        self.shapes = Shapes::by_ratio(&self.input.pods);
+        self.shapes = ResourceShapes::by_ratio(&self.input.pods);
         let mut routes: HashMap<(u32, u32), u32> = HashMap::new();
         self.route_of = self
             .class_of

@@ -1,4 +1,4 @@
-//! Pod shapes: the round's pending pods grouped by how much memory they request per CPU (and by
+//! Resource shapes: the round's pending pods grouped by how much memory they request per CPU (and by
 //! the extended resources they need), each group with its average pod.
 //!
 //! New NodeClaims are sized for a typical pod (`scheduler::Solver::cost_efficient`). Sized for the
@@ -12,6 +12,9 @@
 //! The memory-per-CPU ratio is bucketed in powers of two, the steps between EC2's compute,
 //! general-purpose, memory-optimized and x families (2, 4, 8 and 16 GiB per vCPU), so pods that
 //! the same types suit share a group (and its NodeClaims) whatever their size.
+//!
+//! Not to be confused with `PodShape` (what a pod's spec asks of a node, shared by siblings):
+//! this groups pods by the ratio of their requests only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 const MAX_BUCKET: i32 = 8;
 
 /// The round's pending pods by shape.
-pub struct Shapes {
+pub struct ResourceShapes {
     /// Each pending pod's shape (an index into `typical`).
     pub of: Vec<u32>,
     /// Each shape's average pod: CPU (millicores), memory (bytes), pod slots and ephemeral
@@ -34,7 +37,7 @@ pub struct Shapes {
     pub typical: Vec<[f64; 4]>,
 }
 
-impl Shapes {
+impl ResourceShapes {
     /// A single shape for the whole round: every NodeClaim is sized for its average pod.
     pub fn whole_round(pods: &[Pod]) -> Self {
         Self::grouped(pods, |_| (0, Vec::new()))
