@@ -1141,6 +1141,90 @@ fn many_small_pods_are_not_piled_onto_giant_nodes() {
     }
 }
 
+/// CPU-heavy web pods, memory-heavy pods and a few large batch pods in one round, on a NodePool
+/// open to every x86 on-demand type at kubelet `maxPods: 110`; one web and one memory-heavy
+/// Deployment spread over zones, and five pods with hostname anti-affinity.
+#[test]
+fn pods_of_different_shapes_get_the_types_cheapest_for_each() {
+    let mut docs = vec![
+        format!("{NODECLASS}  kubelet: {{maxPods: 110}}\n"),
+        nodepool(
+            "default",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+        ),
+    ];
+    for (d, (cpu, memory)) in [(250, 256), (500, 512), (750, 256), (1000, 512)]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("web-{d}");
+        let constraint = if d == 0 {
+            spread(&name, "topology.kubernetes.io/zone")
+        } else {
+            String::new()
+        };
+        docs.push(sized_deployment(&name, 100, cpu, memory, &constraint));
+    }
+    for (d, (cpu, memory)) in [(250, 4096), (500, 8192), (750, 16384), (1000, 8192)]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("mem-{d}");
+        let constraint = if d == 1 {
+            spread(&name, "topology.kubernetes.io/zone")
+        } else {
+            String::new()
+        };
+        docs.push(sized_deployment(&name, 40, cpu, memory, &constraint));
+    }
+    for (d, (cpu, memory)) in [(8000, 16384), (16000, 32768)].into_iter().enumerate() {
+        docs.push(sized_deployment(&format!("batch-{d}"), 10, cpu, memory, ""));
+    }
+    docs.push(sized_deployment(
+        "solo",
+        5,
+        500,
+        1024,
+        "      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: solo}}}",
+    ));
+    let report = run(&docs);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    assert_eq!(report.placements.len(), 585);
+    // Sized for the round's average pod, every plan shares nodes between web and memory-heavy
+    // pods: $30.91/h at best. Sized per shape, web pods get t3a nodes and memory pods r / x
+    // types, for $25.51/h.
+    let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
+    assert!(cost < 28.0, "${cost:.2}/h");
+    // The hard constraints still hold: one solo pod per node, zone spreads within one pod.
+    assert!(pods_of(&report, "solo").iter().all(|(_, n)| *n <= 1));
+    for name in ["web-0", "mem-1"] {
+        let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+        for (claim, n) in pods_of(&report, name) {
+            *per_zone.entry(claim.zone.as_str()).or_default() += n;
+        }
+        let (min, max) = (per_zone.values().min(), per_zone.values().max());
+        assert!(
+            max.zip(min).is_some_and(|(a, b)| a - b <= 1),
+            "{name}: {per_zone:?}"
+        );
+    }
+    for claim in &report.nodeclaims {
+        let holds = |prefix: &str| claim.pods.iter().any(|p| p.contains(prefix));
+        assert!(
+            !(holds("/web-") && holds("/mem-")),
+            "{} ({}) holds web and memory-heavy pods: {:?}",
+            claim.name,
+            claim.instance_type,
+            claim.pods
+        );
+    }
+}
+
 /// A Deployment of `replicas` pods of `cpu` millicores and `memory` MiB, with `constraint`
 /// (pod-spec lines, indented for the pod spec) added.
 fn sized_deployment(name: &str, replicas: u32, cpu: u32, memory: u32, constraint: &str) -> String {

@@ -10,6 +10,7 @@ pub mod overlay;
 pub mod pod;
 pub mod pod_shapes;
 pub mod requirements;
+pub mod resource_shape;
 pub mod resources;
 pub mod scheduler;
 pub mod static_capacity;

@@ -34,6 +34,7 @@ use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
 use super::instance_type::{CapacityType, InstanceType, Reservation};
 use super::pod::{HostPort, Pod};
 use super::requirements::{AllowUndefined, Requirement, Requirements};
+use super::resource_shape::ResourceShapes;
 use super::resources::Resources;
 use super::taints::{self, Toleration};
 use super::topology::{Constraint, PodTopology, Strength, Topology};
@@ -346,6 +347,8 @@ struct Claim {
     /// `Solver::cost_efficient`): the yardstick for growing into a dearer option
     /// (`Solver::worth_growing`). Infinite when the claim is sized as upstream sizes it.
     best_per_pod: f64,
+    /// The shape of the pod that opened it (`Solver::shapes`): the typical pod it is sized for.
+    shape: u32,
 }
 
 struct Existing<'a> {
@@ -437,9 +440,16 @@ struct Solver<'a> {
     claim_skip: HashMap<(u32, Relaxation), SkipList>,
     existing_skip: HashMap<(u32, Relaxation), SkipList>,
     allow_well_known: AllowUndefined,
-    /// The average pending pod's CPU, memory, pod slots and ephemeral storage: the shape new
-    /// NodeClaims are sized for (see `Solver::cost_efficient`).
-    typical_pod: [f64; 4],
+    /// The pending pods' shapes, each with the typical pod the NodeClaims opened for it are
+    /// sized for (see `Solver::cost_efficient`): one for the whole round unless
+    /// [`Sizing::ByShape`].
+    shapes: ResourceShapes,
+    /// How new NodeClaims are sized and which a pod may join.
+    sizing: Sizing,
+    /// The key a pod's NodeClaim skip list is kept under (with its relaxation): its class, or
+    /// with [`Sizing::ByShape`] its class and shape, since a pod never joins another shape's
+    /// NodeClaims.
+    route_of: Vec<u32>,
     /// How `Solver::worth_growing` measures the room a larger type adds.
     yardstick: Yardstick,
     /// How much more per typical pod than the best price `Solver::worth_growing` lets the room
@@ -466,26 +476,42 @@ enum Yardstick {
     EmptyNode,
 }
 
+/// Which typical pod new NodeClaims are sized for (see `Solver::cost_efficient`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sizing {
+    /// The round's average pod; any pod may join any NodeClaim.
+    WholeRound,
+    /// The average pod of the opening pod's shape (`shape::ResourceShapes::by_ratio`), and a pod joins
+    /// only NodeClaims opened for its own shape: web, batch and memory-heavy pods each get the
+    /// types cheapest for them instead of sharing nodes sized for their average.
+    ByShape,
+}
+
 /// Runs the solver.
 pub fn solve(input: &Input) -> Outcome {
     plan(input).1
 }
 
-/// The ways `plan` solves a round: how `Solver::worth_growing` measures the room a NodeClaim
-/// gains by growing, and how much that room may cost. The first is tried alone when its growth
-/// decisions leave the others nothing to change.
-const STRATEGIES: [(Yardstick, f64); 4] = [
-    (Yardstick::Pile, COST_SLACK),
-    (Yardstick::EmptyNode, COST_SLACK),
-    (Yardstick::Pile, TIGHT_GROWTH_SLACK),
-    (Yardstick::EmptyNode, TIGHT_GROWTH_SLACK),
+/// The ways `plan` solves a round: which typical pod new NodeClaims are sized for, how
+/// `Solver::worth_growing` measures the room a NodeClaim gains by growing, and how much that room
+/// may cost. The first is tried alone when its growth decisions leave the others nothing to
+/// change. Sizing by shape is tried once, with the setting that won on every row of
+/// `benches/gen-cost.py` where it won (in one it tied with the pile at [`COST_SLACK`]): a solve
+/// more per setting would cost a 3,000-pod round another fifth of its time each.
+const STRATEGIES: [(Sizing, Yardstick, f64); 5] = [
+    (Sizing::WholeRound, Yardstick::Pile, COST_SLACK),
+    (Sizing::WholeRound, Yardstick::EmptyNode, COST_SLACK),
+    (Sizing::WholeRound, Yardstick::Pile, TIGHT_GROWTH_SLACK),
+    (Sizing::WholeRound, Yardstick::EmptyNode, TIGHT_GROWTH_SLACK),
+    (Sizing::ByShape, Yardstick::Pile, TIGHT_GROWTH_SLACK),
 ];
 
 /// Solves once measuring the room NodeClaims gain by growing against their piles
 /// ([`Yardstick::Pile`]) at [`COST_SLACK`]; when that capped a NodeClaim's growth, or let one grow
 /// at a price the tighter bound refuses, solves with every other of the [`STRATEGIES`] and keeps
 /// the plan that places the most pods, then the cheapest (the earliest on a tie); rounds of more
-/// than [`TIGHT_SOLVE_MAX_PODS`] pods try the first two only. Capping is a bet
+/// than [`TIGHT_SOLVE_MAX_PODS`] pods try the first two only, and rounds whose pods are all of
+/// one shape skip sizing by shape (it would size for the round's average pod). Capping is a bet
 /// on the pods still to come: no strategy wins on every input (on `benches/gen-cost.py`'s cases
 /// each was the cheapest on some and up to 10% dearer on others), and a solve takes
 /// milliseconds, so all are tried. Without a cap or a close call the solves would be the same.
@@ -495,8 +521,11 @@ const STRATEGIES: [(Yardstick, f64); 4] = [
 /// 13 MB.
 fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     let placed = |o: &Outcome| o.placements.iter().filter(|p| p.is_some()).count();
-    let solve_with = |(yardstick, slack): (Yardstick, f64)| {
+    let solve_with = |(sizing, yardstick, slack): (Sizing, Yardstick, f64)| {
         let mut solver = Solver::new(input);
+        if sizing == Sizing::ByShape {
+            solver.size_by_shape();
+        }
         solver.yardstick = yardstick;
         solver.growth_slack = slack;
         let outcome = solver.run();
@@ -508,7 +537,14 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     if !retry {
         return (solver, outcome);
     }
-    let tried = if tight { STRATEGIES.len() } else { 2 };
+    let tried = if !tight {
+        2
+    } else if ResourceShapes::by_ratio(&input.pods).typical.len() > 1 {
+        STRATEGIES.len()
+    } else {
+        // With one shape, sizing by shape is sizing for the round.
+        STRATEGIES.len() - 1
+    };
     let mut best = (0, placed(&outcome), solver.plan_cost(&outcome));
     drop((solver, outcome));
     for (k, &strategy) in STRATEGIES.iter().enumerate().take(tried).skip(1) {
@@ -920,7 +956,7 @@ impl<'a> Solver<'a> {
         // Classes: pods with the same constraints and labels.
         let mut class_index: HashMap<String, u32> = HashMap::new();
         let mut classes: Vec<Class> = Vec::new();
-        let class_of = input
+        let class_of: Vec<u32> = input
             .pods
             .iter()
             .map(|p| {
@@ -963,18 +999,8 @@ impl<'a> Solver<'a> {
             })
             .collect();
 
-        let count = input.pods.len().max(1) as f64;
-        let mut typical_pod = [0.0; 4];
-        for p in &input.pods {
-            let r = &p.requests;
-            for (sum, amount) in
-                typical_pod
-                    .iter_mut()
-                    .zip([r.cpu, r.memory, r.pods, r.ephemeral_storage])
-            {
-                *sum += amount.max(0) as f64 / count;
-            }
-        }
+        let shapes = ResourceShapes::whole_round(&input.pods);
+        let route_of = class_of.clone();
 
         Self {
             input,
@@ -989,12 +1015,31 @@ impl<'a> Solver<'a> {
             claim_skip: HashMap::new(),
             existing_skip: HashMap::new(),
             allow_well_known: AllowUndefined::well_known_labels(),
-            typical_pod,
+            shapes,
+            sizing: Sizing::WholeRound,
+            route_of,
             yardstick: Yardstick::Pile,
             growth_slack: COST_SLACK,
             capped: false,
             close_call: Cell::new(false),
         }
+    }
+
+    /// Sizes new NodeClaims for the typical pod of their opening pod's shape and keeps each pod
+    /// to its own shape's NodeClaims ([`Sizing::ByShape`]).
+    fn size_by_shape(&mut self) {
+        self.shapes = ResourceShapes::by_ratio(&self.input.pods);
+        let mut routes: HashMap<(u32, u32), u32> = HashMap::new();
+        self.route_of = self
+            .class_of
+            .iter()
+            .zip(&self.shapes.of)
+            .map(|(&class, &shape)| {
+                let next = routes.len() as u32;
+                *routes.entry((class, shape)).or_insert(next)
+            })
+            .collect();
+        self.sizing = Sizing::ByShape;
     }
 
     fn run(&mut self) -> Outcome {
@@ -1466,7 +1511,7 @@ impl<'a> Solver<'a> {
         let room = |t: u32| match self.yardstick {
             Yardstick::Pile => self.room_left(claim, t),
             Yardstick::EmptyNode => {
-                let share = self.typical_share(claim.nodepool, t);
+                let share = self.typical_share(claim.nodepool, t, claim.shape);
                 if share > 0.0 {
                     1.0 / share
                 } else {
@@ -1492,7 +1537,7 @@ impl<'a> Solver<'a> {
     fn room_left(&self, claim: &Claim, t: u32) -> f64 {
         let a = &self.pools[claim.nodepool].template.instance_types[t as usize].allocatable;
         let used = &claim.requests;
-        let [cpu, memory, pods, storage] = self.typical_pod;
+        let [cpu, memory, pods, storage] = self.shapes.typical[claim.shape as usize];
         let room = |need: f64, allocatable: i64, used: i64| {
             if need <= 0.0 {
                 f64::INFINITY
@@ -1534,13 +1579,13 @@ impl<'a> Solver<'a> {
     }
 
     /// The largest share of the room of an instance type of pool `p` (allocatable minus the
-    /// DaemonSet overhead) that the round's typical pod takes of CPU, memory, pod slots or
-    /// ephemeral storage; infinite when the type has no room for it.
-    fn typical_share(&self, p: usize, t: u32) -> f64 {
+    /// DaemonSet overhead) that the typical pod of shape `shape` takes of CPU, memory, pod slots
+    /// or ephemeral storage; infinite when the type has no room for it.
+    fn typical_share(&self, p: usize, t: u32, shape: u32) -> f64 {
         let pool = &self.pools[p];
         let overhead = &pool.template.daemon_overhead;
         let a = &pool.template.instance_types[t as usize].allocatable;
-        let [cpu, memory, pods, storage] = self.typical_pod;
+        let [cpu, memory, pods, storage] = self.shapes.typical[shape as usize];
         let share = |need: f64, allocatable: i64, reserved: i64| {
             let room = allocatable.saturating_sub(reserved);
             if need <= 0.0 {
@@ -1573,14 +1618,21 @@ impl<'a> Solver<'a> {
         relax: Relaxation,
         reqs: &Arc<Requirements>,
     ) -> Option<Placement> {
-        let key = (self.class_of[i], relax);
+        let key = (self.route_of[i], relax);
         let mut skip = self.claim_skip.remove(&key).unwrap_or_default();
         let len = self.claims.len();
         let mut c = skip.find(0, len);
         // The fitting NodeClaim where the pod adds the least cost so far, with that cost.
         let mut best: Option<(usize, ClaimUpdate, f64)> = None;
         let mut fitting = 0;
+        let shape = self.shapes.of[i];
         while c < len {
+            // Sized by shape, a pod keeps to its own shape's NodeClaims (`Sizing::ByShape`).
+            if self.claims[c].shape != shape {
+                skip.kill(c);
+                c = skip.find(c + 1, len);
+                continue;
+            }
             // A claim that cannot beat the best so far even if it takes the pod is passed over
             // without the full check (topology, requirements): with every fitting claim adding
             // cost, that check made the window cost eight times a placement.
@@ -2248,6 +2300,7 @@ impl<'a> Solver<'a> {
             sized_by_cost: false,
             prices: Arc::default(),
             best_per_pod: f64::INFINITY,
+            shape: self.shapes.of[i],
         };
         if pod
             .host_ports
@@ -2284,7 +2337,8 @@ impl<'a> Solver<'a> {
         let mut sized_by_cost = false;
         let mut best_per_pod = f64::INFINITY;
         if !self.input.options.every_fitting_type {
-            let (efficient, best) = self.cost_efficient(p, &options, &requirements);
+            let (efficient, best) =
+                self.cost_efficient(p, &options, &requirements, self.shapes.of[i]);
             best_per_pod = best;
             // `minValues` are kept exactly: when the efficient types alone do not meet them,
             // the NodeClaim keeps every type that fits.
@@ -2320,6 +2374,7 @@ impl<'a> Solver<'a> {
             sized_by_cost,
             prices,
             best_per_pod,
+            shape: self.shapes.of[i],
         })
     }
 
@@ -2352,23 +2407,29 @@ impl<'a> Solver<'a> {
     /// until only the types with the most CPU, memory or pod slots are left, and those are often
     /// far dearer per unit than the ones it outgrew: 3,000 small web pods end up on four
     /// NodeClaims, two of them u7in-16tb.224xlarge, for $386/h where ordinary nodes cost $83/h.
-    /// A type's price per typical pod is what the round's average pending pod (`typical_pod`)
-    /// costs on a node of that type filled with such pods: the price times the largest share of
-    /// the node's room (allocatable minus DaemonSet overhead) the pod takes of CPU, memory, pod
-    /// slots or ephemeral storage, i.e. its fractional (LP) cost on that type. The average pod,
-    /// not the opening one, because a NodeClaim is filled with the whole mix: sizing for the
-    /// opening pod's shape alone would let a memory-heavy pod's NodeClaim grow to a type that
-    /// only pays off for memory, beside CPU-heavy ones sized for CPU, a fleet of very uneven
-    /// nodes. Keeping only the efficient types lets a NodeClaim grow as long as growing costs no
+    /// A type's price per typical pod is what the average pending pod of shape `shape`
+    /// (`Solver::shapes`: the whole round unless [`Sizing::ByShape`]) costs on a node of that type
+    /// filled with such pods: the price times the largest share of the node's room (allocatable
+    /// minus DaemonSet overhead) the pod takes of CPU, memory, pod slots or ephemeral storage,
+    /// i.e. its fractional (LP) cost on that type. An average pod, not the opening one, because a
+    /// NodeClaim is filled with the whole mix that may join it: sizing for the opening pod alone
+    /// would let a memory-heavy pod's NodeClaim grow to a type that only pays off for memory,
+    /// then filled with CPU-heavy pods. Keeping only the efficient types lets a NodeClaim grow as long as growing costs no
     /// more per pod than opening another node would, and then makes it full (its headroom is
     /// that of its largest option), so the next pod opens a new NodeClaim. The cheapest type is
     /// always kept, so a lone pod still gets the cheapest node that fits it, and a pod only giant
     /// types can hold still gets one. Hard constraints are untouched: this only removes options.
-    fn cost_efficient(&self, p: usize, options: &TypeSet, reqs: &Requirements) -> (TypeSet, f64) {
+    fn cost_efficient(
+        &self,
+        p: usize,
+        options: &TypeSet,
+        reqs: &Requirements,
+        shape: u32,
+    ) -> (TypeSet, f64) {
         let pool = &self.pools[p];
         let prices = self.prices(p, reqs);
         let per_pod = |t: u32| {
-            let largest = self.typical_share(p, t);
+            let largest = self.typical_share(p, t, shape);
             // A type without room for the pod is never efficient (and a zero price must not
             // make 0 × ∞ a NaN).
             if largest.is_finite() {
