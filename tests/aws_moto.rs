@@ -2559,6 +2559,14 @@ async fn template_names(env: &Env, class: &str) -> Vec<String> {
         .collect()
 }
 
+/// One pass of the node classes' garbage collection: what it deleted.
+async fn collect(env: &Env, in_use: &karpenter_rs::cloudprovider::NodeClassesInUse) -> Vec<String> {
+    env.provider
+        .collect_nodeclass_resources(in_use)
+        .await
+        .expect("collect")
+}
+
 async fn profile_exists(env: &Env, name: &str) -> bool {
     env.iam
         .get_instance_profile()
@@ -2667,19 +2675,12 @@ async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
         instance_profiles: BTreeSet::from([keep_profile.clone()]),
     };
     assert_eq!(
-        env.provider
-            .collect_nodeclass_resources(&in_use)
-            .await
-            .expect("collect"),
+        collect(&env, &in_use).await,
         Vec::<String>::new(),
         "nothing younger than the grace period"
     );
     env.clock.advance(chrono::Duration::minutes(6));
-    let deleted = env
-        .provider
-        .collect_nodeclass_resources(&in_use)
-        .await
-        .expect("collect");
+    let deleted = collect(&env, &in_use).await;
     assert_eq!(deleted.len(), 1, "{deleted:?}");
     assert!(template_names(&env, "gone").await.is_empty());
     assert!(
@@ -2688,11 +2689,7 @@ async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
     );
     assert_eq!(template_names(&env, "default").await.len(), 1);
     env.clock.advance(chrono::Duration::minutes(55));
-    let deleted = env
-        .provider
-        .collect_nodeclass_resources(&in_use)
-        .await
-        .expect("collect");
+    let deleted = collect(&env, &in_use).await;
     assert!(
         deleted.contains(&format!("instance profile {gone_profile}")),
         "{deleted:?}"
@@ -2833,11 +2830,7 @@ async fn a_role_change_gets_a_new_profile_and_the_old_one_goes_after_its_protect
         instance_profiles: BTreeSet::from([new.clone()]),
     };
     env.clock.advance(chrono::Duration::minutes(59));
-    let deleted = env
-        .provider
-        .collect_nodeclass_resources(&in_use)
-        .await
-        .expect("collect");
+    let deleted = collect(&env, &in_use).await;
     assert!(
         deleted.iter().all(|d| !d.contains("instance profile")),
         "{deleted:?}"
@@ -2847,16 +2840,9 @@ async fn a_role_change_gets_a_new_profile_and_the_old_one_goes_after_its_protect
     // A NodeClaim launched with the old profile keeps it past the window.
     let mut launched_with_old = in_use.clone();
     launched_with_old.instance_profiles.insert(old.clone());
-    env.provider
-        .collect_nodeclass_resources(&launched_with_old)
-        .await
-        .expect("collect");
+    collect(&env, &launched_with_old).await;
     assert!(profile_exists(&env, &old).await);
-    let deleted = env
-        .provider
-        .collect_nodeclass_resources(&in_use)
-        .await
-        .expect("collect");
+    let deleted = collect(&env, &in_use).await;
     assert!(
         deleted.contains(&format!("instance profile {old}")),
         "{deleted:?}"
@@ -2912,26 +2898,13 @@ async fn a_launch_template_no_launch_used_for_thirty_minutes_is_deleted() {
         instance_profiles: BTreeSet::new(),
     };
     env.clock.advance(chrono::Duration::minutes(20));
-    assert_eq!(
-        env.provider
-            .collect_nodeclass_resources(&in_use)
-            .await
-            .expect("collect"),
-        Vec::<String>::new()
-    );
+    assert_eq!(collect(&env, &in_use).await, Vec::<String>::new());
     // 35 minutes after the launch, 15 after the collection first saw the other one.
     env.clock.advance(chrono::Duration::minutes(15));
-    let deleted = env
-        .provider
-        .collect_nodeclass_resources(&in_use)
-        .await
-        .expect("collect");
+    let deleted = collect(&env, &in_use).await;
     assert_eq!(deleted, [format!("unused launch template {}", used[0])]);
     env.clock.advance(chrono::Duration::minutes(20));
-    env.provider
-        .collect_nodeclass_resources(&in_use)
-        .await
-        .expect("collect");
+    collect(&env, &in_use).await;
     assert!(template_names(&env, "default").await.is_empty());
 
     // The next launch makes its template again.

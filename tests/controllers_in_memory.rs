@@ -710,16 +710,7 @@ async fn an_instance_whose_nodeclaim_cannot_be_read_is_not_collected_as_an_orpha
             .any(|c| c.name_any() == "default-kept"),
         "the cache leaves the unreadable NodeClaim out"
     );
-    let claims = Api::<NodeClaim>::all(env.ctx.client.clone());
-    claims
-        .patch(
-            "default-gone",
-            &Default::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("strip the finalizer");
-    env.delete_claim("default-gone").await;
+    env.drop_claim("default-gone").await;
     env.advance(Duration::minutes(2));
 
     garbage::collect(&env.ctx).await;
@@ -1155,15 +1146,7 @@ async fn instances_ec2_reports_unhealthy_are_terminated_forcefully_or_drained_an
     let (healthy, _) = env.running(&builders::nodeclaim("default-healthy")).await;
     // An instance no NodeClaim owns any more (its NodeClaim went without terminating it).
     let orphan = env.launched(&builders::nodeclaim("default-orphan")).await;
-    Api::<NodeClaim>::all(env.ctx.client.clone())
-        .patch(
-            "default-orphan",
-            &Default::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("strip the finalizer");
-    env.delete_claim("default-orphan").await;
+    env.drop_claim("default-orphan").await;
     // A pod whose PDB allows no eviction: a forceful termination does not wait for it.
     env.create_namespaced(&builders::pod("web", &node.name_any()))
         .await;

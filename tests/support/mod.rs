@@ -243,6 +243,20 @@ impl Env {
 }
 
 impl Env {
+    /// Deletes the NodeClaim without its finalizer: it is gone at once, whatever it launched
+    /// left behind (an instance no NodeClaim owns).
+    pub async fn drop_claim(&self, name: &str) {
+        Api::<NodeClaim>::all(self.ctx.client.clone())
+            .patch(
+                name,
+                &Default::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .expect("strip the finalizer");
+        self.delete_claim(name).await;
+    }
+
     /// Deletes the NodeClaim through the API (its finalizer keeps it, being deleted).
     pub async fn delete_claim(&self, name: &str) {
         Api::<NodeClaim>::all(self.ctx.client.clone())
