@@ -197,6 +197,12 @@ pub struct StatusMetrics {
 /// families), one field per family named after the metric without its `karpenter_` prefix.
 pub struct Metrics {
     registry: Registry,
+    /// The families recomputed whole on every pass, by name; written to the exposition
+    /// straight from their series (see [`PublishedGauges::write_text`]), not through the
+    /// registry.
+    published: Vec<PublishedGauges>,
+    /// The length of the last exposition, the next one's starting capacity.
+    last_exposition: std::sync::atomic::AtomicUsize,
     /// Every family's name, whether or not it has series yet (see [`family_names`]).
     families: Vec<String>,
     /// The same families with their types and labels (see [`families`]).
@@ -421,6 +427,8 @@ struct Builder {
     registry: Registry,
     /// Every family, in registration order.
     families: std::cell::RefCell<Vec<Family>>,
+    /// The published gauge families (see [`Metrics::published`]).
+    published: std::cell::RefCell<Vec<PublishedGauges>>,
 }
 
 impl Builder {
@@ -464,7 +472,18 @@ impl Builder {
     fn published_gauges(&self, name: &str, help: &str, labels: &[&str]) -> PublishedGauges {
         let family = PublishedGauges::new(name, help, labels)
             .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-        self.register(name, "gauge", family)
+        let mut families = self.families.borrow_mut();
+        // The registry's own check, for a family it does not hold.
+        if families.iter().any(|f| f.name == name) {
+            panic!("registering metric {name}: a family of that name exists");
+        }
+        families.push(Family {
+            name: name.to_string(),
+            kind: "gauge",
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+        });
+        self.published.borrow_mut().push(family.clone());
+        family
     }
 
     fn gauge(&self, name: &str, help: &str) -> Gauge {
@@ -571,6 +590,7 @@ impl Metrics {
         let b = Builder {
             registry: Registry::new(),
             families: std::cell::RefCell::new(Vec::new()),
+            published: std::cell::RefCell::new(Vec::new()),
         };
         let node_labels: Vec<String> = node_metric_labels()
             .into_iter()
@@ -1079,6 +1099,12 @@ impl Metrics {
             families: Vec::new(),
             described: b.families.take(),
             registry: b.registry,
+            published: {
+                let mut published = b.published.take();
+                published.sort_by(|a, b| a.name().cmp(b.name()));
+                published
+            },
+            last_exposition: Default::default(),
         };
         metrics
             .build_info
@@ -1119,11 +1145,25 @@ impl Metrics {
 
     /// The text exposition of every family that has at least one series.
     fn encode(&self) -> String {
-        let mut out = String::new();
-        // Encoding only fails for malformed families, which registration already rejects.
-        if let Err(e) = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut out) {
-            out = format!("# encoding metrics failed: {e}\n");
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut out = String::with_capacity(self.last_exposition.load(Relaxed));
+        let encoder = TextEncoder::new();
+        // Families in name order, as the registry alone would write them: the published ones
+        // merged in between the registry's.
+        let mut published = self.published.iter().peekable();
+        for family in self.registry.gather() {
+            while let Some(p) = published.next_if(|p| p.name() < family.name()) {
+                p.write_text(&mut out);
+            }
+            // Encoding only fails for malformed families, which registration already rejects.
+            if let Err(e) = encoder.encode_utf8(std::slice::from_ref(&family), &mut out) {
+                return format!("# encoding metrics failed: {e}\n");
+            }
         }
+        for p in published {
+            p.write_text(&mut out);
+        }
+        self.last_exposition.store(out.len(), Relaxed);
         out
     }
 }

@@ -7,13 +7,13 @@
 //! each of 20,000 pods and a hash lookup per series every five seconds. Here the family holds
 //! the pass's series as computed (label values only) and builds the exposition when scraped.
 
+use std::fmt::Write;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::{Gauge, Metric, MetricFamily, MetricType};
+use prometheus::core::Desc;
 
 use super::cluster_state::Series;
-use super::summary::{family_desc, label_pairs};
+use super::summary::family_desc;
 
 /// A gauge family whose series are replaced together by [`PublishedGauges::publish`].
 #[derive(Clone)]
@@ -23,6 +23,8 @@ pub struct PublishedGauges {
 
 struct Inner {
     desc: Desc,
+    /// The label indices in name order: how the exposition writes and sorts a series' labels.
+    by_name: Vec<usize>,
     series: Mutex<Vec<Series>>,
 }
 
@@ -30,9 +32,12 @@ impl PublishedGauges {
     /// An empty family; `labels` are its label names.
     pub fn new(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
         let desc = family_desc(name, help, labels)?;
+        let mut by_name: Vec<usize> = (0..labels.len()).collect();
+        by_name.sort_by_key(|&i| labels[i]);
         Ok(Self {
             inner: Arc::new(Inner {
                 desc,
+                by_name,
                 series: Mutex::new(Vec::new()),
             }),
         })
@@ -52,11 +57,68 @@ impl PublishedGauges {
             fits
         });
         series.reverse();
-        // Stable: of equal label sets the first kept is the last given.
-        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        // Stable: of equal label sets the first kept is the last given. In the exposition's
+        // order: by label values, labels taken in name order.
+        let by_name = &self.inner.by_name;
+        series.sort_by(|a, b| {
+            let a_key = by_name.iter().map(|&i| a.labels.get(i));
+            a_key.cmp(by_name.iter().map(|&i| b.labels.get(i)))
+        });
         series.dedup_by(|later, kept| later.labels == kept.labels);
         series.shrink_to_fit();
         *self.lock() = series;
+    }
+
+    /// The family's name.
+    pub fn name(&self) -> &str {
+        &self.inner.desc.fq_name
+    }
+
+    /// The family's label names, in declaration order (the order of a series' values).
+    pub fn label_names(&self) -> &[String] {
+        &self.inner.desc.variable_labels
+    }
+
+    /// Appends the family to `out` in Prometheus' text exposition format, as the `prometheus`
+    /// crate's `TextEncoder` writes a gauge family (labels in name order; nothing for a family
+    /// without series), straight from the series: going through the crate's protobuf objects
+    /// held ~35 MB of label pairs per scrape at 20,000 pods.
+    pub fn write_text(&self, out: &mut String) {
+        let series = self.lock();
+        if series.is_empty() {
+            return;
+        }
+        let desc = &self.inner.desc;
+        let names = &desc.variable_labels;
+        let order = &self.inner.by_name;
+        if !desc.help.is_empty() {
+            out.push_str("# HELP ");
+            out.push_str(&desc.fq_name);
+            out.push(' ');
+            escape(out, &desc.help, false);
+            out.push('\n');
+        }
+        out.push_str("# TYPE ");
+        out.push_str(&desc.fq_name);
+        out.push_str(" gauge\n");
+        for s in series.iter() {
+            out.push_str(&desc.fq_name);
+            let mut separator = '{';
+            for &i in order {
+                out.push(separator);
+                out.push_str(&names[i]);
+                out.push_str("=\"");
+                escape(out, s.labels.get(i).map_or("", String::as_str), true);
+                out.push('"');
+                separator = ',';
+            }
+            if !order.is_empty() {
+                out.push('}');
+            }
+            // Writing to a String cannot fail.
+            let _ = write!(out, " {}", s.value);
+            out.push('\n');
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Series>> {
@@ -68,37 +130,22 @@ impl PublishedGauges {
     }
 }
 
-impl Collector for PublishedGauges {
-    fn desc(&self) -> Vec<&Desc> {
-        vec![&self.inner.desc]
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let names = &self.inner.desc.variable_labels;
-        let metrics = self
-            .lock()
-            .iter()
-            .map(|s| {
-                let mut gauge = Gauge::default();
-                gauge.set_value(s.value);
-                let mut metric = Metric::default();
-                metric.set_label(label_pairs(names, &s.labels));
-                metric.set_gauge(gauge);
-                metric
-            })
-            .collect();
-        let mut family = MetricFamily::default();
-        family.set_name(self.inner.desc.fq_name.clone());
-        family.set_help(self.inner.desc.help.clone());
-        family.set_field_type(MetricType::GAUGE);
-        family.set_metric(metrics);
-        vec![family]
+/// Appends `text` escaped as the exposition format wants it: backslash and newline always,
+/// the double quote in label values.
+fn escape(out: &mut String, text: &str, quote: bool) {
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if quote => out.push_str("\\\""),
+            c => out.push(c),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use prometheus::{Registry, TextEncoder};
+    use prometheus::{GaugeVec, Opts, Registry, TextEncoder};
 
     use super::*;
 
@@ -109,20 +156,16 @@ mod tests {
         }
     }
 
-    fn text(registry: &Registry) -> String {
-        TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .expect("encodes")
+    fn text(family: &PublishedGauges) -> String {
+        let mut out = String::new();
+        family.write_text(&mut out);
+        out
     }
 
     #[test]
     fn each_publication_replaces_the_series_and_repeats_keep_the_last_value() {
         let family = PublishedGauges::new("test_pods", "Pods.", &["name", "namespace"])
             .expect("valid family");
-        let registry = Registry::new();
-        registry
-            .register(Box::new(family.clone()))
-            .expect("registers");
         family.publish(vec![
             series(&["b", "shop"], 1.0),
             series(&["a", "shop"], 1.0),
@@ -130,32 +173,46 @@ mod tests {
             series(&["too", "many", "labels"], 1.0),
         ]);
         assert_eq!(
-            text(&registry),
+            text(&family),
             "# HELP test_pods Pods.\n# TYPE test_pods gauge\n\
              test_pods{name=\"a\",namespace=\"shop\"} 2\n\
              test_pods{name=\"b\",namespace=\"shop\"} 1\n"
         );
         family.publish(vec![series(&["c", "shop"], 3.0)]);
         assert_eq!(
-            text(&registry),
+            text(&family),
             "# HELP test_pods Pods.\n# TYPE test_pods gauge\n\
              test_pods{name=\"c\",namespace=\"shop\"} 3\n"
         );
         family.publish(Vec::new());
-        assert_eq!(text(&registry), "", "an empty family is not exposed");
+        assert_eq!(text(&family), "", "an empty family is not exposed");
     }
 
     #[test]
-    fn label_pairs_are_exposed_in_name_order_whatever_the_declared_order() {
-        let family =
-            PublishedGauges::new("test_nodes", "Nodes.", &["zone", "arch"]).expect("valid family");
-        family.publish(vec![series(&["us-east-1a", "amd64"], 1.0)]);
-        let collected = family.collect();
-        let labels: Vec<(&str, &str)> = collected[0].get_metric()[0]
-            .get_label()
-            .iter()
-            .map(|p| (p.name(), p.value()))
-            .collect();
-        assert_eq!(labels, [("arch", "amd64"), ("zone", "us-east-1a")]);
+    fn the_text_is_what_the_prometheus_crate_writes_for_the_same_gauges() {
+        let (name, help, labels) = ("test_nodes", "Nodes \\ of\na zone.", ["zone", "arch"]);
+        let family = PublishedGauges::new(name, help, &labels).expect("valid family");
+        let gauges = GaugeVec::new(Opts::new(name, help), &labels).expect("valid family");
+        let registry = Registry::new();
+        registry
+            .register(Box::new(gauges.clone()))
+            .expect("registers");
+        let values = [
+            (["us-east-1a", "amd64"], 1.0),
+            (["us-east-1b", "a\"quoted\\back\nline"], 0.25),
+            (["", "arm64"], 1e21),
+        ];
+        family.publish(values.iter().map(|(l, v)| series(l, *v)).collect());
+        for (l, v) in values {
+            gauges.with_label_values(&l).set(v);
+        }
+        let expected = TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encodes");
+        assert!(
+            expected.contains("arch=\"amd64\",zone=\"us-east-1a\""),
+            "{expected}"
+        );
+        assert_eq!(text(&family), expected);
     }
 }

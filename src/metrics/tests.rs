@@ -604,7 +604,7 @@ fn touch_every_family() {
         g.with_label_values(&dummy(n)).set(1.0);
     }
     for g in published.into_iter().chain(status_published) {
-        let n = g.desc()[0].variable_labels.len();
+        let n = g.label_names().len();
         g.publish(vec![Series {
             labels: vec!["x".to_string(); n],
             value: 1.0,
