@@ -780,13 +780,19 @@ async fn provisioning_rounds_write_a_nodeclaim_once_and_a_failed_scheduling_even
     );
 }
 
-/// The CPU (millicores) each NodeClaim of the cluster requests, by name.
-async fn claim_cpus(env: &Env) -> BTreeMap<String, String> {
+/// Every NodeClaim of the cluster, as the API lists them.
+async fn nodeclaims(env: &Env) -> Vec<NodeClaim> {
     Api::<NodeClaim>::all(env.ctx.client.clone())
         .list(&Default::default())
         .await
         .expect("nodeclaims")
         .items
+}
+
+/// The CPU (millicores) each NodeClaim of the cluster requests, by name.
+async fn claim_cpus(env: &Env) -> BTreeMap<String, String> {
+    nodeclaims(env)
+        .await
         .into_iter()
         .map(|c| {
             let cpu = c
@@ -896,11 +902,8 @@ async fn a_node_a_pdb_holds_gets_one_disruption_blocked_event_naming_the_pdb_and
 
 /// The NodeClaims of NodePool `pool`, by name, and which of them are being deleted.
 async fn claims_of(env: &Env, pool: &str) -> Vec<(String, bool)> {
-    let mut out: Vec<(String, bool)> = Api::<NodeClaim>::all(env.ctx.client.clone())
-        .list(&Default::default())
+    let mut out: Vec<(String, bool)> = nodeclaims(env)
         .await
-        .expect("nodeclaims")
-        .items
         .into_iter()
         .filter(|c| c.labels().get(labels::NODEPOOL).map(String::as_str) == Some(pool))
         .map(|c| (c.name_any(), deleting(&c)))
@@ -1350,12 +1353,7 @@ async fn claims_for_three_pods(env: &Env) -> usize {
     }
     let provisioner = Provisioner::new(env.ctx.clone(), BatchWindow::default());
     provisioner.provision_once().await.expect("round");
-    Api::<NodeClaim>::all(env.ctx.client.clone())
-        .list(&Default::default())
-        .await
-        .expect("list")
-        .items
-        .len()
+    nodeclaims(env).await.len()
 }
 
 #[tokio::test]
@@ -1422,11 +1420,8 @@ async fn conflicting_node_overlays_get_validation_succeeded_false_with_reason_co
 
 /// The NodeClaims carrying a disruption command's marker: its replacements.
 async fn replacements(env: &Env) -> Vec<NodeClaim> {
-    Api::<NodeClaim>::all(env.ctx.client.clone())
-        .list(&Default::default())
+    nodeclaims(env)
         .await
-        .expect("nodeclaims")
-        .items
         .into_iter()
         .filter(|c| c.annotations().contains_key(COMMAND_ANNOTATION))
         .collect()
