@@ -130,9 +130,11 @@ async fn provider(moto: &Moto, queue: Option<&str>, clock: Arc<FakeClock>) -> Ar
     Arc::new(provider)
 }
 
+/// A node class as the API server serves it (with a UID: its managed instance profile lives
+/// under an IAM path named after it).
 fn nodeclass(name: &str, extra: &str) -> EC2NodeClass {
     serde_yaml_ng::from_str(&format!(
-        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: {name}}}\nspec:\n  role: KarpenterNodeRole-demo\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n{extra}"
+        "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: {name}, uid: {name}-uid}}\nspec:\n  role: KarpenterNodeRole-demo\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n{extra}"
     ))
     .expect("nodeclass")
 }
