@@ -74,10 +74,16 @@ pub fn count_nodeclaim_created(reason: &str, claim: &crate::apis::NodeClaim) {
 /// The registry and every metric family; see [`METRICS`].
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
-/// The metrics in Prometheus' text exposition format, for the `/metrics` endpoint.
-pub fn encode() -> String {
+/// The metrics in Prometheus' text exposition format, in pieces the `/metrics` endpoint
+/// streams as it takes them (see [`PublishedGauges::text_chunks`]); empty pieces may occur.
+pub fn exposition() -> impl Iterator<Item = String> + Send + 'static {
     workqueue::WORKQUEUES.refresh();
-    METRICS.encode()
+    METRICS.exposition()
+}
+
+/// The whole [`exposition`] as one text.
+pub fn encode() -> String {
+    exposition().collect()
 }
 
 /// The name of every registered family, including those with no series yet (which [`encode`]
@@ -198,11 +204,9 @@ pub struct StatusMetrics {
 pub struct Metrics {
     registry: Registry,
     /// The families recomputed whole on every pass, by name; written to the exposition
-    /// straight from their series (see [`PublishedGauges::write_text`]), not through the
+    /// straight from their series (see [`PublishedGauges::text_chunks`]), not through the
     /// registry.
     published: Vec<PublishedGauges>,
-    /// The length of the last exposition, the next one's starting capacity.
-    last_exposition: std::sync::atomic::AtomicUsize,
     /// Every family's name, whether or not it has series yet (see [`family_names`]).
     families: Vec<String>,
     /// The same families with their types and labels (see [`families`]).
@@ -1104,7 +1108,6 @@ impl Metrics {
                 published.sort_by(|a, b| a.name().cmp(b.name()));
                 published
             },
-            last_exposition: Default::default(),
         };
         metrics
             .build_info
@@ -1143,28 +1146,36 @@ impl Metrics {
             .with_label_values(&queue);
     }
 
-    /// The text exposition of every family that has at least one series.
-    fn encode(&self) -> String {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut out = String::with_capacity(self.last_exposition.load(Relaxed));
+    /// The text exposition of every family that has at least one series, in pieces: the
+    /// registry's families are written at once (they are small), the published ones piece by
+    /// piece as the pieces are taken ([`PublishedGauges::text_chunks`]).
+    fn exposition(&self) -> impl Iterator<Item = String> + Send + 'static {
         let encoder = TextEncoder::new();
+        let mut pieces: Vec<Box<dyn Iterator<Item = String> + Send>> = Vec::new();
+        let mut registry_text = String::new();
         // Families in name order, as the registry alone would write them: the published ones
         // merged in between the registry's.
         let mut published = self.published.iter().peekable();
         for family in self.registry.gather() {
             while let Some(p) = published.next_if(|p| p.name() < family.name()) {
-                p.write_text(&mut out);
+                pieces.push(Box::new(std::iter::once(std::mem::take(
+                    &mut registry_text,
+                ))));
+                pieces.push(Box::new(p.text_chunks()));
             }
             // Encoding only fails for malformed families, which registration already rejects.
-            if let Err(e) = encoder.encode_utf8(std::slice::from_ref(&family), &mut out) {
-                return format!("# encoding metrics failed: {e}\n");
+            if let Err(e) = encoder.encode_utf8(std::slice::from_ref(&family), &mut registry_text) {
+                pieces = vec![Box::new(std::iter::once(format!(
+                    "# encoding metrics failed: {e}\n"
+                )))];
+                return pieces.into_iter().flatten();
             }
         }
+        pieces.push(Box::new(std::iter::once(registry_text)));
         for p in published {
-            p.write_text(&mut out);
+            pieces.push(Box::new(p.text_chunks()));
         }
-        self.last_exposition.store(out.len(), Relaxed);
-        out
+        pieces.into_iter().flatten()
     }
 }
 

@@ -25,8 +25,14 @@ struct Inner {
     desc: Desc,
     /// The label indices in name order: how the exposition writes and sorts a series' labels.
     by_name: Vec<usize>,
-    series: Mutex<Vec<Series>>,
+    /// The last publication, shared with the scrapes writing it out.
+    series: Mutex<Arc<Vec<Series>>>,
 }
+
+/// Series per piece of the exposition ([`PublishedGauges::text_chunks`]): ~100 KB of text for
+/// the per-pod families, so a scrape never holds a whole family's text (tens of MB at 20,000
+/// pods) at once.
+const SERIES_PER_CHUNK: usize = 256;
 
 impl PublishedGauges {
     /// An empty family; `labels` are its label names.
@@ -38,7 +44,7 @@ impl PublishedGauges {
             inner: Arc::new(Inner {
                 desc,
                 by_name,
-                series: Mutex::new(Vec::new()),
+                series: Mutex::new(Arc::new(Vec::new())),
             }),
         })
     }
@@ -66,7 +72,7 @@ impl PublishedGauges {
         });
         series.dedup_by(|later, kept| later.labels == kept.labels);
         series.shrink_to_fit();
-        *self.lock() = series;
+        *self.lock() = Arc::new(series);
     }
 
     /// The family's name.
@@ -79,18 +85,42 @@ impl PublishedGauges {
         &self.inner.desc.variable_labels
     }
 
-    /// Appends the family to `out` in Prometheus' text exposition format, as the `prometheus`
-    /// crate's `TextEncoder` writes a gauge family (labels in name order; nothing for a family
-    /// without series), straight from the series: going through the crate's protobuf objects
-    /// held ~35 MB of label pairs per scrape at 20,000 pods.
-    pub fn write_text(&self, out: &mut String) {
-        let series = self.lock();
-        if series.is_empty() {
-            return;
-        }
-        let desc = &self.inner.desc;
-        let names = &desc.variable_labels;
-        let order = &self.inner.by_name;
+    /// The family in Prometheus' text exposition format, as the `prometheus` crate's
+    /// `TextEncoder` writes a gauge family (labels in name order; nothing for a family without
+    /// series), in pieces of [`SERIES_PER_CHUNK`] series written as they are taken: the scrape
+    /// streams them, and going through the crate's protobuf objects held ~35 MB of label pairs
+    /// per scrape at 20,000 pods. The pieces are of the publication current when this is
+    /// called.
+    pub fn text_chunks(&self) -> impl Iterator<Item = String> + Send + 'static {
+        let series = Arc::clone(&self.lock());
+        let inner = Arc::clone(&self.inner);
+        let chunks = series.len().div_ceil(SERIES_PER_CHUNK);
+        (0..chunks).map(move |chunk| {
+            let mut out = String::new();
+            if chunk == 0 {
+                inner.write_header(&mut out);
+            }
+            let start = chunk * SERIES_PER_CHUNK;
+            let end = series.len().min(start + SERIES_PER_CHUNK);
+            for s in series.get(start..end).unwrap_or_default() {
+                inner.write_series(&mut out, s);
+            }
+            out
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Arc<Vec<Series>>> {
+        // The series are replaced whole, so a panicking holder leaves a complete set.
+        self.inner
+            .series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Inner {
+    fn write_header(&self, out: &mut String) {
+        let desc = &self.desc;
         if !desc.help.is_empty() {
             out.push_str("# HELP ");
             out.push_str(&desc.fq_name);
@@ -101,32 +131,26 @@ impl PublishedGauges {
         out.push_str("# TYPE ");
         out.push_str(&desc.fq_name);
         out.push_str(" gauge\n");
-        for s in series.iter() {
-            out.push_str(&desc.fq_name);
-            let mut separator = '{';
-            for &i in order {
-                out.push(separator);
-                out.push_str(&names[i]);
-                out.push_str("=\"");
-                escape(out, s.labels.get(i).map_or("", String::as_str), true);
-                out.push('"');
-                separator = ',';
-            }
-            if !order.is_empty() {
-                out.push('}');
-            }
-            // Writing to a String cannot fail.
-            let _ = write!(out, " {}", s.value);
-            out.push('\n');
-        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Series>> {
-        // The series are replaced whole, so a panicking holder leaves a complete set.
-        self.inner
-            .series
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn write_series(&self, out: &mut String, s: &Series) {
+        let names = &self.desc.variable_labels;
+        out.push_str(&self.desc.fq_name);
+        let mut separator = '{';
+        for &i in &self.by_name {
+            out.push(separator);
+            out.push_str(&names[i]);
+            out.push_str("=\"");
+            escape(out, s.labels.get(i).map_or("", String::as_str), true);
+            out.push('"');
+            separator = ',';
+        }
+        if !self.by_name.is_empty() {
+            out.push('}');
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(out, " {}", s.value);
+        out.push('\n');
     }
 }
 
@@ -157,9 +181,7 @@ mod tests {
     }
 
     fn text(family: &PublishedGauges) -> String {
-        let mut out = String::new();
-        family.write_text(&mut out);
-        out
+        family.text_chunks().collect()
     }
 
     #[test]
@@ -214,5 +236,31 @@ mod tests {
             "{expected}"
         );
         assert_eq!(text(&family), expected);
+    }
+
+    #[test]
+    fn a_large_family_comes_in_pieces_that_join_into_the_crates_text() {
+        let (name, help) = ("test_pods", "Pods.");
+        let family = PublishedGauges::new(name, help, &["name"]).expect("valid family");
+        let gauges = GaugeVec::new(Opts::new(name, help), &["name"]).expect("valid family");
+        let registry = Registry::new();
+        registry
+            .register(Box::new(gauges.clone()))
+            .expect("registers");
+        let names: Vec<String> = (0..2 * SERIES_PER_CHUNK + 1)
+            .map(|i| format!("pod-{i:04}"))
+            .collect();
+        family.publish(names.iter().map(|n| series(&[n], 1.0)).collect());
+        for n in &names {
+            gauges.with_label_values(&[n.as_str()]).set(1.0);
+        }
+        let pieces: Vec<String> = family.text_chunks().collect();
+        assert_eq!(pieces.len(), 3, "256, 256 and 1 series");
+        assert!(pieces[0].starts_with("# HELP test_pods Pods.\n# TYPE test_pods gauge\n"));
+        assert_eq!(pieces[2], "test_pods{name=\"pod-0512\"} 1\n");
+        let expected = TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encodes");
+        assert_eq!(pieces.concat(), expected);
     }
 }

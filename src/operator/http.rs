@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
 use hyper::header::{ALLOW, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -53,11 +54,14 @@ impl Readiness {
     }
 }
 
-/// A response without streaming: every endpoint here answers with a small, complete body.
+/// A response body: whole, or streamed piece by piece as the connection takes them.
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// One endpoint's answer.
 struct Reply {
     status: StatusCode,
     content_type: &'static str,
-    body: String,
+    body: Body,
 }
 
 impl Reply {
@@ -65,7 +69,22 @@ impl Reply {
         Self {
             status,
             content_type: "text/plain; charset=utf-8",
-            body: body.to_string(),
+            body: Full::new(Bytes::from(body.to_string())).boxed_unsync(),
+        }
+    }
+
+    /// A body written as it is sent (chunked), so that a large one is never held whole.
+    fn streamed(
+        content_type: &'static str,
+        pieces: impl Iterator<Item = String> + Send + 'static,
+    ) -> Self {
+        let frames = pieces
+            .filter(|piece| !piece.is_empty())
+            .map(|piece| Ok(Frame::data(Bytes::from(piece))));
+        Self {
+            status: StatusCode::OK,
+            content_type,
+            body: StreamBody::new(futures::stream::iter(frames)).boxed_unsync(),
         }
     }
 }
@@ -79,16 +98,13 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// `GET /metrics`: every metric of [`metrics::METRICS`] in the text format.
+    /// `GET /metrics`: every metric of [`metrics::METRICS`] in the text format, streamed (at
+    /// 20,000 pods the text is tens of MB).
     pub fn metrics() -> Self {
         Self {
             routes: vec![(
                 "/metrics",
-                Arc::new(|| Reply {
-                    status: StatusCode::OK,
-                    content_type: metrics::TEXT_CONTENT_TYPE,
-                    body: metrics::encode(),
-                }),
+                Arc::new(|| Reply::streamed(metrics::TEXT_CONTENT_TYPE, metrics::exposition())),
             )],
         }
     }
@@ -113,7 +129,7 @@ impl Routes {
         }
     }
 
-    fn respond(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    fn respond(&self, method: &Method, path: &str) -> Response<Body> {
         let reply = match self.routes.iter().find(|(route, _)| *route == path) {
             None => Reply::text(StatusCode::NOT_FOUND, "not found\n"),
             Some(_) if method != Method::GET && method != Method::HEAD => {
@@ -130,8 +146,8 @@ impl Routes {
     }
 }
 
-fn to_response(reply: Reply) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(reply.body)));
+fn to_response(reply: Reply) -> Response<Body> {
+    let mut response = Response::new(reply.body);
     *response.status_mut() = reply.status;
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -190,13 +206,24 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::sync::oneshot;
 
-    /// Status code, headers (lower-cased names) and body of one HTTP/1.1 request.
+    /// Status code, headers (lower-cased) and body of one HTTP/1.0 request (whose response
+    /// body runs to the end of the connection, never chunked).
     async fn fetch(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+        fetch_as(addr, "HTTP/1.0", method, path).await
+    }
+
+    /// Status code, headers (lower-cased) and raw body of one request in `version`.
+    async fn fetch_as(
+        addr: SocketAddr,
+        version: &str,
+        method: &str,
+        path: &str,
+    ) -> (u16, String, String) {
         let mut stream = tokio::net::TcpStream::connect(addr)
             .await
             .expect("connects");
         let request =
-            format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            format!("{method} {path} {version}\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
         stream
             .write_all(request.as_bytes())
             .await
@@ -213,6 +240,22 @@ mod tests {
             .and_then(|s| s.parse().ok())
             .expect("a status code");
         (status, head.to_lowercase(), body.to_string())
+    }
+
+    /// The body of a chunked HTTP/1.1 response: the chunks' data joined.
+    fn dechunk(mut raw: &str) -> String {
+        let mut body = String::new();
+        loop {
+            let (size, rest) = raw.split_once("\r\n").expect("a chunk size line");
+            let size = usize::from_str_radix(size, 16).expect("a hexadecimal chunk size");
+            if size == 0 {
+                return body;
+            }
+            body.push_str(&rest[..size]);
+            raw = rest[size..]
+                .strip_prefix("\r\n")
+                .expect("a chunk ends its line");
+        }
     }
 
     /// Starts `routes` on an ephemeral loopback port; the sender stops the server.
@@ -267,6 +310,13 @@ mod tests {
         assert!(body.contains("# TYPE karpenter_build_info gauge"), "{body}");
         let (status, _, body) = fetch(addr, "HEAD", "/metrics").await;
         assert_eq!((status, body.as_str()), (200, ""));
+
+        let (status, head, chunked) = fetch_as(addr, "HTTP/1.1", "GET", "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(head.contains("\r\ntransfer-encoding: chunked"), "{head}");
+        let body = dechunk(&chunked);
+        assert!(body.contains("# TYPE karpenter_build_info gauge"), "{body}");
+        assert!(body.ends_with('\n') && !body.contains("\n\n"), "{body}");
         stop.send(()).expect("server running");
         server.await.expect("server stops cleanly");
     }

@@ -130,7 +130,9 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    // HTTP/1.0: the body runs to the end of the connection (an HTTP/1.1 client would get
+    // `/metrics` chunked).
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.ok()?;
