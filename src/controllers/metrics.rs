@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::metrics::cluster_state::{self, PodTransitions};
+use crate::metrics::cluster_state::{self, Label, PodTransitions};
 use crate::metrics::status::{
     KindGauges, StatusKind, StatusObject, StatusTracker, StatusUpdate, Transition,
 };
@@ -203,9 +203,9 @@ fn family_of(kind: StatusKind) -> &'static StatusMetrics {
 
 /// Appends the `kind` label of the deprecated aggregate families, which come before the
 /// per-kind extra labels (the aggregate families have none).
-fn with_kind(labels: &[String], base: usize, kind: StatusKind) -> cluster_state::Series {
-    let mut out: Vec<String> = labels[..base].to_vec();
-    out.push(kind.kind().to_string());
+fn with_kind(labels: &[Label], base: usize, kind: StatusKind) -> cluster_state::Series {
+    let mut out: Vec<Label> = labels[..base].to_vec();
+    out.push(kind.kind().into());
     cluster_state::Series {
         labels: out,
         value: 0.0,
@@ -376,9 +376,9 @@ mod tests {
             &by_class,
         );
         assert_eq!(costs.cost.len(), 2);
-        assert_eq!(costs.cost[0].labels, ["default"]);
+        assert_eq!(*costs.cost[0].labels, [Label::from("default")]);
         assert!((costs.cost[0].value - price("m5.large") - price("m5.xlarge")).abs() < 1e-9);
-        assert_eq!(costs.cost[1].labels, ["idle"]);
+        assert_eq!(*costs.cost[1].labels, [Label::from("idle")]);
         assert_eq!(costs.cost[1].value, 0.0);
         assert_eq!(costs.unpriced, [("default".to_string(), "c".to_string())]);
     }
@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn the_deprecated_families_put_kind_after_the_base_labels() {
-        let labels: Vec<String> = [
+        let labels: Vec<Label> = [
             "",
             "a",
             "karpenter.sh",
@@ -458,19 +458,23 @@ mod tests {
             "np",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(|s| Label::from(*s))
         .collect();
         assert_eq!(
             with_kind(&labels, 6, StatusKind::NodeClaim).labels,
-            [
-                "",
-                "a",
-                "karpenter.sh",
-                "Ready",
-                "True",
-                "Ready",
-                "NodeClaim"
-            ]
+            cluster_state::Series::new(
+                [
+                    "",
+                    "a",
+                    "karpenter.sh",
+                    "Ready",
+                    "True",
+                    "Ready",
+                    "NodeClaim"
+                ],
+                0.0
+            )
+            .labels
         );
     }
 }

@@ -6,7 +6,7 @@
 //! Pure: objects and the time in, series out. The metrics controller publishes them every few
 //! seconds, as upstream's node and pod metrics controllers do.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -24,15 +24,24 @@ use crate::snapshot::ClusterPod;
 /// One gauge series: label values in the family's label order, and the value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
-    /// Label values, in the order the family declares its labels.
-    pub labels: Vec<String>,
+    /// Label values, in the order the family declares its labels. Shared: most values (a
+    /// namespace, a node's zone, `true`) repeat over thousands of series, and a pod's name is
+    /// the one its cache entry holds.
+    pub labels: Vec<Label>,
     /// The gauge's value.
     pub value: f64,
 }
 
+/// One label value of a [`Series`].
+pub type Label = Arc<str>;
+
 impl Series {
-    fn new(labels: Vec<String>, value: f64) -> Self {
-        Self { labels, value }
+    /// A series of `labels` (anything that becomes a [`Label`]) and `value`.
+    pub fn new<L: Into<Label>>(labels: impl IntoIterator<Item = L>, value: f64) -> Self {
+        Self {
+            labels: labels.into_iter().map(Into::into).collect(),
+            value,
+        }
     }
 }
 
@@ -268,62 +277,104 @@ fn is_started(pod: &ClusterPod) -> bool {
     condition_status(pod, "Ready") == Some("True")
 }
 
+/// Label values of one metrics pass, each kept once however many series carry it.
+#[derive(Default)]
+struct Interned(HashSet<Label>);
+
+impl Interned {
+    fn get(&mut self, value: &str) -> Label {
+        if let Some(known) = self.0.get(value) {
+            return Arc::clone(known);
+        }
+        let label: Label = value.into();
+        self.0.insert(Arc::clone(&label));
+        label
+    }
+}
+
+/// A pod's name and namespace as series labels: the converted pod's own (a pod in the cache is
+/// converted as it arrives), else copied.
+fn pod_name_labels(pod: &ClusterPod, interned: &mut Interned) -> (Label, Label) {
+    match pod.scheduling_pod() {
+        Ok(p) => (Arc::clone(&p.name), Arc::clone(&p.namespace)),
+        Err(_) => (
+            pod.metadata.name.as_deref().unwrap_or_default().into(),
+            interned.get(pod.metadata.namespace.as_deref().unwrap_or_default()),
+        ),
+    }
+}
+
+/// The labels `karpenter_pods_state` takes from a pod's node: nodepool, zone, arch,
+/// capacity_type, instance_type (empty for a pod on no known node), and whether the node is
+/// managed.
+fn pod_node_labels(node: Option<&Node>, interned: &mut Interned) -> ([Label; 5], Label) {
+    let node_labels = node.and_then(|n| n.metadata.labels.as_ref());
+    let mut value = |key: &str| {
+        interned.get(
+            node_labels
+                .and_then(|l| l.get(key))
+                .map_or("", String::as_str),
+        )
+    };
+    let labels = [
+        value(labels::NODEPOOL),
+        value(labels::ZONE),
+        value(labels::ARCH),
+        value(labels::CAPACITY_TYPE),
+        value(labels::INSTANCE_TYPE),
+    ];
+    let managed = interned.get(&node.is_some_and(is_managed).to_string());
+    (labels, managed)
+}
+
 /// The pod families for `pods`, with node labels from `nodes`. Finished and deleted pods have
 /// no series.
 pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<Utc>) -> PodGauges {
-    let node_by_name: BTreeMap<&str, &Node> = nodes
+    let mut interned = Interned::default();
+    let on_node: HashMap<&str, ([Label; 5], Label)> = nodes
         .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, &**n)))
+        .filter_map(|n| {
+            let name = n.metadata.name.as_deref()?;
+            Some((name, pod_node_labels(Some(n), &mut interned)))
+        })
         .collect();
+    let on_no_node = pod_node_labels(None, &mut interned);
     let mut out = PodGauges::default();
     for pod in pods {
         if pod.is_terminal() {
             continue;
         }
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let (name, namespace) = pod_name_labels(pod, &mut interned);
         let node = pod.node_name();
-        let node_label = |key: &str| {
-            node.and_then(|n| node_by_name.get(n))
-                .and_then(|n| n.metadata.labels.as_ref())
-                .and_then(|l| l.get(key))
-                .cloned()
-                .unwrap_or_default()
-        };
+        let (node_labels, managed) = node.and_then(|n| on_node.get(n)).unwrap_or(&on_no_node);
         let owner = pod
             .metadata
             .owner_references
             .iter()
             .flatten()
             .next()
-            .map(|o| o.name.clone())
+            .map_or("", |o| o.name.as_str());
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
             .unwrap_or_default();
-        let managed = node
-            .and_then(|n| node_by_name.get(n))
-            .is_some_and(|n| is_managed(n));
-        out.state.push(Series::new(
-            vec![
-                name.clone(),
-                namespace.clone(),
-                owner,
-                node.unwrap_or_default().to_string(),
-                node.is_some().to_string(),
-                node_label(labels::NODEPOOL),
-                node_label(labels::ZONE),
-                node_label(labels::ARCH),
-                node_label(labels::CAPACITY_TYPE),
-                node_label(labels::INSTANCE_TYPE),
-                pod.status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_default(),
-                condition_status(pod, "Ready")
-                    .unwrap_or("False")
-                    .to_string(),
-                managed.to_string(),
-            ],
-            1.0,
-        ));
+        let ready = condition_status(pod, "Ready").unwrap_or("False");
+        let mut labels = Vec::with_capacity(13);
+        labels.extend([
+            Arc::clone(&name),
+            Arc::clone(&namespace),
+            interned.get(owner),
+            interned.get(node.unwrap_or_default()),
+            interned.get(&node.is_some().to_string()),
+        ]);
+        labels.extend(node_labels.iter().cloned());
+        labels.extend([
+            interned.get(phase),
+            interned.get(ready),
+            Arc::clone(managed),
+        ]);
+        out.state.push(Series { labels, value: 1.0 });
         let Some(created) = pod.metadata.creation_timestamp.as_ref() else {
             continue;
         };
@@ -332,15 +383,13 @@ pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<U
         }
         if node.is_none() {
             out.unbound_time_seconds.push(Series::new(
-                vec![name.clone(), namespace.clone()],
+                [Arc::clone(&name), Arc::clone(&namespace)],
                 seconds_since(now, created),
             ));
         }
         if !is_started(pod) {
-            out.unstarted_time_seconds.push(Series::new(
-                vec![name, namespace],
-                seconds_since(now, created),
-            ));
+            out.unstarted_time_seconds
+                .push(Series::new([name, namespace], seconds_since(now, created)));
         }
     }
     out
@@ -365,15 +414,15 @@ pub fn provisioning_gauges(
     times: impl Fn(&str) -> Times,
     now: DateTime<Utc>,
 ) -> ProvisioningGauges {
+    let mut interned = Interned::default();
     let mut out = ProvisioningGauges::default();
     for pod in pods {
         if pod.is_terminal() || pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let (name, namespace) = pod_name_labels(pod, &mut interned);
         let t = times(&pod_key(pod));
-        let labels = || vec![name.clone(), namespace.clone()];
+        let labels = || [Arc::clone(&name), Arc::clone(&namespace)];
         let bound = pod.node_name().is_some();
         if let Some(since) = t.schedulable {
             if !bound {
@@ -641,7 +690,7 @@ mod tests {
                 s.labels.ends_with(
                     &last_labels
                         .iter()
-                        .map(|l| l.to_string())
+                        .map(|l| Label::from(*l))
                         .collect::<Vec<_>>(),
                 )
             })
@@ -678,7 +727,7 @@ mod tests {
         assert_eq!(lifetime.value, 100.0);
         let names: Vec<String> = node_metric_labels().into_iter().map(|(_, n)| n).collect();
         let zone = names.iter().position(|n| n == "zone").expect("zone label");
-        assert_eq!(lifetime.labels[zone], "us-east-1a");
+        assert_eq!(&*lifetime.labels[zone], "us-east-1a");
         assert_eq!(
             value(&g.cluster_utilization_percent, &["cpu"]).map(|v| (v * 100.0).round() / 100.0),
             Some(25.51)
@@ -697,27 +746,35 @@ mod tests {
             now(),
         );
         assert_eq!(g.state.len(), 2);
+        assert!(
+            Arc::ptr_eq(&g.state[0].labels[7], &g.state[1].labels[7]),
+            "a label value (here the empty arch) is kept once however many series carry it"
+        );
         assert_eq!(
             g.state[1].labels,
-            [
-                "web",
-                "ns",
-                "web-1",
-                "n1",
-                "true",
-                "default",
-                "us-east-1a",
-                "",
-                "",
-                "",
-                "Running",
-                "True",
-                "true"
-            ]
+            Series::new(
+                [
+                    "web",
+                    "ns",
+                    "web-1",
+                    "n1",
+                    "true",
+                    "default",
+                    "us-east-1a",
+                    "",
+                    "",
+                    "",
+                    "Running",
+                    "True",
+                    "true"
+                ],
+                1.0
+            )
+            .labels
         );
         assert_eq!(
             g.unbound_time_seconds,
-            [Series::new(vec!["pending".into(), "ns".into()], 100.0)]
+            [Series::new(["pending", "ns"], 100.0)]
         );
         assert_eq!(g.unstarted_time_seconds.len(), 1);
 
@@ -778,7 +835,7 @@ mod tests {
             pod("unknown", None, false, false),
         ];
         let g = provisioning_gauges(&pods, times, now());
-        let one = |name: &str, v: f64| vec![Series::new(vec![name.into(), "ns".into()], v)];
+        let one = |name: &str, v: f64| vec![Series::new([name, "ns"], v)];
         assert_eq!(g.unbound_time_seconds, one("pending", 94.0));
         assert_eq!(g.unstarted_time_seconds, one("pending", 94.0));
         assert_eq!(g.scheduling_undecided_time_seconds, one("waiting", 40.0));

@@ -141,7 +141,7 @@ impl Inner {
             out.push(separator);
             out.push_str(&names[i]);
             out.push_str("=\"");
-            escape(out, s.labels.get(i).map_or("", String::as_str), true);
+            escape(out, s.labels.get(i).map_or("", |l| &**l), true);
             out.push('"');
             separator = ',';
         }
@@ -174,10 +174,7 @@ mod tests {
     use super::*;
 
     fn series(labels: &[&str], value: f64) -> Series {
-        Series {
-            labels: labels.iter().map(|l| l.to_string()).collect(),
-            value,
-        }
+        Series::new(labels.iter().copied(), value)
     }
 
     fn text(family: &PublishedGauges) -> String {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 
-use super::cluster_state::Series;
+use super::cluster_state::{Label, Series};
 use crate::apis::conditions::Condition;
 use crate::apis::{EC2NodeClass, NodeClaim, NodePool, labels};
 
@@ -272,6 +272,7 @@ impl StatusTracker {
                     c.reason.clone(),
                 ];
                 labels.extend(o.extra_labels.iter().cloned());
+                let labels: Vec<Label> = labels.into_iter().map(Label::from).collect();
                 gauges.condition_count.push(Series {
                     labels: labels.clone(),
                     value: 1.0,
@@ -296,14 +297,10 @@ impl StatusTracker {
             }
             conditions.insert(key.clone(), now_conditions);
             if let Some(since) = o.deleting_since {
-                gauges.termination_current_time_seconds.push(Series {
-                    labels: vec![
-                        o.namespace.clone(),
-                        o.name.clone(),
-                        o.kind.group().to_string(),
-                    ],
-                    value: seconds(since, now),
-                });
+                gauges.termination_current_time_seconds.push(Series::new(
+                    [o.namespace.as_str(), o.name.as_str(), o.kind.group()],
+                    seconds(since, now),
+                ));
                 deleting.insert(key, since);
             }
         }
@@ -351,7 +348,7 @@ mod tests {
         let mut tracker = StatusTracker::default();
         let update = tracker.observe(&[claim("False", 0, None)], at(30));
         let g = &update.gauges[&StatusKind::NodeClaim];
-        let labels: Vec<String> = [
+        let labels: Vec<Label> = [
             "",
             "default-abc",
             "karpenter.sh",
@@ -362,7 +359,7 @@ mod tests {
             "default",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(|s| Label::from(*s))
         .collect();
         assert_eq!(
             g.condition_count,

@@ -605,10 +605,7 @@ fn touch_every_family() {
     }
     for g in published.into_iter().chain(status_published) {
         let n = g.label_names().len();
-        g.publish(vec![Series {
-            labels: vec!["x".to_string(); n],
-            value: 1.0,
-        }]);
+        g.publish(vec![Series::new(vec!["x"; n], 1.0)]);
     }
     for c in counter_vecs.into_iter().chain(status_counters) {
         let n = c.desc()[0].variable_labels.len();

@@ -826,10 +826,7 @@ pub async fn wait_for_batch(changed: &Notify, window: BatchWindow) {
 fn publish_zones(by_zone: &BTreeMap<String, usize>) {
     let series: Vec<Series> = by_zone
         .iter()
-        .map(|(zone, n)| Series {
-            labels: vec!["provisioner".to_string(), zone.clone()],
-            value: *n as f64,
-        })
+        .map(|(zone, n)| Series::new(["provisioner", zone.as_str()], *n as f64))
         .collect();
     METRICS
         .scheduler_pending_pods_by_effective_zone_count
