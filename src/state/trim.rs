@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use k8s_openapi::api::core::v1::{Container, Node, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Node, PodCondition, PodSpec, PodStatus};
 use kube::Resource;
 
 use crate::scheduling::pod_shapes::PodShapes;
@@ -27,10 +27,15 @@ pub fn metadata<K: Resource>(object: &mut K) {
     }
 }
 
+/// The pod conditions anything here reads: whether the pod was found unschedulable, and when it
+/// became ready (metrics).
+const READ_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
+
 /// Keeps of a pod what scheduling, disruption and draining read: its metadata, the scheduling
 /// parts of its spec (requests and overhead, host ports, sidecars' restart policy, node
 /// selection, affinity, tolerations, spread, priority, the volumes that are claims, DRA claims,
-/// the grace period) and the phase, conditions, start time and nominated node of its status.
+/// the grace period) and the phase, the [`READ_CONDITIONS`] (type, status, reason, transition
+/// time), start time and nominated node of its status.
 pub fn pod(pod: &mut ClusterPod) {
     metadata(pod);
     {
@@ -54,16 +59,25 @@ pub fn pod(pod: &mut ClusterPod) {
         spec.security_context = None;
     }
     if let Some(status) = pod.status.as_mut().map(Arc::make_mut) {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
-        status.resource_claim_statuses = None;
-        status.host_ips = None;
-        status.pod_ips = None;
-        status.message = None;
-        for c in status.conditions.iter_mut().flatten() {
-            c.message = None;
-        }
+        *status = PodStatus {
+            phase: status.phase.take(),
+            conditions: status.conditions.take().map(|conditions| {
+                conditions
+                    .into_iter()
+                    .filter(|c| READ_CONDITIONS.contains(&c.type_.as_str()))
+                    .map(|c| PodCondition {
+                        type_: c.type_,
+                        status: c.status,
+                        reason: c.reason,
+                        last_transition_time: c.last_transition_time,
+                        ..PodCondition::default()
+                    })
+                    .collect()
+            }),
+            start_time: status.start_time.take(),
+            nominated_node_name: status.nominated_node_name.take(),
+            ..PodStatus::default()
+        };
     }
 }
 
@@ -71,31 +85,41 @@ pub fn pod(pod: &mut ClusterPod) {
 /// spec when their trimmed specs are equal, as they are for replicas once the per-pod parts
 /// (the binding, the service-account token volume) are gone: at 20,000 pods from a hundred
 /// Deployments that keeps a hundred specs instead of 20,000. A pod whose spec differs (a
-/// StatefulSet's hostname, a resized pod) keeps its own. Each pod is then converted for the
-/// scheduler, once, sharing its shape with its siblings' ([`PodShapes`]).
+/// StatefulSet's hostname, a resized pod) keeps its own. Trimmed statuses are shared the same
+/// way: replicas created, scheduled or started in the same second have equal ones. Each pod is
+/// then converted for the scheduler, once, sharing its shape with its siblings'
+/// ([`PodShapes`]).
 #[derive(Default)]
 pub struct SharedSpecs {
-    /// The last spec seen per controller UID; an entry lives as long as a pod holds the spec.
-    by_owner: HashMap<String, Weak<PodSpec>>,
+    /// The last spec and status seen per controller UID; an entry lives as long as a pod holds
+    /// the spec.
+    by_owner: HashMap<String, Siblings>,
     /// Entries added since dead ones were last dropped.
     added: usize,
     /// The scheduler's view of the pods, shared per spec and labels.
     shapes: PodShapes,
 }
 
+/// What the last pod of one controller had, for the next one to share.
+struct Siblings {
+    spec: Weak<PodSpec>,
+    status: Weak<PodStatus>,
+}
+
 /// Dead entries are dropped once this many, or as many as the table holds, were added.
 const SHARED_SPECS_PRUNE_AFTER: usize = 1024;
 
 impl SharedSpecs {
-    /// Trims `p`, shares its spec with its siblings' and converts it.
+    /// Trims `p`, shares its spec and status with its siblings' and converts it.
     pub fn trim(&mut self, p: &mut ClusterPod) {
         pod(p);
-        self.share_spec(p);
+        self.share(p);
         p.convert_with(&mut self.shapes);
     }
 
-    /// Gives `p` its controller's last spec when they are equal.
-    fn share_spec(&mut self, p: &mut ClusterPod) {
+    /// Gives `p` its controller's last spec and status where they are equal to its own, and
+    /// makes its own the ones the next sibling is compared with where they are not.
+    fn share(&mut self, p: &mut ClusterPod) {
         let Some(owner) = p
             .metadata
             .owner_references
@@ -105,18 +129,31 @@ impl SharedSpecs {
         else {
             return;
         };
-        if let Some(shared) = self.by_owner.get(&owner.uid).and_then(Weak::upgrade)
-            && *shared == *p.spec
-        {
-            p.spec = shared;
+        let status = p.status.as_ref().map_or_else(Weak::new, Arc::downgrade);
+        let Some(last) = self.by_owner.get_mut(&owner.uid) else {
+            self.by_owner.insert(
+                owner.uid.clone(),
+                Siblings {
+                    spec: Arc::downgrade(&p.spec),
+                    status,
+                },
+            );
+            self.added += 1;
+            if self.added >= self.by_owner.len().max(SHARED_SPECS_PRUNE_AFTER) {
+                self.by_owner.retain(|_, last| last.spec.strong_count() > 0);
+                self.added = 0;
+            }
             return;
+        };
+        match last.spec.upgrade() {
+            Some(shared) if *shared == *p.spec => p.spec = shared,
+            _ => last.spec = Arc::downgrade(&p.spec),
         }
-        self.by_owner
-            .insert(owner.uid.clone(), Arc::downgrade(&p.spec));
-        self.added += 1;
-        if self.added >= self.by_owner.len().max(SHARED_SPECS_PRUNE_AFTER) {
-            self.by_owner.retain(|_, spec| spec.strong_count() > 0);
-            self.added = 0;
+        if let Some(own) = p.status.as_mut() {
+            match last.status.upgrade() {
+                Some(shared) if *shared == **own => *own = shared,
+                _ => last.status = status,
+            }
         }
     }
 }
@@ -188,7 +225,13 @@ mod tests {
             "status": {
                 "phase": "Running",
                 "startTime": "2026-11-25T10:00:00Z",
-                "conditions": [{"type": "PodScheduled", "status": "True", "message": "long text"}],
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "message": "long text", "lastTransitionTime": "2026-11-25T10:00:00Z"},
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": "Ready", "status": "True", "lastProbeTime": null},
+                ],
+                "qosClass": "Burstable",
+                "hostIP": "10.0.0.9",
                 "containerStatuses": [{"name": "app", "image": "registry/app:1", "imageID": "sha256:x", "ready": true, "restartCount": 0}],
                 "podIPs": [{"ip": "10.0.0.1"}],
             },
@@ -230,7 +273,27 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert!(status.start_time.is_some());
         assert!(status.container_statuses.is_none());
-        assert_eq!(status.conditions.as_ref().map(Vec::len), Some(1));
+        let conditions: Vec<(&str, &str, bool, bool)> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c.type_.as_str(),
+                    c.status.as_str(),
+                    c.last_transition_time.is_some(),
+                    c.message.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            conditions,
+            [
+                ("PodScheduled", "True", true, false),
+                ("Ready", "True", false, false)
+            ]
+        );
+        assert!(status.qos_class.is_none() && status.host_ip.is_none());
         assert!(trimmed.metadata.managed_fields.is_none());
         let annotations = trimmed.metadata.annotations.as_ref().expect("annotations");
         assert!(annotations.contains_key("karpenter.sh/do-not-disrupt"));
@@ -275,6 +338,8 @@ mod tests {
             replica("web-2", "node-b", "r"),
         );
         assert!(Arc::ptr_eq(&a.spec, &b.spec), "replicas share the spec");
+        let status = |p: &ClusterPod| p.status.clone().expect("a status");
+        assert!(Arc::ptr_eq(&status(&a), &status(&b)), "and an equal status");
         assert_eq!(
             (a.node_name(), b.node_name()),
             (Some("node-a"), Some("node-b"))
@@ -304,6 +369,10 @@ mod tests {
             "a different spec is its own"
         );
         assert_eq!(scheduled(&resized).priority, 1, "and so is its shape");
+        assert!(
+            Arc::ptr_eq(&status(&a), &status(&resized)),
+            "its status is still its siblings'"
+        );
         let mut resized_too = served_pod();
         Arc::make_mut(&mut resized_too.spec).priority = Some(1);
         shared.trim(&mut resized_too);
@@ -311,5 +380,12 @@ mod tests {
             Arc::ptr_eq(&resized.spec, &resized_too.spec),
             "the latest spec of an owner is the one shared"
         );
+        let mut started_later = served_pod();
+        if let Some(s) = started_later.status.as_mut() {
+            Arc::make_mut(s).start_time = None;
+        }
+        shared.trim(&mut started_later);
+        assert!(!Arc::ptr_eq(&status(&a), &status(&started_later)));
+        assert_eq!(status(&started_later).start_time, None);
     }
 }
