@@ -1151,6 +1151,89 @@ async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023()
     assert_eq!(c["cidr"], "10.100.0.0/16");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_eks_control_plane_describe_clusters_version_picks_the_alias_amis() {
+    use aws_sdk_eks::types::VpcConfigRequest;
+    use karpenter_rs::cloudprovider::aws::version::{self, Refreshed, Source};
+    let Some(moto) = Moto::start() else { return };
+    // The provider starts on a version no alias AMI is published for in the fixture.
+    let env = env_with(&moto, None, |s| s.kubernetes_version = "1.31".into()).await;
+    let err = env
+        .provider
+        .resolve(&al2023())
+        .await
+        .expect_err("no 1.31 alias parameters");
+    assert_eq!(err.reason, "AMINotFound");
+    let eks = aws_sdk_eks::Client::new(&env.config);
+    eks.create_cluster()
+        .name("demo")
+        .version("1.33")
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(VpcConfigRequest::builder().subnet_ids("subnet-1").build())
+        .send()
+        .await
+        .expect("cluster");
+    // EKS_CONTROL_PLANE=true without KUBERNETES_VERSION: the API server is never asked (this
+    // client points nowhere), DescribeCluster is.
+    let nowhere = kube::Client::try_from(kube::Config::new(
+        "http://127.0.0.1:9".parse().expect("url"),
+    ))
+    .expect("client");
+    let origin = version::origin("", true).expect("origin");
+    let source = Source::new(origin.clone(), &eks, "demo", &nowhere);
+    assert_eq!(source.read().await.as_deref(), Ok("1.33"));
+    assert_eq!(
+        version::refresh(&env.provider, &source).await,
+        Ok(Refreshed::Changed {
+            from: "1.31".into(),
+            to: "1.33".into(),
+            unsupported: None
+        })
+    );
+    assert_eq!(env.provider.kubernetes_version(), "1.33");
+    // The next resolution, without a restart, reads the 1.33 alias parameters.
+    let status = env.provider.resolve(&al2023()).await.expect("resolve");
+    let amis: BTreeSet<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(
+        amis,
+        BTreeSet::from([
+            "ami-0a20230000000a001",
+            "ami-0a20230000000a002",
+            "ami-0a20230000000a003"
+        ])
+    );
+    assert_eq!(
+        version::refresh(&env.provider, &source).await,
+        Ok(Refreshed::Unchanged)
+    );
+    // A failed read (no such cluster) keeps the version.
+    let gone = Source::new(origin, &eks, "gone", &nowhere);
+    let err = version::refresh(&env.provider, &gone)
+        .await
+        .expect_err("no cluster");
+    assert!(
+        err.contains("eks:DescribeCluster") && err.contains("\"gone\""),
+        "{err}"
+    );
+    assert_eq!(env.provider.kubernetes_version(), "1.33");
+    // KUBERNETES_VERSION wins over DescribeCluster; a version outside 1.26..1.36 is used and
+    // reported.
+    let setting = Source::new(
+        version::origin("1.25", true).expect("origin"),
+        &eks,
+        "demo",
+        &nowhere,
+    );
+    match version::refresh(&env.provider, &setting).await {
+        Ok(Refreshed::Changed {
+            to,
+            unsupported: Some(why),
+            ..
+        }) => assert!(to == "1.25" && why.contains("1.26 to 1.36"), "{to}: {why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Instances of the cluster that are not terminated (or terminating).
 async fn live_instances(env: &Env) -> Vec<karpenter_rs::cloudprovider::Instance> {
     env.provider.list().await.expect("list")
