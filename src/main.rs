@@ -254,17 +254,33 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 (Arc::new(Instrumented::new(cloud.clone())), Some(cloud))
             }
             CloudProviderKind::Aws => {
-                let version = client
-                    .apiserver_version()
-                    .await
-                    .context("reading the Kubernetes version (it picks the EKS AMIs)")?;
                 let sdk = aws::config_loader(&region).load().await;
+                let eks = aws_sdk_eks::Client::new(&sdk);
+                // KUBERNETES_VERSION, else eks:DescribeCluster with EKS_CONTROL_PLANE, else the
+                // API server: read now (no start without it) and every 5 minutes after.
+                let version_source = aws::version::Source::new(
+                    aws::version::origin(
+                        &settings.kubernetes_version,
+                        settings.eks_control_plane,
+                    )
+                    .map_err(|e| anyhow::anyhow!(e))?,
+                    &eks,
+                    &settings.cluster_name,
+                    &client,
+                );
+                let kubernetes_version = version_source.read().await.map_err(|e| {
+                    anyhow::anyhow!("{e} (the Kubernetes version picks the EKS AMIs)")
+                })?;
+                tracing::info!(version = %kubernetes_version, "Kubernetes version");
+                if let Some(why) = aws::version::unsupported(&kubernetes_version) {
+                    tracing::error!(version = %kubernetes_version, "{why}");
+                }
                 let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
                 // Nodes need the endpoint, CA bundle and (AL2023) service CIDR in their user
                 // data: what the settings leave out comes from eks:DescribeCluster, or the
                 // controller does not start.
                 let cluster = aws::cluster::discover(
-                    &aws_sdk_eks::Client::new(&sdk),
+                    &eks,
                     &settings.cluster_name,
                     Some(&settings.cluster_endpoint),
                     Some(&settings.cluster_ca_bundle),
@@ -279,11 +295,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     cluster_name: settings.cluster_name.clone(),
                     cluster_endpoint: cluster.info.endpoint,
                     cluster_ca_bundle: Some(cluster.info.ca_bundle),
-                    kubernetes_version: format!(
-                        "{}.{}",
-                        version.major,
-                        version.minor.trim_end_matches('+')
-                    ),
+                    kubernetes_version,
                     service_cidr: cluster.info.service_cidr,
                     isolated_vpc: settings.isolated_vpc,
                     reserved_enis: settings.reserved_enis,
@@ -306,6 +318,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("loading EC2 instance types: {e}"))?;
                 aws::log_refresh(&report);
                 tokio::spawn(cloud.clone().run_refresh());
+                tokio::spawn(aws::version::run_refresh(cloud.clone(), version_source));
                 (Arc::new(Instrumented::new(cloud)), None)
             }
         };

@@ -28,7 +28,7 @@ use kube::runtime::events::Reporter;
 use kube::{Client, Config};
 use serde_json::json;
 
-use harness::{Moto, sdk_config};
+use harness::{Moto, create_queue, sdk_config};
 use k8s::client;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -205,15 +205,7 @@ fn a_spot_interruption_deletes_the_nodeclaim_and_is_kept_until_that_succeeds() {
         let queue = "karpenter-demo";
         let config = sdk_config(&moto).await;
         let sqs = aws_sdk_sqs::Client::new(&config);
-        let url = sqs
-            .create_queue()
-            .queue_name(queue)
-            .send()
-            .await
-            .expect("queue")
-            .queue_url()
-            .expect("url")
-            .to_string();
+        let url = create_queue(&config, queue).await;
         let aws = provider(&moto, Some(queue), clock.clone()).await;
 
         // A spot instance in moto, and a NodeClaim in the cluster whose providerID points at it.

@@ -16,7 +16,7 @@ use aws_sdk_ec2::types::{Filter, InstanceAttributeName, ResourceType, Tag, TagSp
 use base64::Engine as _;
 use chrono::Utc;
 use karpenter_rs::apis::conditions::{self, Condition};
-use karpenter_rs::apis::ec2nodeclass::NodeClassCondition;
+use karpenter_rs::apis::ec2nodeclass::{EC2NodeClassStatus, NodeClassCondition};
 use karpenter_rs::apis::{EC2NodeClass, NodeClaim, labels};
 use karpenter_rs::clock::FakeClock;
 use karpenter_rs::cloudprovider::aws::userdata::parse_mime;
@@ -33,7 +33,7 @@ use karpenter_rs::metrics::METRICS;
 use karpenter_rs::scheduling::instance_type::{CapacityType, InstanceType};
 use karpenter_rs::scheduling::resources;
 
-use harness::{Moto, sdk_config};
+use harness::{Moto, create_queue, sdk_config};
 
 /// The AWS side of a test: a VPC with two tagged subnets and one untagged, a tagged and an
 /// untagged security group, the node role, and the provider.
@@ -173,6 +173,14 @@ async fn env_with(moto: &Moto, queue: Option<&str>, adjust: impl FnOnce(&mut Aws
     }
 }
 
+/// [`env`] with the interruption queue `karpenter-demo` created; and the queue's URL.
+async fn env_with_queue(moto: &Moto) -> (Env, String) {
+    let queue = "karpenter-demo";
+    let env = env(moto, Some(queue)).await;
+    let url = create_queue(&env.config, queue).await;
+    (env, url)
+}
+
 fn nodeclass(name: &str, extra: &str) -> EC2NodeClass {
     serde_yaml_ng::from_str(&format!(
         "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: {name}, uid: uid-{name}}}\nspec:\n  role: KarpenterNodeRole-demo\n  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]\n  tags: {{team: platform}}\n{extra}"
@@ -182,6 +190,36 @@ fn nodeclass(name: &str, extra: &str) -> EC2NodeClass {
 
 fn al2023() -> EC2NodeClass {
     nodeclass("default", "  amiSelectorTerms: [{alias: al2023@latest}]\n")
+}
+
+/// The images `al2023@latest` resolves to on Kubernetes 1.33 (tests/moto/public-parameters.json):
+/// x86_64 and arm64 standard, x86_64 NVIDIA.
+const AL2023_AMIS: [&str; 3] = [
+    "ami-0a20230000000a001",
+    "ami-0a20230000000a002",
+    "ami-0a20230000000a003",
+];
+
+/// The IDs of the images a resolution selected.
+fn ami_ids(status: &EC2NodeClassStatus) -> BTreeSet<&str> {
+    status.amis.iter().map(|a| a.id.as_str()).collect()
+}
+
+/// A class whose image is a user's own SSM parameter, `/platform/node-ami`, which this puts
+/// (pointing at `ami-0c0570000000c0001`).
+async fn user_parameter_class(env: &Env) -> EC2NodeClass {
+    env.ssm
+        .put_parameter()
+        .name("/platform/node-ami")
+        .value("ami-0c0570000000c0001")
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .send()
+        .await
+        .expect("parameter");
+    nodeclass(
+        "param",
+        "  amiFamily: AL2023\n  amiSelectorTerms: [{ssmParameter: /platform/node-ami}]\n",
+    )
 }
 
 /// Resolves the node class and marks it Ready, as the EC2NodeClass controller does.
@@ -206,6 +244,14 @@ fn claim(name: &str, types: &[&str], capacity: &[&str]) -> NodeClaim {
         capacity.join(", ")
     ))
     .expect("nodeclaim")
+}
+
+/// Launches NodeClaim `name` on `class` as an on-demand `instance_type`.
+async fn launch_on_demand(env: &Env, class: &EC2NodeClass, name: &str, instance_type: &str) {
+    env.provider
+        .create(&claim(name, &[instance_type], &["on-demand"]), class)
+        .await
+        .expect("launch");
 }
 
 async fn instances_of(env: &Env, claim: &str) -> Vec<aws_sdk_ec2::types::Instance> {
@@ -259,15 +305,27 @@ async fn reserved_market_type(
             .is_none_or(|o| o.is_empty()),
         "{fleet}"
     );
-    let name =
-        fleet["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name");
-    launch_template_of(env, name)
+    launch_template_of(env, &fleet_template(fleet))
         .await
         .instance_market_options()
         .and_then(|m| m.market_type())
         .cloned()
+}
+
+/// The name of the launch template a CreateFleet request (as moto recorded it) used first.
+fn fleet_template(fleet: &serde_json::Value) -> String {
+    fleet["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
+        .as_str()
+        .expect("template name")
+        .to_string()
+}
+
+/// The data of the launch template the first CreateFleet request used.
+async fn first_launch_template(
+    env: &Env,
+    moto: &mut Moto,
+) -> aws_sdk_ec2::types::ResponseLaunchTemplateData {
+    launch_template_of(env, &fleet_template(&moto.fleets()[0])).await
 }
 
 async fn launch_template_of(
@@ -323,15 +381,7 @@ async fn tag_selectors_and_the_al2023_alias_resolve() {
         .collect();
     assert_eq!(groups, [env.groups["nodes"].as_str()]);
     // al2023@latest reads the EKS SSM parameters: one image per architecture and variant.
-    let amis: BTreeSet<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
-    assert_eq!(
-        amis,
-        BTreeSet::from([
-            "ami-0a20230000000a001",
-            "ami-0a20230000000a002",
-            "ami-0a20230000000a003"
-        ])
-    );
+    assert_eq!(ami_ids(&status), BTreeSet::from(AL2023_AMIS));
     let nvidia = status
         .amis
         .iter()
@@ -461,18 +511,7 @@ async fn resolutions_within_upstreams_cache_lifetimes_share_their_lookups() {
     );
 
     // A user's own parameter is read again after five minutes.
-    env.ssm
-        .put_parameter()
-        .name("/platform/node-ami")
-        .value("ami-0c0570000000c0001")
-        .r#type(aws_sdk_ssm::types::ParameterType::String)
-        .send()
-        .await
-        .expect("parameter");
-    let by_parameter = nodeclass(
-        "param",
-        "  amiFamily: AL2023\n  amiSelectorTerms: [{ssmParameter: /platform/node-ami}]\n",
-    );
+    let by_parameter = user_parameter_class(&env).await;
     env.provider.resolve(&by_parameter).await.expect("resolve");
     env.clock.advance(chrono::Duration::minutes(4));
     let before = lookups(&mut moto);
@@ -584,11 +623,7 @@ async fn a_launch_makes_one_tagged_instance_and_a_retry_finds_it() {
         .collect();
     assert_eq!(overrides.len(), 4, "2 types x 2 zones: {overrides:?}");
     assert_eq!(configs[0]["Overrides"][0]["InstanceType"], "m5.large");
-    let template =
-        fleet["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
+    let template = fleet_template(fleet);
     assert!(template.starts_with("karpenter.k8s.aws/"));
     let data = launch_template_of(&env, &template).await;
     let bdm = &data.block_device_mappings()[0];
@@ -645,13 +680,7 @@ async fn bottlerocket_nodes_get_merged_toml_user_data_and_a_data_volume() {
     );
     // Bottlerocket's default volumes: a small OS volume and the 20Gi data volume that holds
     // images and pod storage.
-    let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
-    let data = launch_template_of(&env, &template).await;
+    let data = first_launch_template(&env, &mut moto).await;
     // Device, size in GiB, encrypted, volume type.
     let volumes: Vec<String> = data
         .block_device_mappings()
@@ -862,18 +891,7 @@ async fn delete_terminates_and_get_reports_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spot_interruption_marks_the_pool_and_asks_to_delete_the_nodeclaim() {
     let Some(moto) = Moto::start() else { return };
-    let queue = "karpenter-demo";
-    let env = env(&moto, Some(queue)).await;
-    let url = env
-        .sqs
-        .create_queue()
-        .queue_name(queue)
-        .send()
-        .await
-        .expect("queue")
-        .queue_url()
-        .expect("url")
-        .to_string();
+    let (env, url) = env_with_queue(&moto).await;
     let class = ready(&env, al2023()).await;
     let c = claim("default-spot1", &["m5.large"], &["spot"]);
     let launched = env.provider.create(&c, &class).await.expect("launch");
@@ -1133,13 +1151,7 @@ async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023()
     })
     .await;
     let class = ready(&env, al2023()).await;
-    env.provider
-        .create(
-            &claim("default-eks01", &["m5.large"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
+    launch_on_demand(&env, &class, "default-eks01", "m5.large").await;
     let instance = &instances_of(&env, "default-eks01").await[0];
     let text = user_data(&env, instance.instance_id().expect("id")).await;
     let parts = parse_mime(&text).expect("MIME").expect("parts");
@@ -1149,6 +1161,81 @@ async fn describe_cluster_supplies_the_endpoint_ca_and_service_cidr_for_al2023()
     assert_eq!(c["apiServerEndpoint"], info.endpoint.as_str());
     assert_eq!(c["certificateAuthority"], info.ca_bundle.as_str());
     assert_eq!(c["cidr"], "10.100.0.0/16");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_eks_control_plane_describe_clusters_version_picks_the_alias_amis() {
+    use aws_sdk_eks::types::VpcConfigRequest;
+    use karpenter_rs::cloudprovider::aws::version::{self, Refreshed, Source};
+    let Some(moto) = Moto::start() else { return };
+    // The provider starts on a version no alias AMI is published for in the fixture.
+    let env = env_with(&moto, None, |s| s.kubernetes_version = "1.31".into()).await;
+    let err = env
+        .provider
+        .resolve(&al2023())
+        .await
+        .expect_err("no 1.31 alias parameters");
+    assert_eq!(err.reason, "AMINotFound");
+    let eks = aws_sdk_eks::Client::new(&env.config);
+    eks.create_cluster()
+        .name("demo")
+        .version("1.33")
+        .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+        .resources_vpc_config(VpcConfigRequest::builder().subnet_ids("subnet-1").build())
+        .send()
+        .await
+        .expect("cluster");
+    // EKS_CONTROL_PLANE=true without KUBERNETES_VERSION: the API server is never asked (this
+    // client points nowhere), DescribeCluster is.
+    let nowhere = kube::Client::try_from(kube::Config::new(
+        "http://127.0.0.1:9".parse().expect("url"),
+    ))
+    .expect("client");
+    let origin = version::origin("", true).expect("origin");
+    let source = Source::new(origin.clone(), &eks, "demo", &nowhere);
+    assert_eq!(source.read().await.as_deref(), Ok("1.33"));
+    assert_eq!(
+        version::refresh(&env.provider, &source).await,
+        Ok(Refreshed::Changed {
+            from: "1.31".into(),
+            to: "1.33".into(),
+            unsupported: None
+        })
+    );
+    assert_eq!(env.provider.kubernetes_version(), "1.33");
+    // The next resolution, without a restart, reads the 1.33 alias parameters.
+    let status = env.provider.resolve(&al2023()).await.expect("resolve");
+    assert_eq!(ami_ids(&status), BTreeSet::from(AL2023_AMIS));
+    assert_eq!(
+        version::refresh(&env.provider, &source).await,
+        Ok(Refreshed::Unchanged)
+    );
+    // A failed read (no such cluster) keeps the version.
+    let gone = Source::new(origin, &eks, "gone", &nowhere);
+    let err = version::refresh(&env.provider, &gone)
+        .await
+        .expect_err("no cluster");
+    assert!(
+        err.contains("eks:DescribeCluster") && err.contains("\"gone\""),
+        "{err}"
+    );
+    assert_eq!(env.provider.kubernetes_version(), "1.33");
+    // KUBERNETES_VERSION wins over DescribeCluster; a version outside 1.26..1.36 is used and
+    // reported.
+    let setting = Source::new(
+        version::origin("1.25", true).expect("origin"),
+        &eks,
+        "demo",
+        &nowhere,
+    );
+    match version::refresh(&env.provider, &setting).await {
+        Ok(Refreshed::Changed {
+            to,
+            unsupported: Some(why),
+            ..
+        }) => assert!(to == "1.25" && why.contains("1.26 to 1.36"), "{to}: {why}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// Instances of the cluster that are not terminated (or terminating).
@@ -1236,18 +1323,8 @@ async fn a_launch_template_deleted_behind_the_cache_is_made_again_once() {
     };
     let env = env(&moto, None).await;
     let class = ready(&env, al2023()).await;
-    env.provider
-        .create(
-            &claim("default-lt001", &["m5.large"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
-    let template = moto.fleets()[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
-        ["LaunchTemplateName"]
-        .as_str()
-        .expect("template name")
-        .to_string();
+    launch_on_demand(&env, &class, "default-lt001", "m5.large").await;
+    let template = fleet_template(&moto.fleets()[0]);
     env.ec2
         .delete_launch_template()
         .launch_template_name(&template)
@@ -1308,13 +1385,7 @@ async fn launches_never_refresh_and_the_background_refresh_runs_when_due() {
         .advance(chrono::Duration::hours(12) + chrono::Duration::seconds(1));
     assert!(env.provider.refresh_due());
     // Twelve hours on, a launch and a scheduling read still use what was loaded.
-    env.provider
-        .create(
-            &claim("default-ref01", &["m5.large"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
+    launch_on_demand(&env, &class, "default-ref01", "m5.large").await;
     env.provider.instance_types(&class).await.expect("types");
     assert_eq!(moto.calls("DescribeInstanceTypes"), described);
     // The background schedule's step refreshes, once.
@@ -1340,18 +1411,8 @@ async fn identical_launches_that_arrive_together_share_one_create_fleet() {
     let env = env(&moto, None).await;
     let class = ready(&env, al2023()).await;
     // A launch through the provider makes the launch template the batch uses.
-    env.provider
-        .create(
-            &claim("default-bat00", &["m5.large"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
-    let template = moto.fleets()[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
-        ["LaunchTemplateName"]
-        .as_str()
-        .expect("template name")
-        .to_string();
+    launch_on_demand(&env, &class, "default-bat00", "m5.large").await;
+    let template = fleet_template(&moto.fleets()[0]);
     let request = |instance_type: &str| FleetRequest {
         capacity_type: CapacityType::OnDemand,
         reservation: ReservationKind::OnDemand,
@@ -1605,12 +1666,7 @@ async fn windows_aliases_resolve_through_ssm_and_boot_with_the_eks_script() {
         text.contains("karpenter.sh/unregistered:NoExecute"),
         "{text}"
     );
-    let template = moto.fleets()[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]
-        ["LaunchTemplateName"]
-        .as_str()
-        .expect("template name")
-        .to_string();
-    let data = launch_template_of(&env, &template).await;
+    let data = first_launch_template(&env, &mut moto).await;
     let root = &data.block_device_mappings()[0];
     assert_eq!(root.device_name(), Some("/dev/sda1"));
     assert_eq!(root.ebs().and_then(|e| e.volume_size()), Some(50));
@@ -1625,9 +1681,8 @@ async fn ami_terms_select_by_name_and_owner_and_by_ssm_parameter() {
         "  amiFamily: AL2023\n  amiSelectorTerms: [{name: 'amazon-eks-node-al2023-*-standard-1.33-*', owner: '602401143452'}]\n",
     );
     let status = env.provider.resolve(&named).await.expect("resolve");
-    let amis: BTreeSet<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
     assert_eq!(
-        amis,
+        ami_ids(&status),
         BTreeSet::from(["ami-0a20230000000a001", "ami-0a20230000000a002"])
     );
     let stranger = nodeclass(
@@ -1642,18 +1697,7 @@ async fn ami_terms_select_by_name_and_owner_and_by_ssm_parameter() {
     assert_eq!(err.condition, NodeClassCondition::AMIsReady);
     assert!(err.to_string().contains("owner 123456789012"), "{err}");
 
-    env.ssm
-        .put_parameter()
-        .name("/platform/node-ami")
-        .value("ami-0c0570000000c0001")
-        .r#type(aws_sdk_ssm::types::ParameterType::String)
-        .send()
-        .await
-        .expect("parameter");
-    let by_parameter = nodeclass(
-        "param",
-        "  amiFamily: AL2023\n  amiSelectorTerms: [{ssmParameter: /platform/node-ami}]\n",
-    );
+    let by_parameter = user_parameter_class(&env).await;
     let status = env.provider.resolve(&by_parameter).await.expect("resolve");
     let amis: Vec<&str> = status.amis.iter().map(|a| a.id.as_str()).collect();
     assert_eq!(amis, ["ami-0c0570000000c0001"]);
@@ -1794,11 +1838,7 @@ async fn fleet_targeting(
     env: &Env,
     fleet: &serde_json::Value,
 ) -> Option<aws_sdk_ec2::types::LaunchTemplateCapacityReservationSpecificationResponse> {
-    let name =
-        fleet["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name");
-    launch_template_of(env, name)
+    launch_template_of(env, &fleet_template(fleet))
         .await
         .capacity_reservation_specification()
         .cloned()
@@ -2113,18 +2153,7 @@ async fn an_interruptible_reservation_is_launched_into_and_its_interruption_drai
     let Some(mut moto) = Moto::start() else {
         return;
     };
-    let queue = "karpenter-demo";
-    let env = env(&moto, Some(queue)).await;
-    let url = env
-        .sqs
-        .create_queue()
-        .queue_name(queue)
-        .send()
-        .await
-        .expect("queue")
-        .queue_url()
-        .expect("url")
-        .to_string();
+    let (env, url) = env_with_queue(&moto).await;
     let reservation = create_reservation(&env, 2).await;
     // Capacity another account lends: EC2 reports it as an interruptible reservation.
     change_reservation(
@@ -2298,20 +2327,8 @@ async fn raid0_offers_the_instance_store_and_the_launch_template_stripes_it() {
     assert_eq!(storage("m5d.large"), Some(75_000_000_000));
     assert_eq!(storage("m5.large"), Some(20 << 30));
 
-    env.provider
-        .create(
-            &claim("default-raid01", &["m5d.large"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
-    let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
-    let data = launch_template_of(&env, &template).await;
+    launch_on_demand(&env, &class, "default-raid01", "m5d.large").await;
+    let data = first_launch_template(&env, &mut moto).await;
     let text = String::from_utf8(
         base64::engine::general_purpose::STANDARD
             .decode(data.user_data().expect("template user data"))
@@ -2361,20 +2378,8 @@ async fn ipv6_clusters_get_an_ipv6_primary_interface_and_cluster_dns() {
     })
     .await;
     let class = ready(&env, al2023()).await;
-    env.provider
-        .create(
-            &claim("default-ipv601", &["m5.large"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
-    let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
-    let data = launch_template_of(&env, &template).await;
+    launch_on_demand(&env, &class, "default-ipv601", "m5.large").await;
+    let data = first_launch_template(&env, &mut moto).await;
     assert!(data.security_group_ids().is_empty(), "{data:?}");
     let primary: Vec<_> = data
         .network_interfaces()
@@ -2419,20 +2424,8 @@ async fn ip_prefix_count_reaches_the_primary_interface() {
         "  amiSelectorTerms: [{alias: al2023@latest}]\n  ipPrefixCount: 2\n",
     );
     let class = ready(&env, class).await;
-    env.provider
-        .create(
-            &claim("default-pfx01", &["m5.large"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
-    let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
-    let data = launch_template_of(&env, &template).await;
+    launch_on_demand(&env, &class, "default-pfx01", "m5.large").await;
+    let data = first_launch_template(&env, &mut moto).await;
     assert!(data.security_group_ids().is_empty(), "{data:?}");
     let primary: Vec<_> = data
         .network_interfaces()
@@ -2567,6 +2560,24 @@ async fn collect(env: &Env, in_use: &karpenter_rs::cloudprovider::NodeClassesInU
         .expect("collect")
 }
 
+/// An AL2023 class named `name`, ready, with NodeClaim `<name>-1` launched on it (an on-demand
+/// m5.large); and the instance profile the provider made for it.
+async fn launched_class(env: &Env, name: &str) -> (EC2NodeClass, String) {
+    let mut class = al2023();
+    class.metadata.name = Some(name.into());
+    class.metadata.uid = Some(format!("uid-{name}"));
+    let class = ready(env, class).await;
+    let profile = class
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .expect("managed profile");
+    let mut c = claim(&format!("{name}-1"), &["m5.large"], &["on-demand"]);
+    c.spec.node_class_ref.name = name.into();
+    env.provider.create(&c, &class).await.expect("launch");
+    (class, profile)
+}
+
 async fn profile_exists(env: &Env, name: &str) -> bool {
     env.iam
         .get_instance_profile()
@@ -2582,28 +2593,8 @@ async fn a_deleted_node_class_takes_its_launch_templates_and_instance_profile_al
         return;
     };
     let env = env(&_moto, None).await;
-    let mut class = al2023();
-    class.metadata.name = Some("going".into());
-    class.metadata.uid = Some("uid-going".into());
-    let class = ready(&env, class).await;
-    let profile = class
-        .status
-        .as_ref()
-        .and_then(|s| s.instance_profile.clone())
-        .expect("managed profile");
-    let mut c = claim("going-1", &["m5.large"], &["on-demand"]);
-    c.spec.node_class_ref.name = "going".into();
-    env.provider.create(&c, &class).await.expect("launch");
-    let keep = ready(&env, al2023()).await;
-    let keep_profile = keep
-        .status
-        .as_ref()
-        .and_then(|s| s.instance_profile.clone())
-        .expect("managed profile");
-    env.provider
-        .create(&claim("default-1", &["m5.large"], &["on-demand"]), &keep)
-        .await
-        .expect("launch");
+    let (class, profile) = launched_class(&env, "going").await;
+    let (_, keep_profile) = launched_class(&env, "default").await;
     assert_eq!(template_names(&env, "going").await.len(), 1);
     assert!(profile_exists(&env, &profile).await);
 
@@ -2638,28 +2629,8 @@ async fn what_gone_node_classes_left_is_collected_and_nothing_else() {
         return;
     };
     let env = env(&_moto, None).await;
-    let mut gone = al2023();
-    gone.metadata.name = Some("gone".into());
-    gone.metadata.uid = Some("uid-gone".into());
-    let gone = ready(&env, gone).await;
-    let gone_profile = gone
-        .status
-        .as_ref()
-        .and_then(|s| s.instance_profile.clone())
-        .expect("managed profile");
-    let mut c = claim("gone-1", &["m5.large"], &["on-demand"]);
-    c.spec.node_class_ref.name = "gone".into();
-    env.provider.create(&c, &gone).await.expect("launch");
-    let keep = ready(&env, al2023()).await;
-    let keep_profile = keep
-        .status
-        .as_ref()
-        .and_then(|s| s.instance_profile.clone())
-        .expect("managed profile");
-    env.provider
-        .create(&claim("default-1", &["m5.large"], &["on-demand"]), &keep)
-        .await
-        .expect("launch");
+    let (_, gone_profile) = launched_class(&env, "gone").await;
+    let (_, keep_profile) = launched_class(&env, "default").await;
     // A profile a user made under the cluster's prefix, not tagged as the controller's own.
     let user_profile = format!("{}_made-by-hand", env.settings.cluster_name);
     env.iam
@@ -3016,13 +2987,7 @@ async fn a_placement_group_is_resolved_launched_into_and_labelled() {
         Some(&"1".to_string()),
         "EC2 picked the first partition"
     );
-    let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
-    let data = launch_template_of(&env, &template).await;
+    let data = first_launch_template(&env, &mut moto).await;
     assert_eq!(
         data.placement().and_then(|p| p.group_id()),
         Some(group.as_str()),
@@ -3131,11 +3096,7 @@ async fn a_partition_group_offers_reservations_per_partition_and_keeps_its_capac
             .and_then(|t| t.capacity_reservation_id()),
         Some(reservation.as_str())
     );
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
+    let template = fleet_template(&fleets[0]);
     let data = launch_template_of(&env, &template).await;
     assert_eq!(
         data.placement().and_then(|p| p.partition_number()),
@@ -3340,20 +3301,8 @@ async fn efa_network_interfaces_reach_the_launch_template_and_the_efa_capacity()
         Some(1),
         "one device per efa-only interface, not the type's four"
     );
-    env.provider
-        .create(
-            &claim("default-efa01", &["c5n.18xlarge"], &["on-demand"]),
-            &class,
-        )
-        .await
-        .expect("launch");
-    let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
-    let data = launch_template_of(&env, &template).await;
+    launch_on_demand(&env, &class, "default-efa01", "c5n.18xlarge").await;
+    let data = first_launch_template(&env, &mut moto).await;
     assert!(data.security_group_ids().is_empty(), "{data:?}");
     let got: Vec<_> = data
         .network_interfaces()
@@ -3468,13 +3417,7 @@ async fn a_nodeclaim_asking_for_efa_gets_an_efa_interface_per_device() {
         k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
     );
     env.provider.create(&c, &class).await.expect("launch");
-    let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
-    let data = launch_template_of(&env, &template).await;
+    let data = first_launch_template(&env, &mut moto).await;
     let got: Vec<_> = data
         .network_interfaces()
         .iter()
@@ -3634,11 +3577,7 @@ async fn a_nodeclaim_that_requires_a_partition_launches_into_it() {
         "EC2 put it where the template says, not in the first partition"
     );
     let fleets = moto.fleets();
-    let template =
-        fleets[0]["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["LaunchTemplateName"]
-            .as_str()
-            .expect("template name")
-            .to_string();
+    let template = fleet_template(&fleets[0]);
     let pools: Vec<(&str, &str)> = fleets[0]["LaunchTemplateConfigs"][0]["Overrides"]
         .as_array()
         .expect("overrides")

@@ -315,9 +315,14 @@ pub struct Settings {
     /// The VPC has no internet access: do not call the Pricing API, use bundled prices.
     #[arg(long, env = "ISOLATED_VPC", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub isolated_vpc: bool,
-    /// The controller runs in the EKS control plane; accepted for compatibility, no effect yet.
+    /// The cluster's control plane is EKS: the Kubernetes version (which picks alias AMIs) is
+    /// read with eks:DescribeCluster instead of from the API server, as upstream reads it.
     #[arg(long, env = "EKS_CONTROL_PLANE", default_value = "false", value_parser = parse_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub eks_control_plane: bool,
+    /// The cluster's Kubernetes minor version (`1.33`), overriding the one discovered (from
+    /// eks:DescribeCluster with EKS_CONTROL_PLANE, else from the API server); empty: discovered.
+    #[arg(long, env = "KUBERNETES_VERSION", default_value = "")]
+    pub kubernetes_version: String,
     /// Share of each instance type's memory the hypervisor takes, as a fraction (0.075 = 7.5%).
     #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value_t = 0.075)]
     pub vm_memory_overhead_percent: f64,
@@ -451,12 +456,6 @@ impl Settings {
                 self.enable_zonal_shift,
                 "ENABLE_ZONAL_SHIFT (--enable-zonal-shift) is true",
                 "zones under an ARC zonal shift are not detected",
-                "set it to false",
-            ),
-            (
-                self.eks_control_plane,
-                "EKS_CONTROL_PLANE (--eks-control-plane) is true",
-                "running inside the EKS control plane is not supported",
                 "set it to false",
             ),
             (
@@ -695,6 +694,7 @@ mod tests {
         assert_eq!(s.cluster_ca_bundle, "");
         assert!(!s.isolated_vpc);
         assert!(!s.eks_control_plane);
+        assert_eq!(s.kubernetes_version, "");
         assert_eq!(s.vm_memory_overhead_percent, 0.075);
         assert_eq!(s.interruption_queue, "");
         assert_eq!(s.reserved_enis, 0);
@@ -775,6 +775,7 @@ mod tests {
             "CLUSTER_CA_BUNDLE",
             "ISOLATED_VPC",
             "EKS_CONTROL_PLANE",
+            "KUBERNETES_VERSION",
             "VM_MEMORY_OVERHEAD_PERCENT",
             "INTERRUPTION_QUEUE",
             "RESERVED_ENIS",
@@ -1144,18 +1145,16 @@ mod tests {
         let err = settings(&[
             "--cluster-name=c",
             "--enable-zonal-shift",
-            "--eks-control-plane",
             "--enable-profiling",
             "--disable-controller-warmup=false",
             "--scheduler-config=/etc/scheduler.yaml",
             "--aws-feature-gates=NodeClassCEL=true",
         ])
         .validate()
-        .expect_err("six unsupported settings");
-        assert_eq!(err.problems.len(), 6, "{err}");
+        .expect_err("five unsupported settings");
+        assert_eq!(err.problems.len(), 5, "{err}");
         for named in [
             "ENABLE_ZONAL_SHIFT (--enable-zonal-shift) is true",
-            "EKS_CONTROL_PLANE (--eks-control-plane) is true",
             "ENABLE_PROFILING (--enable-profiling) is true",
             "DISABLE_CONTROLLER_WARMUP (--disable-controller-warmup) is false",
             "SCHEDULER_CONFIG (--scheduler-config) is set",
@@ -1165,6 +1164,11 @@ mod tests {
         }
         // Their defaults, which the chart passes, are fine.
         assert_eq!(settings(&["--cluster-name=c"]).validate(), Ok(()));
+        // EKS_CONTROL_PLANE is supported: it picks where the Kubernetes version is read.
+        assert_eq!(
+            settings(&["--cluster-name=c", "--eks-control-plane"]).validate(),
+            Ok(())
+        );
     }
 
     #[test]

@@ -155,3 +155,16 @@ pub async fn sdk_config(moto: &Moto) -> aws_config::SdkConfig {
         .load()
         .await
 }
+
+/// Creates the SQS queue `name` in moto and returns its URL.
+pub async fn create_queue(config: &aws_config::SdkConfig, name: &str) -> String {
+    aws_sdk_sqs::Client::new(config)
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .expect("queue")
+        .queue_url()
+        .expect("url")
+        .to_string()
+}

@@ -30,6 +30,7 @@ pub mod tags;
 pub mod unavailable;
 pub mod userdata;
 pub mod validation;
+pub mod version;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -83,7 +84,9 @@ pub struct AwsSettings {
     /// Base64 PEM of the API server's CA, for user data (`CLUSTER_CA_BUNDLE`, else
     /// eks:DescribeCluster).
     pub cluster_ca_bundle: Option<String>,
-    /// The cluster's Kubernetes minor version (`1.33`): alias AMIs are published per version.
+    /// The cluster's Kubernetes minor version (`1.33`) at start: alias AMIs are published per
+    /// version. [`version::run_refresh`] keeps the provider's copy current (see
+    /// [`AwsProvider::set_kubernetes_version`]).
     pub kubernetes_version: String,
     /// The cluster's service CIDR, for AL2023 user data (nodeadm derives the DNS address);
     /// from eks:DescribeCluster.
@@ -244,6 +247,9 @@ pub struct AwsProvider {
     lookups: lookup_cache::LookupCache,
     /// Paces the per-node calls that name registered instances.
     registration_tagging: tags::RegistrationPacing,
+    /// The cluster's Kubernetes minor version, read by every resolution: it starts as the
+    /// settings' and [`version::run_refresh`] replaces it when the cluster is upgraded.
+    kubernetes_version: RwLock<String>,
 }
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
@@ -306,9 +312,25 @@ impl AwsProvider {
             validations: Mutex::new(validation::Verdicts::new()),
             lookups: lookup_cache::LookupCache::new(clock.clone()),
             registration_tagging: tags::RegistrationPacing::new(tokio::time::Instant::now()),
+            kubernetes_version: RwLock::new(settings.kubernetes_version.clone()),
             settings,
             clock,
         })
+    }
+
+    /// The Kubernetes minor version the next resolution picks alias AMIs for.
+    pub fn kubernetes_version(&self) -> String {
+        read(&self.kubernetes_version)
+    }
+
+    /// Makes `version` the one the next resolution uses; returns the previous one when it
+    /// differed, `None` when nothing changed.
+    pub fn set_kubernetes_version(&self, version: String) -> Option<String> {
+        let mut current = self
+            .kubernetes_version
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        (*current != version).then(|| std::mem::replace(&mut *current, version))
     }
 
     /// The unavailable-offerings cache (launch failures and interruptions feed it).
@@ -1746,7 +1768,7 @@ impl CloudProvider for AwsProvider {
             &self.ssm,
             &self.lookups,
             &spec.ami_selector_terms,
-            &self.settings.kubernetes_version,
+            &self.kubernetes_version(),
             self.clock.now(),
         )
         .await
