@@ -169,6 +169,9 @@ impl Resource for ClusterPod {
     }
 }
 
+/// The labels or annotations of an object that has none.
+static NO_ENTRIES: BTreeMap<String, String> = BTreeMap::new();
+
 impl ClusterPod {
     /// The pod as the scheduler sees it, converted on first use unless
     /// [`ClusterPod::convert_with`] did it; the error names the field and what to change.
@@ -186,6 +189,23 @@ impl ClusterPod {
         self.converted
             .0
             .get_or_init(|| shapes.convert(&self.metadata, &self.spec));
+    }
+
+    /// The pod's labels. The pod cache keeps them only in the converted pod, where siblings
+    /// share one map (see `state::trim`), so read them here rather than from the metadata.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        match self.scheduling_pod() {
+            Ok(p) => &p.labels,
+            Err(_) => self.metadata.labels.as_ref().unwrap_or(&NO_ENTRIES),
+        }
+    }
+
+    /// The pod's annotations, kept like its [labels](ClusterPod::labels).
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        match self.scheduling_pod() {
+            Ok(p) => &p.annotations,
+            Err(_) => self.metadata.annotations.as_ref().unwrap_or(&NO_ENTRIES),
+        }
     }
 
     /// The node the pod is bound to; an empty `nodeName` is no binding.

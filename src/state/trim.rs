@@ -110,11 +110,18 @@ struct Siblings {
 const SHARED_SPECS_PRUNE_AFTER: usize = 1024;
 
 impl SharedSpecs {
-    /// Trims `p`, shares its spec and status with its siblings' and converts it.
+    /// Trims `p`, shares its spec and status with its siblings' and converts it. The converted
+    /// pod holds the labels and annotations (one map per distinct value, shared by siblings),
+    /// so the metadata's own copies go ([`ClusterPod::labels`] reads them): at 20,000 pods
+    /// they were ~12 MB. A pod that does not convert keeps them.
     pub fn trim(&mut self, p: &mut ClusterPod) {
         pod(p);
         self.share(p);
         p.convert_with(&mut self.shapes);
+        if p.scheduling_pod().is_ok() {
+            p.metadata.labels = None;
+            p.metadata.annotations = None;
+        }
     }
 
     /// Gives `p` its controller's last spec and status where they are equal to its own, and
@@ -338,6 +345,17 @@ mod tests {
             replica("web-2", "node-b", "r"),
         );
         assert!(Arc::ptr_eq(&a.spec, &b.spec), "replicas share the spec");
+        assert!(
+            a.metadata.labels.is_none() && a.metadata.annotations.is_none(),
+            "the converted pod holds them"
+        );
+        assert_eq!(a.labels().get("app").map(String::as_str), Some("web"));
+        assert_eq!(
+            a.annotations()
+                .get("karpenter.sh/do-not-disrupt")
+                .map(String::as_str),
+            Some("true")
+        );
         let status = |p: &ClusterPod| p.status.clone().expect("a status");
         assert!(Arc::ptr_eq(&status(&a), &status(&b)), "and an equal status");
         assert_eq!(
