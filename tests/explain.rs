@@ -407,3 +407,63 @@ fn a_planned_nodeclaim_carries_no_label_its_launch_decides() {
         Some("m5")
     );
 }
+
+/// A NodePool that may launch only into a capacity reservation whose instances the round's other
+/// NodeClaims took: `explain pod` names the reservation and how to get past it.
+#[test]
+fn explain_pod_says_when_a_reserved_only_nodepool_has_no_reservation_left() {
+    let reserved = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: reserved
+  annotations: {karpenter-rs.sh/capacity-reservations-available: "cr-0123456789abcdef0=2"}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+status:
+  capacityReservations:
+    - {id: cr-0123456789abcdef0, instanceType: m5.xlarge, availabilityZone: us-east-1b,
+       instanceMatchCriteria: targeted, ownerID: "123456789012", reservationType: default}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: reserved}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: reserved}
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved]}
+"#;
+    // Each needs an m5.xlarge of its own; the reservation has two.
+    let docs = [
+        reserved.to_string(),
+        pending("a", "3", ""),
+        pending("b", "3", ""),
+        pending("c", "3", ""),
+    ];
+    let explained: Vec<PodExplanation> = ["a", "b", "c"]
+        .iter()
+        .map(|p| explain_pod(&docs, &format!("default/{p}")))
+        .collect();
+    let pending: Vec<&PodExplanation> = explained
+        .iter()
+        .filter(|e| matches!(e.verdict, PodVerdict::Unschedulable { .. }))
+        .collect();
+    assert_eq!(pending.len(), 1, "{explained:#?}");
+    let failure = failure_on(pending[0], &pool("reserved"));
+    assert_eq!(
+        failure,
+        &Failure::ReservationsFull {
+            reservations: "cr-0123456789abcdef0".into()
+        }
+    );
+    assert!(
+        failure.to_string().contains("could not be reserved"),
+        "{failure}"
+    );
+    assert!(failure.fix().contains("karpenter.sh/capacity-type"));
+}

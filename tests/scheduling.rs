@@ -1571,6 +1571,211 @@ status:
     }
 }
 
+/// An EC2NodeClass whose status lists one reservation of two `m5.xlarge` in `us-east-1b`.
+const RESERVED_NODECLASS: &str = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: default
+  annotations: {karpenter-rs.sh/capacity-reservations-available: "cr-0123456789abcdef0=2"}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
+status:
+  capacityReservations:
+    - {id: cr-0123456789abcdef0, instanceType: m5.xlarge, availabilityZone: us-east-1b,
+       instanceMatchCriteria: targeted, ownerID: "123456789012", reservationType: default}
+"#;
+
+/// Three pods that each need a node of their own.
+fn three_spread_pods() -> String {
+    deployment(
+        "big",
+        3,
+        "3",
+        "      affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {matchLabels: {app: big}}, topologyKey: kubernetes.io/hostname}]}}",
+    )
+}
+
+/// A NodePool that allows only `reserved` opens no more NodeClaims than its reservations have
+/// instances left, as upstream: the pod beyond them stays pending with the reason, instead of
+/// being planned onto a NodeClaim whose launch would fail.
+#[test]
+fn a_reserved_only_nodepool_plans_no_more_nodeclaims_than_its_reservations_hold() {
+    let report = run(&[
+        RESERVED_NODECLASS.into(),
+        nodepool(
+            "reserved",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved]}",
+        ),
+        three_spread_pods(),
+    ]);
+    assert_eq!(report.nodeclaims.len(), 2, "{:#?}", report.nodeclaims);
+    for c in &report.nodeclaims {
+        assert_eq!(
+            (c.capacity_type.as_str(), c.instance_type.as_str()),
+            ("reserved", "m5.xlarge"),
+            "{c:#?}"
+        );
+    }
+    assert_eq!(report.unschedulable.len(), 1, "{:#?}", report.unschedulable);
+    let reason = &report.unschedulable[0].reason;
+    assert!(
+        reason.contains("nodepool \"reserved\"")
+            && reason.contains("could not be reserved")
+            && reason.contains("cr-0123456789abcdef0"),
+        "{reason}"
+    );
+}
+
+/// The pod a full reserved-only NodePool cannot take goes to a lower-weight NodePool that
+/// allows other capacity.
+#[test]
+fn a_full_reserved_only_nodepool_leaves_the_pod_to_a_lower_weight_nodepool() {
+    let report = run(&[
+        RESERVED_NODECLASS.into(),
+        nodepool(
+            "reserved",
+            "  weight: 50",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved]}",
+        ),
+        nodepool(
+            "fallback",
+            "  weight: 10",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+        ),
+        three_spread_pods(),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    let by_pool: Vec<(&str, &str)> = report
+        .nodeclaims
+        .iter()
+        .map(|c| (c.node_pool.as_str(), c.capacity_type.as_str()))
+        .collect();
+    assert_eq!(
+        by_pool
+            .iter()
+            .filter(|p| **p == ("reserved", "reserved"))
+            .count(),
+        2,
+        "{by_pool:?}"
+    );
+    assert_eq!(
+        by_pool
+            .iter()
+            .filter(|p| **p == ("fallback", "on-demand"))
+            .count(),
+        1,
+        "{by_pool:?}"
+    );
+    assert_eq!(by_pool.len(), 3, "{by_pool:?}");
+}
+
+/// What a reserved-only NodePool's NodeClaims hold is theirs: NodeClaims of a NodePool that may
+/// fall back to on-demand, planned for pods placed before them, do not take it.
+#[test]
+fn nodeclaims_that_may_fall_back_leave_the_reservation_to_reserved_only_ones() {
+    let pinned = |name: &str, cpu: &str| {
+        deployment(
+            name,
+            2,
+            cpu,
+            &format!(
+                "      nodeSelector: {{karpenter.sh/nodepool: {name}}}\n      affinity: {{podAntiAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: [{{labelSelector: {{matchLabels: {{app: {name}}}}}, topologyKey: kubernetes.io/hostname}}]}}}}"
+            ),
+        )
+    };
+    let report = run(&[
+        RESERVED_NODECLASS.into(),
+        nodepool(
+            "mixed",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved, on-demand]}",
+        ),
+        nodepool(
+            "strict",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved]}",
+        ),
+        // Larger, so placed (and their NodeClaims opened) first.
+        pinned("mixed", "3"),
+        pinned("strict", "2"),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:#?}",
+        report.unschedulable
+    );
+    let mut by_pool: Vec<(&str, &str)> = report
+        .nodeclaims
+        .iter()
+        .map(|c| (c.node_pool.as_str(), c.capacity_type.as_str()))
+        .collect();
+    by_pool.sort();
+    assert_eq!(
+        by_pool,
+        [
+            ("mixed", "on-demand"),
+            ("mixed", "on-demand"),
+            ("strict", "reserved"),
+            ("strict", "reserved")
+        ]
+    );
+}
+
+/// A reserved-only NodeClaim that could use either of two reservations moves aside for one that
+/// can use only the reservation it held: whichever zone the second pod needs, both are planned.
+#[test]
+fn a_reserved_only_nodeclaim_moves_to_another_reservation_to_make_room() {
+    let nodeclass = RESERVED_NODECLASS
+        .replace("cr-0123456789abcdef0=2", "cr-0aaaaaaaaaaaaaaaa=1,cr-0bbbbbbbbbbbbbbbb=1")
+        .replace(
+            "    - {id: cr-0123456789abcdef0, instanceType: m5.xlarge, availabilityZone: us-east-1b,",
+            "    - {id: cr-0aaaaaaaaaaaaaaaa, instanceType: m5.xlarge, availabilityZone: us-east-1a,\n       instanceMatchCriteria: targeted, ownerID: \"123456789012\", reservationType: default}\n    - {id: cr-0bbbbbbbbbbbbbbbb, instanceType: m5.xlarge, availabilityZone: us-east-1b,",
+        );
+    for zone in ["us-east-1a", "us-east-1b"] {
+        let report = run(&[
+            nodeclass.clone(),
+            nodepool(
+                "reserved",
+                "",
+                "        - {key: karpenter.sh/capacity-type, operator: In, values: [reserved]}",
+            ),
+            // Placed first (larger), and able to launch in either zone.
+            deployment("anywhere", 1, "3", ""),
+            deployment(
+                "pinned",
+                1,
+                "2",
+                &format!("      nodeSelector: {{topology.kubernetes.io/zone: {zone}}}"),
+            ),
+        ]);
+        assert!(
+            report.unschedulable.is_empty(),
+            "{zone}: {:#?}",
+            report.unschedulable
+        );
+        let mut zones: Vec<(&str, &str)> = report
+            .nodeclaims
+            .iter()
+            .map(|c| (c.capacity_type.as_str(), c.zone.as_str()))
+            .collect();
+        zones.sort();
+        assert_eq!(
+            zones,
+            [("reserved", "us-east-1a"), ("reserved", "us-east-1b")],
+            "{zone}"
+        );
+    }
+}
+
 /// A malformed count is a load error naming the annotation.
 #[test]
 fn a_malformed_reservation_count_is_refused() {

@@ -31,7 +31,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
 
-use super::instance_type::{CapacityType, InstanceType, Reservation};
+use super::instance_type::{CapacityType, InstanceType, Offering, Reservation};
 use super::pod::{HostPort, Pod};
 use super::requirements::{AllowUndefined, Requirement, Requirements};
 use super::resource_shape::ResourceShapes;
@@ -460,6 +460,98 @@ struct Solver<'a> {
     /// Whether `Solver::worth_growing` let a NodeClaim grow at a price [`TIGHT_GROWTH_SLACK`]
     /// would have refused: if not, a solve with the tighter bound decides the same.
     close_call: Cell<bool>,
+    /// The capacity reservations held by this solve's NodeClaims that may launch only into one
+    /// (see `Solver::hold_reservation`).
+    holds: Holds,
+}
+
+/// The capacity reservations a solve's reserved-only NodeClaims hold, from the moment each is
+/// opened until `Solver::reserve` pins it: each holds one instance of a reservation it could
+/// launch into, and no reservation gives out more than it has left. Which one a NodeClaim holds
+/// may change as others arrive (one that could use several moves aside for one that can use
+/// only the reservation it holds), so a NodeClaim is turned away only when no way of sharing the
+/// reservations out leaves one for it.
+#[derive(Default)]
+struct Holds {
+    /// The reservations each NodeClaim (by index) could launch into, cheapest first.
+    wants: HashMap<usize, Vec<Arc<str>>>,
+    /// The reservation each NodeClaim holds; ordered, so that who moves aside is deterministic.
+    of: BTreeMap<usize, Arc<str>>,
+    /// How many NodeClaims hold each reservation.
+    count: HashMap<Arc<str>, i64>,
+    /// Instances each reservation has left this round.
+    left: HashMap<Arc<str>, i64>,
+    /// Reservations a search for room found full with holders that can use no other: holds are
+    /// never given back within a solve, so these stay full, and a NodeClaim that wants only
+    /// them is turned away without searching again (each pod that does not fit would).
+    saturated: BTreeSet<Arc<str>>,
+}
+
+impl Holds {
+    /// Gives NodeClaim `c` one of `wants` (reservation ID and instances left, cheapest first):
+    /// a free one, else one whose holder can move to another it could use. False, with nothing
+    /// changed, when there is none.
+    fn take(&mut self, c: usize, wants: Vec<(Arc<str>, i64)>) -> bool {
+        let ids: Vec<Arc<str>> = wants
+            .into_iter()
+            .map(|(id, left)| {
+                // Pools sharing a reservation may have read different counts: the lower holds.
+                let known = self.left.entry(id.clone()).or_insert(left);
+                *known = (*known).min(left);
+                id
+            })
+            .collect();
+        if ids.iter().all(|r| self.saturated.contains(r)) {
+            return false;
+        }
+        self.wants.insert(c, ids);
+        let mut visited = BTreeSet::new();
+        if self.place(c, &mut visited) {
+            true
+        } else {
+            self.wants.remove(&c);
+            self.saturated.append(&mut visited);
+            false
+        }
+    }
+
+    /// Places `c` on a free reservation it wants, or frees one by moving its holder along
+    /// (an augmenting path; `visited` are the reservations already on the path).
+    fn place(&mut self, c: usize, visited: &mut BTreeSet<Arc<str>>) -> bool {
+        let wants = self.wants.get(&c).cloned().unwrap_or_default();
+        let free = |h: &Self, r: &Arc<str>| {
+            h.count.get(r).copied().unwrap_or(0) < h.left.get(r).copied().unwrap_or(0)
+        };
+        if let Some(r) = wants.iter().find(|r| free(self, r)) {
+            self.hold(c, r.clone());
+            return true;
+        }
+        for r in &wants {
+            if !visited.insert(r.clone()) {
+                continue;
+            }
+            let holders: Vec<usize> = self
+                .of
+                .iter()
+                .filter(|(h, id)| **h != c && *id == r)
+                .map(|(h, _)| *h)
+                .collect();
+            for h in holders {
+                if self.place(h, visited) {
+                    self.hold(c, r.clone());
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn hold(&mut self, c: usize, r: Arc<str>) {
+        if let Some(before) = self.of.insert(c, r.clone()) {
+            *self.count.entry(before).or_default() -= 1;
+        }
+        *self.count.entry(r).or_default() += 1;
+    }
 }
 
 /// How the room a NodeClaim gains by growing into a larger type is counted, in typical pods
@@ -1022,6 +1114,7 @@ impl<'a> Solver<'a> {
             growth_slack: COST_SLACK,
             capped: false,
             close_call: Cell::new(false),
+            holds: Holds::default(),
         }
     }
 
@@ -1066,10 +1159,15 @@ impl<'a> Solver<'a> {
                 Err(reason) => errors.push((i, reason)),
             }
         }
-        let mut reserved = HashMap::new();
+        // The reservations held are shared out again over what the NodeClaims became, and count
+        // as taken from the start, so that a NodeClaim finished earlier cannot take what a
+        // reserved-only one holds.
+        let holds = self.final_holds();
+        let mut reserved = holds.count.clone();
         let nodeclaims = std::mem::take(&mut self.claims)
             .into_iter()
-            .map(|c| self.finish(c, &mut reserved))
+            .enumerate()
+            .map(|(c, claim)| self.finish(claim, holds.of.get(&c), &mut reserved))
             .collect();
         errors.sort_by_key(|(i, _)| *i);
         Outcome {
@@ -1092,14 +1190,20 @@ impl<'a> Solver<'a> {
             .sum()
     }
 
-    /// `reserved` counts the NodeClaims this round planned onto each capacity reservation.
-    fn finish(&self, mut claim: Claim, reserved: &mut HashMap<Arc<str>, i64>) -> PlannedNodeClaim {
+    /// `reserved` counts the NodeClaims this round planned onto (or holding) each capacity
+    /// reservation; `held` is the one this claim holds.
+    fn finish(
+        &self,
+        mut claim: Claim,
+        held: Option<&Arc<str>>,
+        reserved: &mut HashMap<Arc<str>, i64>,
+    ) -> PlannedNodeClaim {
         let launchable = if claim.sized_by_cost {
             self.launch_options(&claim)
         } else {
             claim.options.clone()
         };
-        let launchable = self.reserve(&mut claim, launchable, reserved);
+        let launchable = self.reserve(&mut claim, launchable, held, reserved);
         let prices = self.prices(claim.nodepool, &claim.requirements);
         let pool = &self.pools[claim.nodepool];
         let mut options: Vec<u32> = launchable.types(&pool.by_price).collect();
@@ -1129,17 +1233,19 @@ impl<'a> Solver<'a> {
     }
 
     /// Plans a NodeClaim onto a capacity reservation: the cheapest reserved offering among its
-    /// `options` that its requirements allow and whose reservation has room left this round.
-    /// The claim is pinned to that type, zone and reservation (capacity type `reserved`, the
+    /// `options` that its requirements allow and whose reservation has room left this round (or
+    /// is the one it `held` since it was opened, see `Solver::hold_reservation`). The claim is
+    /// pinned to that type, zone and reservation (capacity type `reserved`, the
     /// `capacity-reservation-id`), so no more NodeClaims land on a reservation than it has
     /// instances. When every such reservation is full, a claim that may also launch as spot or
-    /// on-demand leaves reserved capacity out and launches that way; one that may only launch
-    /// reserved keeps its options and its launch fails for lack of capacity. Returns the
-    /// options the claim keeps.
+    /// on-demand leaves reserved capacity out and launches that way (a NodeClaim that may only
+    /// launch reserved was not opened then: it holds a reservation). Returns the options the
+    /// claim keeps.
     fn reserve(
         &self,
         claim: &mut Claim,
         options: TypeSet,
+        held: Option<&Arc<str>>,
         reserved: &mut HashMap<Arc<str>, i64>,
     ) -> TypeSet {
         if !self.pools[claim.nodepool].has_reservations {
@@ -1147,11 +1253,7 @@ impl<'a> Solver<'a> {
         }
         let reserved_label = CapacityType::Reserved.label();
         // Pinning one type would break an instance-type minValues the claim was planned for.
-        let min_types = claim
-            .requirements
-            .get(labels::INSTANCE_TYPE)
-            .and_then(Requirement::min_values);
-        if min_types.is_some_and(|m| m > 1)
+        if Self::keeps_type_choice(&claim.requirements)
             || claim
                 .requirements
                 .get(labels::CAPACITY_TYPE)
@@ -1159,38 +1261,17 @@ impl<'a> Solver<'a> {
         {
             return options;
         }
-        let pool = &self.pools[claim.nodepool];
-        let types = &pool.template.instance_types;
-        let mut only_reserved = claim.requirements.clone();
-        only_reserved.add_requirement(Requirement::new(
-            labels::CAPACITY_TYPE,
-            Operator::In,
-            [reserved_label],
-            None,
-        ));
-        let zone = only_reserved.get(labels::ZONE);
-        let zone_id = only_reserved.get(labels::ZONE_ID);
-        let reservation_id = only_reserved.get(labels::CAPACITY_RESERVATION_ID);
-        let interruptible = only_reserved.get(labels::CAPACITY_RESERVATION_INTERRUPTIBLE);
-        let mut any_reservation = false;
-        let mut best: Option<(u32, &super::instance_type::Offering, &Arc<Reservation>)> = None;
-        for t in options.types(&pool.by_price) {
-            for o in &types[t as usize].offerings {
-                let Some(r) = &o.reservation else { continue };
-                if !(o.available
-                    && zone.is_none_or(|z| z.has(&o.zone))
-                    && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
-                    && reservation_id.is_none_or(|ids| ids.has(&r.id))
-                    && interruptible.is_none_or(|v| v.has(r.interruptible_label())))
-                {
-                    continue;
-                }
-                any_reservation = true;
-                let room = reserved.get(&r.id).is_none_or(|used| *used < r.available);
-                if room && best.is_none_or(|(_, b, _)| o.price < b.price) {
-                    best = Some((t, o, r));
-                }
-            }
+        let candidates = self.reserved_offerings(claim.nodepool, &claim.requirements, &options);
+        let best = candidates
+            .iter()
+            .filter(|(_, _, r)| {
+                held == Some(&r.id) || reserved.get(&r.id).is_none_or(|used| *used < r.available)
+            })
+            .min_by(|(_, a, _), (_, b, _)| a.price.total_cmp(&b.price))
+            .copied();
+        // A hold the claim no longer uses (its pods outgrew the held type) goes back.
+        if let Some(h) = held.filter(|h| best.is_none_or(|(_, _, r)| r.id != **h)) {
+            *reserved.entry(h.clone()).or_default() -= 1;
         }
         let Some((t, o, r)) = best else {
             let others_allowed = claim
@@ -1199,7 +1280,7 @@ impl<'a> Solver<'a> {
                 .is_none_or(|c| {
                     c.has(labels::CAPACITY_TYPE_SPOT) || c.has(labels::CAPACITY_TYPE_ON_DEMAND)
                 });
-            if any_reservation && others_allowed {
+            if !candidates.is_empty() && others_allowed {
                 claim.requirements.add_requirement(Requirement::new(
                     labels::CAPACITY_TYPE,
                     Operator::NotIn,
@@ -1209,8 +1290,11 @@ impl<'a> Solver<'a> {
             }
             return options;
         };
-        *reserved.entry(r.id.clone()).or_default() += 1;
-        let it = &types[t as usize];
+        if held != Some(&r.id) {
+            *reserved.entry(r.id.clone()).or_default() += 1;
+        }
+        let pool = &self.pools[claim.nodepool];
+        let it = &pool.template.instance_types[t as usize];
         for (key, value) in [
             (labels::CAPACITY_TYPE, reserved_label),
             (labels::ZONE, &*o.zone),
@@ -1227,6 +1311,126 @@ impl<'a> Solver<'a> {
                 .add_requirement(Requirement::new(key, Operator::In, [value], None));
         }
         options.filter(&pool.by_price, |u| u == t)
+    }
+
+    /// Whether an instance-type `minValues` above 1 keeps a NodeClaim with `requirements` from
+    /// being pinned to the one type of a reservation.
+    fn keeps_type_choice(requirements: &Requirements) -> bool {
+        requirements
+            .get(labels::INSTANCE_TYPE)
+            .and_then(Requirement::min_values)
+            .is_some_and(|m| m > 1)
+    }
+
+    /// The available reserved offerings of pool `p` among `options` that `requirements` allow
+    /// once narrowed to capacity type `reserved`, with their type and reservation, in the
+    /// options' price order: where a NodeClaim with those requirements could launch into a
+    /// capacity reservation.
+    fn reserved_offerings<'s>(
+        &'s self,
+        p: usize,
+        requirements: &Requirements,
+        options: &TypeSet,
+    ) -> Vec<(u32, &'s Offering, &'s Arc<Reservation>)> {
+        let pool = &self.pools[p];
+        let types = &pool.template.instance_types;
+        let mut only_reserved = requirements.clone();
+        only_reserved.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            [CapacityType::Reserved.label()],
+            None,
+        ));
+        let zone = only_reserved.get(labels::ZONE);
+        let zone_id = only_reserved.get(labels::ZONE_ID);
+        let reservation_id = only_reserved.get(labels::CAPACITY_RESERVATION_ID);
+        let interruptible = only_reserved.get(labels::CAPACITY_RESERVATION_INTERRUPTIBLE);
+        let mut found = Vec::new();
+        for t in options.types(&pool.by_price) {
+            for o in &types[t as usize].offerings {
+                let Some(r) = &o.reservation else { continue };
+                if o.available
+                    && zone.is_none_or(|z| z.has(&o.zone))
+                    && zone_id.is_none_or(|z| o.zone_id.as_deref().is_none_or(|id| z.has(id)))
+                    && reservation_id.is_none_or(|ids| ids.has(&r.id))
+                    && interruptible.is_none_or(|v| v.has(r.interruptible_label()))
+                {
+                    found.push((t, o, r));
+                }
+            }
+        }
+        found
+    }
+
+    /// The reservations a NodeClaim that may launch only into one could use (ID and instances
+    /// left, cheapest first, among the options it would launch with); `None` for a NodeClaim
+    /// that may also launch as spot or on-demand, or whose instance-type `minValues` keeps it
+    /// from being pinned to one type.
+    fn reservation_wants(&self, claim: &Claim) -> Option<Vec<(Arc<str>, i64)>> {
+        if !self.pools[claim.nodepool].has_reservations {
+            return None;
+        }
+        let reserved_only = claim
+            .requirements
+            .get(labels::CAPACITY_TYPE)
+            .is_some_and(|c| {
+                c.has(CapacityType::Reserved.label())
+                    && !c.has(labels::CAPACITY_TYPE_SPOT)
+                    && !c.has(labels::CAPACITY_TYPE_ON_DEMAND)
+            });
+        if !reserved_only || Self::keeps_type_choice(&claim.requirements) {
+            return None;
+        }
+        let options = if claim.sized_by_cost {
+            self.launch_options(claim)
+        } else {
+            claim.options.clone()
+        };
+        let mut offerings = self.reserved_offerings(claim.nodepool, &claim.requirements, &options);
+        offerings.sort_by(|(_, a, _), (_, b, _)| a.price.total_cmp(&b.price));
+        let mut wants: Vec<(Arc<str>, i64)> = Vec::new();
+        for (_, _, r) in offerings {
+            if !wants.iter().any(|(id, _)| *id == r.id) {
+                wants.push((r.id.clone(), r.available));
+            }
+        }
+        Some(wants)
+    }
+
+    /// Consults capacity reservations as a new NodeClaim is opened, as upstream does when a pod
+    /// is added to one: a NodeClaim whose requirements allow only capacity type `reserved` is
+    /// opened only while the reservations it could launch into have an instance left that this
+    /// solve's other reserved-only NodeClaims do not hold ([`Holds`]); it then holds one (for
+    /// the index it is about to get). Otherwise the NodePool rejects the pod, which goes to a
+    /// lower-weight NodePool or stays pending, rather than onto a NodeClaim whose launch would
+    /// fail for lack of capacity. A NodeClaim that may also launch as spot or on-demand holds
+    /// nothing: it falls back when its reservations are full (`Solver::reserve`).
+    fn hold_reservation(&mut self, claim: Claim) -> Result<Claim, Rejection> {
+        let Some(wants) = self.reservation_wants(&claim).filter(|w| !w.is_empty()) else {
+            return Ok(claim);
+        };
+        let ids = wants
+            .iter()
+            .map(|(id, _)| &**id)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.holds.take(self.claims.len(), wants) {
+            Ok(claim)
+        } else {
+            Err(Failure::ReservationsFull { reservations: ids }.into())
+        }
+    }
+
+    /// The holds shared out again over the NodeClaims as planned: a NodeClaim's pods may have
+    /// grown it out of the types of the reservation it held when it was opened.
+    fn final_holds(&self) -> Holds {
+        let mut holds = Holds::default();
+        for &c in self.holds.of.keys() {
+            if let Some(wants) = self.reservation_wants(&self.claims[c]) {
+                holds.take(c, wants);
+            }
+        }
+        holds
     }
 
     fn pod_requirements(&mut self, pod_index: usize, relax: Relaxation) -> Arc<Requirements> {
@@ -2056,7 +2260,7 @@ impl<'a> Solver<'a> {
             if attempt.as_ref().is_err_and(|r| r.by_limits) && self.reclaim_limits(p) {
                 attempt = self.new_claim(i, p, relax, reqs);
             }
-            match attempt {
+            match attempt.and_then(|claim| self.hold_reservation(claim)) {
                 Ok(claim) => {
                     self.claims.push(claim);
                     let c = self.claims.len() - 1;

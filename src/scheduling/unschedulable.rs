@@ -76,6 +76,12 @@ pub enum Failure {
     TopologyDomain,
     /// The instance types that fit do not meet the NodePool's `minValues`.
     MinValues,
+    /// The NodePool allows only capacity type `reserved`, and the capacity reservations the pod
+    /// could launch into have no instance left that this round's NodeClaims have not taken.
+    ReservationsFull {
+        /// The reservation IDs, comma-separated.
+        reservations: String,
+    },
 }
 
 impl Failure {
@@ -143,6 +149,9 @@ impl Failure {
             Failure::MinValues => {
                 "lower minValues, allow more instance types, or set MIN_VALUES_POLICY=BestEffort".into()
             }
+            Failure::ReservationsFull { .. } => {
+                "wait for a reservation to have room (the pod is planned again each round), enlarge the reservation, or allow spot or on-demand in the NodePool's karpenter.sh/capacity-type (or add a lower-weight NodePool that does)".into()
+            }
         }
     }
 }
@@ -200,6 +209,10 @@ impl fmt::Display for Failure {
             Failure::MinValues => {
                 f.write_str("minValues requirements are not met by the instance types that fit")
             }
+            Failure::ReservationsFull { reservations } => write!(
+                f,
+                "one or more instance types with compatible reserved offerings are available, but could not be reserved: the NodePool allows only capacity type reserved, and this round's NodeClaims take every instance its capacity reservations ({reservations}) have left"
+            ),
         }
     }
 }
