@@ -1511,22 +1511,7 @@ fn a_static_nodepool_shows_its_replicas_and_pending_pods_may_land_on_them() {
 /// its count of NodeClaims; the rest spill over to on-demand.
 #[test]
 fn simulate_plans_onto_a_reservation_first_and_spills_over_to_on_demand() {
-    let nodeclass = r#"
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-  annotations: {karpenter-rs.sh/capacity-reservations-available: "cr-0123456789abcdef0=2"}
-spec:
-  role: KarpenterNodeRole
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: c}}]
-status:
-  capacityReservations:
-    - {id: cr-0123456789abcdef0, instanceType: m5.xlarge, availabilityZone: us-east-1b,
-       instanceMatchCriteria: targeted, ownerID: "123456789012", reservationType: default}
-"#;
+    let nodeclass = RESERVED_NODECLASS;
     let report = run(&[
         nodeclass.into(),
         nodepool(
