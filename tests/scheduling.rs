@@ -1154,29 +1154,31 @@ fn pods_of_different_shapes_get_the_types_cheapest_for_each() {
             "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
         ),
     ];
-    for (d, (cpu, memory)) in [(250, 256), (500, 512), (750, 256), (1000, 512)]
-        .into_iter()
-        .enumerate()
-    {
-        let name = format!("web-{d}");
-        let constraint = if d == 0 {
-            spread(&name, "topology.kubernetes.io/zone")
-        } else {
-            String::new()
-        };
-        docs.push(sized_deployment(&name, 100, cpu, memory, &constraint));
-    }
-    for (d, (cpu, memory)) in [(250, 4096), (500, 8192), (750, 16384), (1000, 8192)]
-        .into_iter()
-        .enumerate()
-    {
-        let name = format!("mem-{d}");
-        let constraint = if d == 1 {
-            spread(&name, "topology.kubernetes.io/zone")
-        } else {
-            String::new()
-        };
-        docs.push(sized_deployment(&name, 40, cpu, memory, &constraint));
+    // (prefix, replicas, the Deployment spread over zones, sizes in millicores and MiB)
+    let kinds = [
+        (
+            "web",
+            100,
+            0,
+            [(250, 256), (500, 512), (750, 256), (1000, 512)],
+        ),
+        (
+            "mem",
+            40,
+            1,
+            [(250, 4096), (500, 8192), (750, 16384), (1000, 8192)],
+        ),
+    ];
+    for (prefix, replicas, spread_one, sizes) in kinds {
+        for (d, (cpu, memory)) in sizes.into_iter().enumerate() {
+            let name = format!("{prefix}-{d}");
+            let constraint = if d == spread_one {
+                spread(&name, "topology.kubernetes.io/zone")
+            } else {
+                String::new()
+            };
+            docs.push(sized_deployment(&name, replicas, cpu, memory, &constraint));
+        }
     }
     for (d, (cpu, memory)) in [(8000, 16384), (16000, 32768)].into_iter().enumerate() {
         docs.push(sized_deployment(&format!("batch-{d}"), 10, cpu, memory, ""));
