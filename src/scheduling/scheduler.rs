@@ -69,6 +69,19 @@ const TIGHT_GROWTH_SLACK: f64 = 1.2;
 /// about 3 s.
 const TIGHT_SOLVE_MAX_PODS: usize = 10_000;
 
+/// How close to the best price per typical pod an instance type comes to count among a shape's
+/// best types when a NodeClaim is sized with [`Sizing::FillByShape`] (see `Solver::cost_efficient`):
+/// the cheapest of these bounds the NodeClaim's options. Many sizes of one family cost about the
+/// same per pod (a 2Gi / 500m web pod costs as much on an m6a.48xlarge as on a t3a.large), and
+/// the smallest keeps the blast radius small. Measured with `benches/gen-cost.py`: at 0.05 the
+/// web fleet on spot keeps r6a.xlarge nodes at 5.9× the median NodeClaim, at 0.2 it costs 4% more.
+const NEAR_BEST: f64 = 0.1;
+
+/// The blast-radius target: no planned NodeClaim's price above this many times the plan's
+/// median NodeClaim, unless a single pod on it needs a type that dear. A plan of
+/// [`Sizing::FillByShape`] that breaks it does not replace one that keeps it (see `plan`).
+const BLAST_RADIUS: f64 = 4.0;
+
 /// How many planned NodeClaims that fit a pod are compared for the least added cost (see
 /// `Solver::try_claims`): a bound, so a pod's work stays independent of the number of NodeClaims.
 const PLACEMENT_WINDOW: usize = 8;
@@ -448,7 +461,7 @@ struct Solver<'a> {
     sizing: Sizing,
     /// The key a pod's NodeClaim skip list is kept under (with its relaxation): its class, or
     /// with [`Sizing::ByShape`] its class and shape, since a pod never joins another shape's
-    /// NodeClaims.
+    /// NodeClaims there.
     route_of: Vec<u32>,
     /// How `Solver::worth_growing` measures the room a larger type adds.
     yardstick: Yardstick,
@@ -577,6 +590,12 @@ enum Sizing {
     /// only NodeClaims opened for its own shape: web, batch and memory-heavy pods each get the
     /// types cheapest for them instead of sharing nodes sized for their average.
     ByShape,
+    /// As [`Sizing::ByShape`], but a NodeClaim's options stop at the price of the smallest type
+    /// whose price per typical pod is within [`NEAR_BEST`] of the best, and a pod also joins
+    /// another shape's NodeClaim where that adds nothing to its cost: room other shapes' nodes
+    /// have paid for is filled, and piles of one shape no longer grow into the largest type that
+    /// is as cheap per pod (351 web pods on an m6a.48xlarge) when a small one is.
+    FillByShape,
 }
 
 /// Runs the solver.
@@ -587,15 +606,17 @@ pub fn solve(input: &Input) -> Outcome {
 /// The ways `plan` solves a round: which typical pod new NodeClaims are sized for, how
 /// `Solver::worth_growing` measures the room a NodeClaim gains by growing, and how much that room
 /// may cost. The first is tried alone when its growth decisions leave the others nothing to
-/// change. Sizing by shape is tried once, with the setting that won on every row of
+/// change. Sizing by shape is tried with one setting, the one that won on every row of
 /// `benches/gen-cost.py` where it won (in one it tied with the pile at [`COST_SLACK`]): a solve
-/// more per setting would cost a 3,000-pod round another fifth of its time each.
-const STRATEGIES: [(Sizing, Yardstick, f64); 5] = [
+/// more per setting would cost a 3,000-pod round another fifth of its time each. It is tried
+/// strictly and filling (the last): neither alone is as cheap as the two on every row.
+const STRATEGIES: [(Sizing, Yardstick, f64); 6] = [
     (Sizing::WholeRound, Yardstick::Pile, COST_SLACK),
     (Sizing::WholeRound, Yardstick::EmptyNode, COST_SLACK),
     (Sizing::WholeRound, Yardstick::Pile, TIGHT_GROWTH_SLACK),
     (Sizing::WholeRound, Yardstick::EmptyNode, TIGHT_GROWTH_SLACK),
     (Sizing::ByShape, Yardstick::Pile, TIGHT_GROWTH_SLACK),
+    (Sizing::FillByShape, Yardstick::Pile, TIGHT_GROWTH_SLACK),
 ];
 
 /// Solves once measuring the room NodeClaims gain by growing against their piles
@@ -607,6 +628,9 @@ const STRATEGIES: [(Sizing, Yardstick, f64); 5] = [
 /// on the pods still to come: no strategy wins on every input (on `benches/gen-cost.py`'s cases
 /// each was the cheapest on some and up to 10% dearer on others), and a solve takes
 /// milliseconds, so all are tried. Without a cap or a close call the solves would be the same.
+/// A plan of [`Sizing::FillByShape`] that breaks the [`BLAST_RADIUS`] target does not replace a
+/// plan that keeps it, however cheaper: the other strategies' plans are compared on placed pods
+/// and cost alone, as before.
 ///
 /// Only one plan is held at a time: each is scored and dropped, and the winner solved again
 /// unless it was the last (solves are deterministic). Holding two cost a 20,000-pod `simulate`
@@ -615,8 +639,8 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     let placed = |o: &Outcome| o.placements.iter().filter(|p| p.is_some()).count();
     let solve_with = |(sizing, yardstick, slack): (Sizing, Yardstick, f64)| {
         let mut solver = Solver::new(input);
-        if sizing == Sizing::ByShape {
-            solver.size_by_shape();
+        if sizing != Sizing::WholeRound {
+            solver.size_by_shape(sizing);
         }
         solver.yardstick = yardstick;
         solver.growth_slack = slack;
@@ -635,12 +659,26 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
         STRATEGIES.len()
     } else {
         // With one shape, sizing by shape is sizing for the round.
-        STRATEGIES.len() - 1
+        STRATEGIES.len() - 2
     };
-    let mut best = (0, placed(&outcome), solver.plan_cost(&outcome));
+    // Only a round that tries filling by shape (the last strategy) needs the blast radius.
+    let contained = |solver: &Solver<'_>, outcome: &Outcome| {
+        tried < STRATEGIES.len() || solver.within_blast_radius(outcome)
+    };
+    let mut best = (
+        0,
+        placed(&outcome),
+        solver.plan_cost(&outcome),
+        contained(&solver, &outcome),
+    );
     drop((solver, outcome));
     for (k, &strategy) in STRATEGIES.iter().enumerate().take(tried).skip(1) {
         let (solver, outcome) = solve_with(strategy);
+        let contained = contained(&solver, &outcome);
+        // Filling by shape never trades the blast-radius target for cost.
+        if strategy.0 == Sizing::FillByShape && best.3 && !contained {
+            continue;
+        }
         let score = (placed(&outcome), solver.plan_cost(&outcome));
         if score
             .0
@@ -648,7 +686,7 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
             .then_with(|| best.2.total_cmp(&score.1))
             .is_gt()
         {
-            best = (k, score.0, score.1);
+            best = (k, score.0, score.1, contained);
             if k + 1 == tried {
                 return (solver, outcome);
             }
@@ -1119,9 +1157,15 @@ impl<'a> Solver<'a> {
     }
 
     /// Sizes new NodeClaims for the typical pod of their opening pod's shape and keeps each pod
-    /// to its own shape's NodeClaims ([`Sizing::ByShape`]).
-    fn size_by_shape(&mut self) {
+    /// to its own shape's NodeClaims ([`Sizing::ByShape`]), or to those where it adds cost
+    /// ([`Sizing::FillByShape`]: another shape's NodeClaims stay candidates, so the skip lists
+    /// stay per class).
+    fn size_by_shape(&mut self, sizing: Sizing) {
         self.shapes = ResourceShapes::by_ratio(&self.input.pods);
+        self.sizing = sizing;
+        if sizing == Sizing::FillByShape {
+            return;
+        }
         let mut routes: HashMap<(u32, u32), u32> = HashMap::new();
         self.route_of = self
             .class_of
@@ -1132,7 +1176,6 @@ impl<'a> Solver<'a> {
                 *routes.entry((class, shape)).or_insert(next)
             })
             .collect();
-        self.sizing = Sizing::ByShape;
     }
 
     fn run(&mut self) -> Outcome {
@@ -1188,6 +1231,43 @@ impl<'a> Solver<'a> {
                 Some(self.prices(c.nodepool, &c.requirements)[t as usize])
             })
             .sum()
+    }
+
+    /// Whether `outcome` meets the blast-radius target: no planned NodeClaim priced (as in
+    /// `plan_cost`) above [`BLAST_RADIUS`] times the median one, unless one of its pods alone
+    /// (with the DaemonSet overhead) fits no type of its pool, under its requirements, priced
+    /// within that bound.
+    fn within_blast_radius(&self, outcome: &Outcome) -> bool {
+        let priced: Vec<(&PlannedNodeClaim, f64)> = outcome
+            .nodeclaims
+            .iter()
+            .filter_map(|c| {
+                let t = *c.instance_types.first()?;
+                Some((c, self.prices(c.nodepool, &c.requirements)[t as usize]))
+            })
+            .collect();
+        let mut prices: Vec<f64> = priced.iter().map(|(_, price)| *price).collect();
+        prices.sort_by(f64::total_cmp);
+        let Some(median) = prices.get(prices.len() / 2) else {
+            return true;
+        };
+        let bound = BLAST_RADIUS * median;
+        priced.iter().all(|&(claim, price)| {
+            price <= bound || {
+                let pool = &self.pools[claim.nodepool];
+                let template = &pool.template;
+                let prices = self.prices(claim.nodepool, &claim.requirements);
+                let compatible = self.compatible_types(claim.nodepool, &claim.requirements);
+                claim.pods.iter().any(|&i| {
+                    let mut alone = template.daemon_overhead.clone();
+                    alone.add(&self.input.pods[i as usize].requests);
+                    !compatible.types(&pool.by_price).any(|t| {
+                        prices[t as usize] <= bound
+                            && alone.fits(&template.instance_types[t as usize].allocatable)
+                    })
+                })
+            }
+        })
     }
 
     /// `reserved` counts the NodeClaims this round planned onto (or holding) each capacity
@@ -1831,9 +1911,22 @@ impl<'a> Solver<'a> {
         let mut fitting = 0;
         let shape = self.shapes.of[i];
         while c < len {
-            // Sized by shape, a pod keeps to its own shape's NodeClaims (`Sizing::ByShape`).
+            // Sized by shape, a pod keeps to its own shape's NodeClaims (`Sizing::ByShape`), or
+            // joins another shape's where it adds nothing to its cost, which ends the search like
+            // any such claim (`Sizing::FillByShape`).
             if self.claims[c].shape != shape {
-                skip.kill(c);
+                if self.sizing != Sizing::FillByShape {
+                    skip.kill(c);
+                } else if self.added_cost_floor(i, c) == Some(0.0) {
+                    match self.check_claim(i, c, relax, reqs) {
+                        Verdict::Fits(update) if self.added_cost(c, &update) <= 0.0 => {
+                            best = Some((c, update, 0.0));
+                            break;
+                        }
+                        Verdict::Never => skip.kill(c),
+                        _ => {}
+                    }
+                }
                 c = skip.find(c + 1, len);
                 continue;
             }
@@ -2658,10 +2751,24 @@ impl<'a> Solver<'a> {
             return (options.clone(), best);
         };
         let bound = best * COST_SLACK;
+        // Sized with `Sizing::FillByShape`, no option dearer than the cheapest of the near-best
+        // types: growing past it buys nothing per pod and widens the blast radius.
+        let largest_price = if self.sizing == Sizing::FillByShape {
+            let near = best * (1.0 + NEAR_BEST);
+            options
+                .types(&pool.by_price)
+                .zip(&costs)
+                .filter(|(_, c)| **c <= near)
+                .map(|(t, _)| prices[t as usize])
+                .fold(f64::INFINITY, f64::min)
+        } else {
+            f64::INFINITY
+        };
         // `filter` visits the options in the order `types` listed them.
         let mut cost = costs.iter();
         let efficient = options.filter(&pool.by_price, |t| {
-            let efficient = cost.next().is_some_and(|c| *c <= bound);
+            let efficient =
+                cost.next().is_some_and(|c| *c <= bound) && prices[t as usize] <= largest_price;
             t == cheapest || efficient
         });
         (efficient, best)
