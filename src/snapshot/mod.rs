@@ -17,6 +17,7 @@ pub mod taints;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
+use chrono::{DateTime, TimeDelta, Utc};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, PodStatus,
@@ -28,7 +29,7 @@ use kube::Resource;
 use serde::Deserialize;
 
 use crate::apis::conditions;
-use crate::apis::nodeclaim::Operator;
+use crate::apis::nodeclaim::{Operator, condition};
 use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::scheduling;
 use crate::scheduling::pod_shapes::PodShapes;
@@ -168,6 +169,14 @@ impl Resource for ClusterPod {
         &mut self.metadata
     }
 }
+
+/// How long a pod's nomination outlives its capacity becoming initialized: kube-scheduler binds
+/// a pending pod to a new node within seconds of its startup taints going, so a pod still
+/// pending after this found no room there (other pods took it) and is planned again at once
+/// rather than waiting out its nomination. (Upstream treats a node as nominated for twice its
+/// 10 s batch window; kube-scheduler's 10 s retry backoff and a loaded API server get some
+/// slack here.)
+pub const NOMINATION_GRACE: TimeDelta = TimeDelta::seconds(30);
 
 /// The labels or annotations of an object that has none.
 static NO_ENTRIES: BTreeMap<String, String> = BTreeMap::new();
@@ -310,11 +319,25 @@ impl Snapshot {
     /// for a new NodeClaim) nor count the room they will take as free. kube-scheduler still
     /// decides where they go. A nomination holds while its pod is pending and its capacity can
     /// take pods: a NodeClaim not deleted (named by its Node once that registered), a Node
-    /// neither deleted nor cordoned. Returns the nominations kept, by the name they now hold.
-    pub fn nominate(&mut self, wanted: &HashMap<String, String>) -> &HashMap<String, String> {
+    /// neither deleted nor cordoned, and initialized (its NodeClaim's `Initialized` condition)
+    /// less than [`NOMINATION_GRACE`] before `now`. Returns the nominations kept, by the name
+    /// they now hold.
+    pub fn nominate(
+        &mut self,
+        wanted: &HashMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> &HashMap<String, String> {
+        let nodeclaims = &self.nodeclaims;
         let usable_node = |node: &Node| {
+            let initialized_long_ago = joins::claim_of(nodeclaims, node)
+                .and_then(|c| c.status.as_ref())
+                .and_then(|s| conditions::find(&s.conditions, condition::INITIALIZED))
+                .is_some_and(|c| {
+                    c.status == conditions::TRUE && now - c.last_transition_time >= NOMINATION_GRACE
+                });
             node.metadata.deletion_timestamp.is_none()
                 && node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+                && !initialized_long_ago
         };
         let mut targets: HashMap<&str, Option<String>> = HashMap::new();
         for target in wanted.values() {
@@ -500,13 +523,26 @@ mod tests {
         )
     }
 
-    fn claim(name: &str, provider_id: Option<&str>) -> Arc<NodeClaim> {
+    /// 2026-11-26 12:00:00 UTC.
+    fn now() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_795_694_400, 0).expect("a time")
+    }
+
+    /// A NodeClaim, initialized `initialized` seconds before [`now`] if given.
+    fn claim(name: &str, provider_id: Option<&str>, initialized: Option<i64>) -> Arc<NodeClaim> {
+        let conditions: Vec<serde_json::Value> = initialized
+            .map(|ago| {
+                json!({"type": "Initialized", "status": "True", "reason": "Initialized", "message": "",
+                       "lastTransitionTime": (now() - TimeDelta::seconds(ago)).to_rfc3339()})
+            })
+            .into_iter()
+            .collect();
         Arc::new(
             serde_json::from_value(json!({
                 "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
                 "metadata": {"name": name},
                 "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
-                "status": {"providerID": provider_id},
+                "status": {"providerID": provider_id, "conditions": conditions},
             }))
             .expect("nodeclaim"),
         )
@@ -522,11 +558,17 @@ mod tests {
                 pod("gone", true),
                 pod("running", false),
                 pod("free", true),
+                pod("passed-over", true),
             ],
-            nodeclaims: vec![claim("coming", None), claim("up", Some("aws:///a/i-1"))],
+            nodeclaims: vec![
+                claim("coming", None, None),
+                claim("up", Some("aws:///a/i-1"), Some(5)),
+                claim("long-up", Some("aws:///a/i-3"), Some(60)),
+            ],
             nodes: vec![
                 node("ip-1", "aws:///a/i-1", false),
                 node("ip-2", "aws:///a/i-2", true),
+                node("ip-3", "aws:///a/i-3", false),
             ],
             ..Snapshot::default()
         };
@@ -536,12 +578,13 @@ mod tests {
             ("cordoned", "ip-2"),
             ("gone", "deleted-claim"),
             ("running", "ip-1"),
+            ("passed-over", "long-up"),
         ]
         .into_iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
         let kept: BTreeMap<String, String> = cluster
-            .nominate(&wanted)
+            .nominate(&wanted, now())
             .iter()
             .map(|(a, b)| (a.clone(), b.clone()))
             .collect();
@@ -551,14 +594,15 @@ mod tests {
                 ("in-flight".to_string(), "coming".to_string()),
                 ("registered".to_string(), "ip-1".to_string()),
             ]),
-            "a registered NodeClaim is named by its Node; cordoned, gone and bound are dropped"
+            "a registered NodeClaim is named by its Node; cordoned, gone, bound and passed over \
+             by kube-scheduler (initialized a minute ago) are dropped"
         );
         let pending: Vec<&str> = cluster
             .pending_pods()
             .iter()
             .filter_map(|p| p.metadata.name.as_deref())
             .collect();
-        assert_eq!(pending, ["cordoned", "gone", "free"]);
+        assert_eq!(pending, ["cordoned", "gone", "free", "passed-over"]);
         let bound: BTreeMap<&str, Vec<&str>> = cluster
             .bound_pods()
             .into_iter()

@@ -576,7 +576,7 @@ impl Provisioner {
             .iter()
             .map(|(uid, (target, _))| (uid.clone(), target.clone()))
             .collect();
-        let kept = cluster.nominate(&wanted);
+        let kept = cluster.nominate(&wanted, now);
         nominations.retain(|uid, (target, _)| match kept.get(uid) {
             Some(now_named) => {
                 target.clone_from(now_named);
