@@ -1141,42 +1141,45 @@ fn many_small_pods_are_not_piled_onto_giant_nodes() {
     }
 }
 
+/// `benches/gen-cost.py`'s web Deployments: (CPU millicores, memory MiB) of each, drawn with its
+/// seed.
+const WEB: [(u32, u32); 30] = [
+    (500, 2048),
+    (750, 256),
+    (750, 1024),
+    (500, 256),
+    (500, 1024),
+    (1000, 1024),
+    (750, 2048),
+    (250, 1024),
+    (500, 512),
+    (1000, 256),
+    (250, 512),
+    (500, 512),
+    (250, 512),
+    (500, 2048),
+    (1000, 2048),
+    (500, 1024),
+    (500, 1024),
+    (500, 2048),
+    (500, 512),
+    (250, 256),
+    (750, 512),
+    (250, 512),
+    (1000, 1024),
+    (750, 2048),
+    (750, 2048),
+    (500, 256),
+    (250, 2048),
+    (500, 2048),
+    (500, 1024),
+    (250, 1024),
+];
+
 /// `benches/gen-cost.py`'s web workload (30 Deployments x 100 replicas, sizes drawn with its seed)
 /// on a NodePool open to every x86 type, spot allowed, at the ENI pod density.
 #[test]
 fn web_pods_on_spot_fill_small_nodes_other_shapes_paid_for() {
-    let sizes = [
-        (500, 2048),
-        (750, 256),
-        (750, 1024),
-        (500, 256),
-        (500, 1024),
-        (1000, 1024),
-        (750, 2048),
-        (250, 1024),
-        (500, 512),
-        (1000, 256),
-        (250, 512),
-        (500, 512),
-        (250, 512),
-        (500, 2048),
-        (1000, 2048),
-        (500, 1024),
-        (500, 1024),
-        (500, 2048),
-        (500, 512),
-        (250, 256),
-        (750, 512),
-        (250, 512),
-        (1000, 1024),
-        (750, 2048),
-        (750, 2048),
-        (500, 256),
-        (250, 2048),
-        (500, 2048),
-        (500, 1024),
-        (250, 1024),
-    ];
     let mut docs = vec![
         NODECLASS.to_string(),
         nodepool(
@@ -1185,7 +1188,7 @@ fn web_pods_on_spot_fill_small_nodes_other_shapes_paid_for() {
             "        - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}",
         ),
     ];
-    for (d, (cpu, memory)) in sizes.into_iter().enumerate() {
+    for (d, (cpu, memory)) in WEB.into_iter().enumerate() {
         docs.push(sized_deployment(&format!("web-{d}"), 100, cpu, memory, ""));
     }
     let report = run(&docs);
@@ -1886,38 +1889,6 @@ fn narrow_pool_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<S
 /// stopped at an r6a.48xlarge and then needed an m8i.96xlarge: $71.85/h against $70.08/h.
 #[test]
 fn capped_growth_is_never_dearer_than_sizing_by_fit() {
-    const WEB: [(u32, u32); 30] = [
-        (500, 2048),
-        (750, 256),
-        (750, 1024),
-        (500, 256),
-        (500, 1024),
-        (1000, 1024),
-        (750, 2048),
-        (250, 1024),
-        (500, 512),
-        (1000, 256),
-        (250, 512),
-        (500, 512),
-        (250, 512),
-        (500, 2048),
-        (1000, 2048),
-        (500, 1024),
-        (500, 1024),
-        (500, 2048),
-        (500, 512),
-        (250, 256),
-        (750, 512),
-        (250, 512),
-        (1000, 1024),
-        (750, 2048),
-        (750, 2048),
-        (500, 256),
-        (250, 2048),
-        (500, 2048),
-        (500, 1024),
-        (250, 1024),
-    ];
     const BATCH: [(u32, u32); 20] = [
         (4000, 65536),
         (8000, 4096),
