@@ -366,7 +366,7 @@ pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<U
             Arc::clone(&namespace),
             interned.get(owner),
             interned.get(node.unwrap_or_default()),
-            interned.get(&node.is_some().to_string()),
+            interned.get(if node.is_some() { "true" } else { "false" }),
         ]);
         labels.extend(node_labels.iter().cloned());
         labels.extend([
