@@ -14,11 +14,15 @@
 //! client's requests by verb and kind as the API servers count them (`apiserver_request_total`
 //! of the core server and of the CRD server, `CRD_KUBECONFIG`).
 //!
+//! The phases: the pods arrive (provision), the Deployments scale to zero and back, a drift roll
+//! of the whole fleet (a new NodePool template label: every NodeClaim replaced within the
+//! disruption budget), and 60 s idle.
+//!
 //! `SCALE_PODS` sets the pod count (default 5000). `SCALE_MODE=burst` runs one other phase
 //! instead: every pod already pending when the NodePool appears, so the provisioner plans them
 //! all in one batch (see [`burst`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -303,6 +307,8 @@ async fn apply(client: &Client, objects: &[Value]) {
 /// What one poll sees.
 struct Seen {
     claims: usize,
+    /// The NodeClaims' names: a drift roll is over when none of the old ones is left.
+    claim_names: BTreeSet<String>,
     nodes: usize,
     pods: usize,
     bound: usize,
@@ -311,10 +317,11 @@ struct Seen {
 }
 
 async fn look(client: &Client) -> Seen {
-    let claims = Api::<NodeClaim>::all(client.clone())
+    let claim_names: BTreeSet<String> = Api::<NodeClaim>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await
-        .map_or(0, |l| l.items.len());
+        .map(|l| l.items.iter().map(ResourceExt::name_any).collect())
+        .unwrap_or_default();
     let nodes = Api::<Node>::all(client.clone())
         .list_metadata(&ListParams::default())
         .await
@@ -344,7 +351,8 @@ async fn look(client: &Client) -> Seen {
         })
         .count();
     Seen {
-        claims,
+        claims: claim_names.len(),
+        claim_names,
         nodes,
         pods: pods.len(),
         bound,
@@ -357,7 +365,7 @@ struct Timings {
     /// Every pod judged by kube-scheduler (bound, or marked unschedulable): the provisioner's
     /// last batch can start no earlier.
     judged: f64,
-    /// The last new NodeClaim.
+    /// The last change to the set of NodeClaims (one created or deleted).
     claims: f64,
     /// Every Node registered.
     nodes: f64,
@@ -365,10 +373,16 @@ struct Timings {
     bound: Option<f64>,
 }
 
-/// Runs one phase: waits until `pods` pods are all bound and the NodeClaim count has stood still
-/// for 20 s, and returns the timings and the NodeClaim count.
-async fn settle(client: &Client, pods: usize, start: Instant) -> (Timings, usize) {
-    let (mut last_claims, mut claims_at, mut nodes_at) = (usize::MAX, 0.0, 0.0);
+/// Runs one phase: waits until `pods` pods are all bound, no NodeClaim of `replaced` is left
+/// and the set of NodeClaims has stood still for 20 s, and returns the timings and the
+/// NodeClaim count.
+async fn settle(
+    client: &Client,
+    pods: usize,
+    replaced: &BTreeSet<String>,
+    start: Instant,
+) -> (Timings, usize) {
+    let (mut last_claims, mut claims_at, mut nodes_at) = (None, 0.0, 0.0);
     let mut judged_at = None;
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -377,8 +391,8 @@ async fn settle(client: &Client, pods: usize, start: Instant) -> (Timings, usize
         if judged_at.is_none() && seen.pods == pods && seen.judged == pods {
             judged_at = Some(now);
         }
-        if seen.claims != last_claims {
-            last_claims = seen.claims;
+        let left = seen.claim_names.intersection(replaced).count();
+        if last_claims.as_ref() != Some(&seen.claim_names) {
             claims_at = now;
         }
         // The moment the Nodes caught up with the NodeClaims (again, if more claims came).
@@ -388,10 +402,10 @@ async fn settle(client: &Client, pods: usize, start: Instant) -> (Timings, usize
             nodes_at = now;
         }
         eprintln!(
-            "  {now:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}  bound {:6}",
+            "  {now:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}  bound {:6}  old nodeclaims {left:5}",
             seen.claims, seen.nodes, seen.pods, seen.bound
         );
-        if seen.pods == pods && seen.bound == pods && now - claims_at > 20.0 {
+        if seen.pods == pods && seen.bound == pods && left == 0 && now - claims_at > 20.0 {
             let timings = Timings {
                 judged: judged_at.unwrap_or(now),
                 claims: claims_at,
@@ -400,6 +414,7 @@ async fn settle(client: &Client, pods: usize, start: Instant) -> (Timings, usize
             };
             return (timings, seen.claims);
         }
+        last_claims = Some(seen.claim_names);
         assert!(now < 3600.0, "the phase did not settle within an hour");
     }
 }
@@ -639,7 +654,7 @@ async fn main() {
             objects.len() - 2,
             start.elapsed().as_secs_f64()
         );
-        let (t, claims) = settle(&client, total_pods, start).await;
+        let (t, claims) = settle(&client, total_pods, &BTreeSet::new(), start).await;
         report("provision", total_pods, claims, &t, &b);
 
         // Phase 2: scale to zero, then back.
@@ -679,8 +694,25 @@ async fn main() {
             d["spec"]["replicas"].clone()
         })
         .await;
-        let (t, claims) = settle(&client, total_pods, start).await;
+        let (t, claims) = settle(&client, total_pods, &BTreeSet::new(), start).await;
         report("scale back", total_pods, claims, &t, &b);
+
+        // Phase 3: a drift roll. A new label in the NodePool's template changes its hash, so
+        // every NodeClaim is drifted and replaced within the NodePool's disruption budget (10%
+        // of the nodes at a time by default) while the Deployments' evicted pods move.
+        let b = before();
+        let old = look(&client).await.claim_names;
+        let start = Instant::now();
+        Api::<NodePool>::all(client.clone())
+            .patch(
+                "default",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"scale-bench/roll": "1"}}}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("relabelling the NodePool: {e}"));
+        let (t, claims) = settle(&client, total_pods, &old, start).await;
+        report("drift roll", total_pods, claims, &t, &b);
 
         // Idle: a quiet cluster should cost next to nothing.
         let b = before();
