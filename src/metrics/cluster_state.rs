@@ -6,7 +6,7 @@
 //! Pure: objects and the time in, series out. The metrics controller publishes them every few
 //! seconds, as upstream's node and pod metrics controllers do.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -110,7 +110,7 @@ fn limits(spec: &PodSpec) -> Resources {
     sum.max(&init_peak)
 }
 
-fn seconds_since(
+pub(super) fn seconds_since(
     now: DateTime<Utc>,
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 ) -> f64 {
@@ -142,7 +142,7 @@ fn node_labels(node: &Node) -> Vec<String> {
 }
 
 /// Whether Karpenter manages the node (it belongs to a NodePool).
-fn is_managed(node: &Node) -> bool {
+pub(super) fn is_managed(node: &Node) -> bool {
     node.metadata
         .labels
         .as_ref()
@@ -232,7 +232,10 @@ pub fn node_gauges(
     out
 }
 
-/// The pod families' series.
+/// The pod families' series as a metrics pass built them before they were written from the
+/// pod cache when scraped ([`super::pods`]): kept as the reference the scraped text is checked
+/// against.
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodGauges {
     /// `karpenter_pods_state` (1 per pod): name, namespace, owner, node, scheduled, nodepool,
@@ -244,7 +247,8 @@ pub struct PodGauges {
     pub unstarted_time_seconds: Vec<Series>,
 }
 
-fn condition_status<'a>(pod: &'a ClusterPod, type_: &str) -> Option<&'a str> {
+/// The status of the pod's condition `type_`, if it has one.
+pub(super) fn condition_status<'a>(pod: &'a ClusterPod, type_: &str) -> Option<&'a str> {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -273,16 +277,18 @@ fn condition_time(pod: &ClusterPod, type_: &str) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(c.last_transition_time.as_ref()?.0.as_millisecond())
 }
 
-fn is_started(pod: &ClusterPod) -> bool {
+/// Whether the pod is Ready.
+pub(super) fn is_started(pod: &ClusterPod) -> bool {
     condition_status(pod, "Ready") == Some("True")
 }
 
 /// Label values of one metrics pass, each kept once however many series carry it.
 #[derive(Default)]
-struct Interned(HashSet<Label>);
+pub(super) struct Interned(HashSet<Label>);
 
 impl Interned {
-    fn get(&mut self, value: &str) -> Label {
+    /// `value` as the label kept for it.
+    pub(super) fn get(&mut self, value: &str) -> Label {
         if let Some(known) = self.0.get(value) {
             return Arc::clone(known);
         }
@@ -307,6 +313,7 @@ fn pod_name_labels(pod: &ClusterPod, interned: &mut Interned) -> (Label, Label) 
 /// The labels `karpenter_pods_state` takes from a pod's node: nodepool, zone, arch,
 /// capacity_type, instance_type (empty for a pod on no known node), and whether the node is
 /// managed.
+#[cfg(test)]
 fn pod_node_labels(node: Option<&Node>, interned: &mut Interned) -> ([Label; 5], Label) {
     let node_labels = node.and_then(|n| n.metadata.labels.as_ref());
     let mut value = |key: &str| {
@@ -327,11 +334,12 @@ fn pod_node_labels(node: Option<&Node>, interned: &mut Interned) -> ([Label; 5],
     (labels, managed)
 }
 
-/// The pod families for `pods`, with node labels from `nodes`. Finished and deleted pods have
-/// no series.
+/// The pod families for `pods`, with node labels from `nodes`, as a pass built them (see
+/// [`PodGauges`]). Finished and deleted pods have no series.
+#[cfg(test)]
 pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<Utc>) -> PodGauges {
     let mut interned = Interned::default();
-    let on_node: HashMap<&str, ([Label; 5], Label)> = nodes
+    let on_node: std::collections::HashMap<&str, ([Label; 5], Label)> = nodes
         .iter()
         .filter_map(|n| {
             let name = n.metadata.name.as_deref()?;
