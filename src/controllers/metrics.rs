@@ -67,16 +67,6 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                     .cluster_utilization_percent
                     .publish(g.cluster_utilization_percent);
                 let times = &ctx.pod_scheduling;
-                let g = cluster_state::provisioning_gauges(&all_pods, |k| times.get(k), now);
-                METRICS
-                    .pods_provisioning_unbound_time_seconds
-                    .publish(g.unbound_time_seconds);
-                METRICS
-                    .pods_provisioning_unstarted_time_seconds
-                    .publish(g.unstarted_time_seconds);
-                METRICS
-                    .pods_provisioning_scheduling_undecided_time_seconds
-                    .publish(g.scheduling_undecided_time_seconds);
                 let durations = pods.observe(&all_pods, |k| times.get(k).schedulable);
                 for d in durations.bound {
                     METRICS.pods_bound_duration_seconds.observe(d);
@@ -195,10 +185,26 @@ fn serve_pod_families(ctx: &Context) {
         unbound_time_seconds: &METRICS.pods_unbound_time_seconds,
         unstarted_time_seconds: &METRICS.pods_unstarted_time_seconds,
     };
-    pods::serve(families, move || pods::PodView {
+    let read = move || pods::PodView {
         nodes: nodes.state(),
         pods: pods.state(),
         now: clock.now(),
+    };
+    let (pods, clock) = (ctx.state.pods.clone(), Arc::clone(&ctx.clock));
+    pods::serve(families, read);
+    let provisioning = pods::ProvisioningFamilies {
+        unbound_time_seconds: &METRICS.pods_provisioning_unbound_time_seconds,
+        unstarted_time_seconds: &METRICS.pods_provisioning_unstarted_time_seconds,
+        scheduling_undecided_time_seconds: &METRICS
+            .pods_provisioning_scheduling_undecided_time_seconds,
+    };
+    // The provisioning families read no nodes.
+    pods::serve_provisioning(provisioning, Arc::clone(&ctx.pod_scheduling), move || {
+        pods::PodView {
+            nodes: Vec::new(),
+            pods: pods.state(),
+            now: clock.now(),
+        }
     });
 }
 

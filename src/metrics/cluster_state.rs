@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::node_metric_labels;
-use super::pod_scheduling::{Times, pod_key, seconds_between};
+#[cfg(test)]
+use super::pod_scheduling::Times;
+use super::pod_scheduling::{pod_key, seconds_between};
 use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::pod::requests;
@@ -300,6 +302,7 @@ impl Interned {
 
 /// A pod's name and namespace as series labels: the converted pod's own (a pod in the cache is
 /// converted as it arrives), else copied.
+#[cfg(test)]
 fn pod_name_labels(pod: &ClusterPod, interned: &mut Interned) -> (Label, Label) {
     match pod.scheduling_pod() {
         Ok(p) => (Arc::clone(&p.name), Arc::clone(&p.namespace)),
@@ -404,7 +407,10 @@ pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<U
 }
 
 /// The `karpenter_pods_provisioning_*` gauges (name, namespace), timed from the points the
-/// provisioner recorded ([`Times`]) rather than from the pods' creation, as upstream's.
+/// provisioner recorded ([`Times`]) rather than from the pods' creation, as upstream's; as a
+/// pass built them before they were written from the pod cache when scraped
+/// ([`super::pods`]), kept as the reference the scraped text is checked against.
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProvisioningGauges {
     /// `_unbound_time_seconds`: unbound pods the provisioner found a place for, since then.
@@ -417,6 +423,7 @@ pub struct ProvisioningGauges {
 }
 
 /// The provisioning gauges of `pods`, given each pod's [`Times`] (by `namespace/name`).
+#[cfg(test)]
 pub fn provisioning_gauges(
     pods: &[Arc<ClusterPod>],
     times: impl Fn(&str) -> Times,

@@ -1,5 +1,6 @@
 //! The per-pod families (`karpenter_pods_state`, `karpenter_pods_unbound_time_seconds`,
-//! `karpenter_pods_unstarted_time_seconds`), written from the pod cache when scraped.
+//! `karpenter_pods_unstarted_time_seconds` and the `karpenter_pods_provisioning_*_time_seconds`
+//! gauges), written from the pod cache when scraped.
 //!
 //! Why not publish them every pass like the other cluster-state families: a publication holds
 //! a series per pod until the next one, 13 label values for `karpenter_pods_state`, and the
@@ -25,6 +26,7 @@ use k8s_openapi::api::core::v1::Node;
 use super::cluster_state::{
     Interned, Label, condition_status, is_managed, is_started, seconds_since,
 };
+use super::pod_scheduling::{PodSchedulingTimes, pod_key, seconds_between};
 use super::published::{PublishedGauges, Rows};
 use crate::apis::labels;
 use crate::snapshot::ClusterPod;
@@ -89,6 +91,97 @@ pub fn serve(families: PodFamilies<'_>, read: impl Fn() -> PodView + Send + Sync
     ] {
         let read = Arc::clone(&read);
         family.serve(Arc::new(move || Box::new(PodRows::new(kind, read()))));
+    }
+}
+
+/// The `karpenter_pods_provisioning_*` families [`serve_provisioning`] fills (labels:
+/// [`NAME_LABELS`]).
+pub struct ProvisioningFamilies<'a> {
+    /// `_unbound_time_seconds`.
+    pub unbound_time_seconds: &'a PublishedGauges,
+    /// `_unstarted_time_seconds`.
+    pub unstarted_time_seconds: &'a PublishedGauges,
+    /// `_scheduling_undecided_time_seconds`.
+    pub scheduling_undecided_time_seconds: &'a PublishedGauges,
+}
+
+/// Makes `families` computed at every scrape from `read()`'s pods and time and the times the
+/// provisioner recorded (`times`), one read per family.
+pub fn serve_provisioning(
+    families: ProvisioningFamilies<'_>,
+    times: Arc<PodSchedulingTimes>,
+    read: impl Fn() -> PodView + Send + Sync + 'static,
+) {
+    let read = Arc::new(read);
+    for (family, kind) in [
+        (families.unbound_time_seconds, Waited::Unbound),
+        (families.unstarted_time_seconds, Waited::Unstarted),
+        (
+            families.scheduling_undecided_time_seconds,
+            Waited::Undecided,
+        ),
+    ] {
+        let (read, times) = (Arc::clone(&read), Arc::clone(&times));
+        family.serve(Arc::new(move || {
+            Box::new(WaitRows::new(kind, &times, read()))
+        }));
+    }
+}
+
+/// What a `karpenter_pods_provisioning_*` family times, from the provisioner's
+/// [`Times`](super::pod_scheduling::Times) of a pod not finished nor being deleted.
+#[derive(Clone, Copy, Debug)]
+enum Waited {
+    /// Unbound, since the provisioner found it a place.
+    Unbound,
+    /// Not Ready, since the provisioner found it a place.
+    Unstarted,
+    /// Unbound and not decided about, since the provisioner first saw it.
+    Undecided,
+}
+
+/// One provisioning family's rows of one scrape: the pods it times, each with its seconds.
+struct WaitRows(Vec<(Arc<ClusterPod>, f64)>);
+
+impl WaitRows {
+    fn new(kind: Waited, times: &PodSchedulingTimes, view: PodView) -> Self {
+        let rows = view
+            .pods
+            .into_iter()
+            .filter(|pod| !pod.is_terminal() && pod.metadata.deletion_timestamp.is_none())
+            .filter_map(|pod| {
+                let t = times.get(&pod_key(&pod));
+                let bound = pod.node_name().is_some();
+                let since = match kind {
+                    Waited::Unbound => t.schedulable.filter(|_| !bound),
+                    Waited::Unstarted => t.schedulable.filter(|_| !is_started(&pod)),
+                    Waited::Undecided => t.acked.filter(|_| t.decided.is_none() && !bound),
+                }?;
+                Some((pod, seconds_between(since, view.now)))
+            })
+            .collect();
+        Self(rows)
+    }
+}
+
+impl Rows for WaitRows {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn label(&self, row: usize, label: usize) -> &str {
+        let Some((pod, _)) = self.0.get(row) else {
+            return "";
+        };
+        match label {
+            0 => pod_names(pod).0,
+            1 => pod_names(pod).1,
+            _ => "",
+        }
+    }
+
+    fn value(&self, row: usize) -> f64 {
+        self.0.get(row).map_or(0.0, |(_, v)| *v)
     }
 }
 
@@ -266,7 +359,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::metrics::METRICS;
-    use crate::metrics::cluster_state::pod_gauges;
+    use crate::metrics::cluster_state::{pod_gauges, provisioning_gauges};
 
     fn start() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
@@ -493,6 +586,68 @@ mod tests {
             unbound.contains("{name=\"again\",namespace=\"shop\"} 40\n"),
             "of a series given twice the later counts: {unbound}"
         );
+    }
+
+    #[test]
+    fn the_scraped_provisioning_text_is_what_publishing_a_passs_series_wrote() {
+        let (_, pods) = cluster();
+        let at = |s: i64| start() - chrono::Duration::seconds(s);
+        // Every other pod found a place 30 s ago, one in ten (all pending) seen 50 s ago and
+        // not decided about, the rest never seen.
+        let times = Arc::new(PodSchedulingTimes::default());
+        let keys: Vec<String> = pods.iter().map(|p| pod_key(p)).collect();
+        for (i, key) in keys.iter().enumerate() {
+            if i % 2 == 0 {
+                times.ack([key.as_str()], at(40));
+                times.decide([key.as_str()], [], at(30));
+            } else if i % 10 == 7 {
+                times.ack([key.as_str()], at(50));
+            }
+        }
+        let published = [
+            &METRICS.pods_provisioning_unbound_time_seconds,
+            &METRICS.pods_provisioning_unstarted_time_seconds,
+            &METRICS.pods_provisioning_scheduling_undecided_time_seconds,
+        ]
+        .map(|f| PublishedGauges::new(f.name(), "Help.", &NAME_LABELS).expect("valid family"));
+        let g = provisioning_gauges(&pods, |k| times.get(k), start());
+        let [unbound, unstarted, undecided] = &published;
+        unbound.publish(g.unbound_time_seconds);
+        unstarted.publish(g.unstarted_time_seconds);
+        undecided.publish(g.scheduling_undecided_time_seconds);
+
+        let served = published
+            .each_ref()
+            .map(|f| PublishedGauges::new(f.name(), "Help.", &NAME_LABELS).expect("valid family"));
+        let [
+            unbound_time_seconds,
+            unstarted_time_seconds,
+            scheduling_undecided_time_seconds,
+        ] = &served;
+        serve_provisioning(
+            ProvisioningFamilies {
+                unbound_time_seconds,
+                unstarted_time_seconds,
+                scheduling_undecided_time_seconds,
+            },
+            times,
+            move || PodView {
+                nodes: Vec::new(),
+                pods: pods.clone(),
+                now: start(),
+            },
+        );
+        for (old, new) in published.iter().zip(&served) {
+            let expected = text(old);
+            assert!(
+                expected.lines().count() > 256,
+                "{}: several pieces",
+                old.name()
+            );
+            assert_eq!(text(new), expected, "{}", old.name());
+        }
+        assert!(text(&served[0]).contains("} 30\n"));
+        assert!(text(&served[2]).contains("} 50\n"));
     }
 
     #[test]
