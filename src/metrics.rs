@@ -19,6 +19,7 @@ pub use published::PublishedGauges;
 
 pub mod cluster_state;
 pub mod pod_scheduling;
+pub mod pods;
 pub mod published;
 pub mod status;
 mod summary;
@@ -841,21 +842,7 @@ impl Metrics {
             pods_state: b.published_gauges(
                 "karpenter_pods_state",
                 "1 for each pod, with where it runs and its phase as labels.",
-                &[
-                    "name",
-                    "namespace",
-                    "owner",
-                    "node",
-                    "scheduled",
-                    "nodepool",
-                    "zone",
-                    "arch",
-                    "capacity_type",
-                    "instance_type",
-                    "phase",
-                    "ready",
-                    "managed",
-                ],
+                &pods::STATE_LABELS,
             ),
             pods_startup_duration_seconds: b.summary_vec(
                 "karpenter_pods_startup_duration_seconds",
@@ -865,7 +852,7 @@ impl Metrics {
             pods_unstarted_time_seconds: b.published_gauges(
                 "karpenter_pods_unstarted_time_seconds",
                 "Seconds each not-yet-running pod has existed.",
-                &["name", "namespace"],
+                &pods::NAME_LABELS,
             ),
             pods_bound_duration_seconds: b.histogram(
                 "karpenter_pods_bound_duration_seconds",
@@ -875,7 +862,7 @@ impl Metrics {
             pods_unbound_time_seconds: b.published_gauges(
                 "karpenter_pods_unbound_time_seconds",
                 "Seconds each not-yet-bound pod has existed.",
-                &["name", "namespace"],
+                &pods::NAME_LABELS,
             ),
             pods_provisioning_bound_duration_seconds: b.histogram(
                 "karpenter_pods_provisioning_bound_duration_seconds",

@@ -12,7 +12,7 @@ use crate::metrics::cluster_state::{self, Label, PodTransitions};
 use crate::metrics::status::{
     KindGauges, StatusKind, StatusObject, StatusTracker, StatusUpdate, Transition,
 };
-use crate::metrics::{METRICS, StatusMetrics, pod_scheduling};
+use crate::metrics::{METRICS, StatusMetrics, pod_scheduling, pods};
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
 
@@ -31,6 +31,9 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
     ctx.state.wait_synced().await;
     METRICS.cluster_state_synced.set(1.0);
     METRICS.cluster_state_unsynced_time_seconds.set(0.0);
+    if observe_cluster_state {
+        serve_pod_families(&ctx);
+    }
     let mut pods = PodTransitions::default();
     let mut status = StatusTracker::default();
     let mut tick: u32 = 0;
@@ -63,25 +66,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 METRICS
                     .cluster_utilization_percent
                     .publish(g.cluster_utilization_percent);
-                let g = cluster_state::pod_gauges(&nodes, &all_pods, now);
-                METRICS.pods_state.publish(g.state);
-                METRICS
-                    .pods_unbound_time_seconds
-                    .publish(g.unbound_time_seconds);
-                METRICS
-                    .pods_unstarted_time_seconds
-                    .publish(g.unstarted_time_seconds);
                 let times = &ctx.pod_scheduling;
-                let g = cluster_state::provisioning_gauges(&all_pods, |k| times.get(k), now);
-                METRICS
-                    .pods_provisioning_unbound_time_seconds
-                    .publish(g.unbound_time_seconds);
-                METRICS
-                    .pods_provisioning_unstarted_time_seconds
-                    .publish(g.unstarted_time_seconds);
-                METRICS
-                    .pods_provisioning_scheduling_undecided_time_seconds
-                    .publish(g.scheduling_undecided_time_seconds);
                 let durations = pods.observe(&all_pods, |k| times.get(k).schedulable);
                 for d in durations.bound {
                     METRICS.pods_bound_duration_seconds.observe(d);
@@ -185,6 +170,42 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
         guarded_pass("metrics", &ctx, pass).await;
         tokio::time::sleep(INTERVAL).await;
     }
+}
+
+/// Makes the per-pod families read the pod and node caches when scraped (see
+/// [`crate::metrics::pods`]) rather than be published by each pass.
+fn serve_pod_families(ctx: &Context) {
+    let (nodes, pods, clock) = (
+        ctx.state.nodes.clone(),
+        ctx.state.pods.clone(),
+        Arc::clone(&ctx.clock),
+    );
+    let families = pods::PodFamilies {
+        state: &METRICS.pods_state,
+        unbound_time_seconds: &METRICS.pods_unbound_time_seconds,
+        unstarted_time_seconds: &METRICS.pods_unstarted_time_seconds,
+    };
+    let read = move || pods::PodView {
+        nodes: nodes.state(),
+        pods: pods.state(),
+        now: clock.now(),
+    };
+    let (pods, clock) = (ctx.state.pods.clone(), Arc::clone(&ctx.clock));
+    pods::serve(families, read);
+    let provisioning = pods::ProvisioningFamilies {
+        unbound_time_seconds: &METRICS.pods_provisioning_unbound_time_seconds,
+        unstarted_time_seconds: &METRICS.pods_provisioning_unstarted_time_seconds,
+        scheduling_undecided_time_seconds: &METRICS
+            .pods_provisioning_scheduling_undecided_time_seconds,
+    };
+    // The provisioning families read no nodes.
+    pods::serve_provisioning(provisioning, Arc::clone(&ctx.pod_scheduling), move || {
+        pods::PodView {
+            nodes: Vec::new(),
+            pods: pods.state(),
+            now: clock.now(),
+        }
+    });
 }
 
 /// The `namespace/name` of each pod.

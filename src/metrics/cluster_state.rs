@@ -6,7 +6,7 @@
 //! Pure: objects and the time in, series out. The metrics controller publishes them every few
 //! seconds, as upstream's node and pod metrics controllers do.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::node_metric_labels;
-use super::pod_scheduling::{Times, pod_key, seconds_between};
+#[cfg(test)]
+use super::pod_scheduling::Times;
+use super::pod_scheduling::{pod_key, seconds_between};
 use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::pod::requests;
@@ -110,7 +112,7 @@ fn limits(spec: &PodSpec) -> Resources {
     sum.max(&init_peak)
 }
 
-fn seconds_since(
+pub(super) fn seconds_since(
     now: DateTime<Utc>,
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 ) -> f64 {
@@ -142,7 +144,7 @@ fn node_labels(node: &Node) -> Vec<String> {
 }
 
 /// Whether Karpenter manages the node (it belongs to a NodePool).
-fn is_managed(node: &Node) -> bool {
+pub(super) fn is_managed(node: &Node) -> bool {
     node.metadata
         .labels
         .as_ref()
@@ -232,7 +234,10 @@ pub fn node_gauges(
     out
 }
 
-/// The pod families' series.
+/// The pod families' series as a metrics pass built them before they were written from the
+/// pod cache when scraped ([`super::pods`]): kept as the reference the scraped text is checked
+/// against.
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodGauges {
     /// `karpenter_pods_state` (1 per pod): name, namespace, owner, node, scheduled, nodepool,
@@ -244,7 +249,8 @@ pub struct PodGauges {
     pub unstarted_time_seconds: Vec<Series>,
 }
 
-fn condition_status<'a>(pod: &'a ClusterPod, type_: &str) -> Option<&'a str> {
+/// The status of the pod's condition `type_`, if it has one.
+pub(super) fn condition_status<'a>(pod: &'a ClusterPod, type_: &str) -> Option<&'a str> {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -273,16 +279,18 @@ fn condition_time(pod: &ClusterPod, type_: &str) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(c.last_transition_time.as_ref()?.0.as_millisecond())
 }
 
-fn is_started(pod: &ClusterPod) -> bool {
+/// Whether the pod is Ready.
+pub(super) fn is_started(pod: &ClusterPod) -> bool {
     condition_status(pod, "Ready") == Some("True")
 }
 
 /// Label values of one metrics pass, each kept once however many series carry it.
 #[derive(Default)]
-struct Interned(HashSet<Label>);
+pub(super) struct Interned(HashSet<Label>);
 
 impl Interned {
-    fn get(&mut self, value: &str) -> Label {
+    /// `value` as the label kept for it.
+    pub(super) fn get(&mut self, value: &str) -> Label {
         if let Some(known) = self.0.get(value) {
             return Arc::clone(known);
         }
@@ -294,6 +302,7 @@ impl Interned {
 
 /// A pod's name and namespace as series labels: the converted pod's own (a pod in the cache is
 /// converted as it arrives), else copied.
+#[cfg(test)]
 fn pod_name_labels(pod: &ClusterPod, interned: &mut Interned) -> (Label, Label) {
     match pod.scheduling_pod() {
         Ok(p) => (Arc::clone(&p.name), Arc::clone(&p.namespace)),
@@ -307,6 +316,7 @@ fn pod_name_labels(pod: &ClusterPod, interned: &mut Interned) -> (Label, Label) 
 /// The labels `karpenter_pods_state` takes from a pod's node: nodepool, zone, arch,
 /// capacity_type, instance_type (empty for a pod on no known node), and whether the node is
 /// managed.
+#[cfg(test)]
 fn pod_node_labels(node: Option<&Node>, interned: &mut Interned) -> ([Label; 5], Label) {
     let node_labels = node.and_then(|n| n.metadata.labels.as_ref());
     let mut value = |key: &str| {
@@ -327,11 +337,12 @@ fn pod_node_labels(node: Option<&Node>, interned: &mut Interned) -> ([Label; 5],
     (labels, managed)
 }
 
-/// The pod families for `pods`, with node labels from `nodes`. Finished and deleted pods have
-/// no series.
+/// The pod families for `pods`, with node labels from `nodes`, as a pass built them (see
+/// [`PodGauges`]). Finished and deleted pods have no series.
+#[cfg(test)]
 pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<Utc>) -> PodGauges {
     let mut interned = Interned::default();
-    let on_node: HashMap<&str, ([Label; 5], Label)> = nodes
+    let on_node: std::collections::HashMap<&str, ([Label; 5], Label)> = nodes
         .iter()
         .filter_map(|n| {
             let name = n.metadata.name.as_deref()?;
@@ -396,7 +407,10 @@ pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<U
 }
 
 /// The `karpenter_pods_provisioning_*` gauges (name, namespace), timed from the points the
-/// provisioner recorded ([`Times`]) rather than from the pods' creation, as upstream's.
+/// provisioner recorded ([`Times`]) rather than from the pods' creation, as upstream's; as a
+/// pass built them before they were written from the pod cache when scraped
+/// ([`super::pods`]), kept as the reference the scraped text is checked against.
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProvisioningGauges {
     /// `_unbound_time_seconds`: unbound pods the provisioner found a place for, since then.
@@ -409,6 +423,7 @@ pub struct ProvisioningGauges {
 }
 
 /// The provisioning gauges of `pods`, given each pod's [`Times`] (by `namespace/name`).
+#[cfg(test)]
 pub fn provisioning_gauges(
     pods: &[Arc<ClusterPod>],
     times: impl Fn(&str) -> Times,

@@ -15,7 +15,8 @@ use prometheus::core::Desc;
 use super::cluster_state::Series;
 use super::summary::family_desc;
 
-/// A gauge family whose series are replaced together by [`PublishedGauges::publish`].
+/// A gauge family whose series are replaced together by [`PublishedGauges::publish`], or
+/// computed when scraped ([`PublishedGauges::serve`]).
 #[derive(Clone)]
 pub struct PublishedGauges {
     inner: Arc<Inner>,
@@ -25,8 +26,88 @@ struct Inner {
     desc: Desc,
     /// The label indices in name order: how the exposition writes and sorts a series' labels.
     by_name: Vec<usize>,
-    /// The last publication, shared with the scrapes writing it out.
-    series: Mutex<Arc<Vec<Series>>>,
+    /// Where the series come from, shared with the scrapes writing them out.
+    content: Mutex<Content>,
+}
+
+/// A family's series as a scrape reads them: `len` rows, each with label values in the
+/// family's label order and a value. Implemented over a publication, and by families that
+/// compute their series when scraped from state kept elsewhere (the pod cache: see
+/// [`super::pods`]) rather than holding a copy of every label between scrapes.
+pub trait Rows: Send {
+    /// How many rows there are.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Row `row`'s value of label `label` (an index into the family's label names).
+    fn label(&self, row: usize, label: usize) -> &str;
+    /// Row `row`'s gauge value.
+    fn value(&self, row: usize) -> f64;
+}
+
+/// Computes a served family's rows, once per scrape.
+pub type RowSource = Arc<dyn Fn() -> Box<dyn Rows> + Send + Sync>;
+
+#[derive(Clone)]
+enum Content {
+    /// The last publication, in exposition order without repeats.
+    Published(Arc<Vec<Series>>),
+    /// Rows computed when scraped, in any order.
+    Served(RowSource),
+}
+
+impl Rows for Arc<Vec<Series>> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn label(&self, row: usize, label: usize) -> &str {
+        self.get(row)
+            .and_then(|s| s.labels.get(label))
+            .map_or("", |l| &**l)
+    }
+
+    fn value(&self, row: usize) -> f64 {
+        self.get(row).map_or(0.0, |s| s.value)
+    }
+}
+
+/// A scrape's rows with the order it writes them in.
+struct Ordered {
+    rows: Box<dyn Rows>,
+    /// Row indices in exposition order; `None` when the rows are in that order already.
+    order: Option<Vec<usize>>,
+}
+
+impl Ordered {
+    /// `rows` in the exposition's order (by label values, labels taken in name order, as
+    /// [`PublishedGauges::publish`] sorts), of rows with equal label values only the last.
+    fn sorted(rows: Box<dyn Rows>, by_name: &[usize]) -> Self {
+        let r: &dyn Rows = &*rows;
+        let key = |row: usize| by_name.iter().map(move |&l| r.label(row, l));
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        // The later of equal rows first, so that dedup keeps it.
+        order.sort_unstable_by(|&a, &b| key(a).cmp(key(b)).then(b.cmp(&a)));
+        order.dedup_by(|later, kept| key(*later).eq(key(*kept)));
+        order.shrink_to_fit();
+        Self {
+            order: Some(order),
+            rows,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.order.as_ref().map_or(self.rows.len(), Vec::len)
+    }
+
+    /// The row written `i`th.
+    fn row(&self, i: usize) -> usize {
+        self.order
+            .as_ref()
+            .map_or(i, |o| o.get(i).copied().unwrap_or(usize::MAX))
+    }
 }
 
 /// Series per piece of the exposition ([`PublishedGauges::text_chunks`]): ~100 KB of text for
@@ -44,7 +125,7 @@ impl PublishedGauges {
             inner: Arc::new(Inner {
                 desc,
                 by_name,
-                series: Mutex::new(Arc::new(Vec::new())),
+                content: Mutex::new(Content::Published(Arc::new(Vec::new()))),
             }),
         })
     }
@@ -72,7 +153,15 @@ impl PublishedGauges {
         });
         series.dedup_by(|later, kept| later.labels == kept.labels);
         series.shrink_to_fit();
-        *self.lock() = Arc::new(series);
+        *self.lock() = Content::Published(Arc::new(series));
+    }
+
+    /// Makes the family's series those `source` computes at each scrape (until the next
+    /// [`publish`](Self::publish) or `serve`), written as [`publish`](Self::publish) would
+    /// write the same rows: sorted, of equal label sets the last row. The rows must have the
+    /// family's labels: nothing checks their number.
+    pub fn serve(&self, source: RowSource) {
+        *self.lock() = Content::Served(source);
     }
 
     /// The family's name.
@@ -90,29 +179,41 @@ impl PublishedGauges {
     /// series), in pieces of [`SERIES_PER_CHUNK`] series written as they are taken: the scrape
     /// streams them, and going through the crate's protobuf objects held ~35 MB of label pairs
     /// per scrape at 20,000 pods. The pieces are of the publication current when this is
-    /// called.
+    /// called; a served family computes its rows when the first piece is taken, so that the
+    /// families of one scrape do not hold their rows at once.
     pub fn text_chunks(&self) -> impl Iterator<Item = String> + Send + 'static {
-        let series = Arc::clone(&self.lock());
+        let content = self.lock().clone();
         let inner = Arc::clone(&self.inner);
-        let chunks = series.len().div_ceil(SERIES_PER_CHUNK);
-        (0..chunks).map(move |chunk| {
+        let mut rows: Option<Ordered> = None;
+        let mut chunk = 0;
+        std::iter::from_fn(move || {
+            let rows = rows.get_or_insert_with(|| match &content {
+                Content::Published(series) => Ordered {
+                    rows: Box::new(Arc::clone(series)),
+                    order: None,
+                },
+                Content::Served(source) => Ordered::sorted(source(), &inner.by_name),
+            });
+            let start = chunk * SERIES_PER_CHUNK;
+            if start >= rows.len() {
+                return None;
+            }
             let mut out = String::new();
             if chunk == 0 {
                 inner.write_header(&mut out);
             }
-            let start = chunk * SERIES_PER_CHUNK;
-            let end = series.len().min(start + SERIES_PER_CHUNK);
-            for s in series.get(start..end).unwrap_or_default() {
-                inner.write_series(&mut out, s);
+            for i in start..rows.len().min(start + SERIES_PER_CHUNK) {
+                inner.write_series(&mut out, &*rows.rows, rows.row(i));
             }
-            out
+            chunk += 1;
+            Some(out)
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Arc<Vec<Series>>> {
-        // The series are replaced whole, so a panicking holder leaves a complete set.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Content> {
+        // The content is replaced whole, so a panicking holder leaves a complete one.
         self.inner
-            .series
+            .content
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -133,7 +234,7 @@ impl Inner {
         out.push_str(" gauge\n");
     }
 
-    fn write_series(&self, out: &mut String, s: &Series) {
+    fn write_series(&self, out: &mut String, rows: &dyn Rows, row: usize) {
         let names = &self.desc.variable_labels;
         out.push_str(&self.desc.fq_name);
         let mut separator = '{';
@@ -141,7 +242,7 @@ impl Inner {
             out.push(separator);
             out.push_str(&names[i]);
             out.push_str("=\"");
-            escape(out, s.labels.get(i).map_or("", |l| &**l), true);
+            escape(out, rows.label(row, i), true);
             out.push('"');
             separator = ',';
         }
@@ -149,7 +250,7 @@ impl Inner {
             out.push('}');
         }
         // Writing to a String cannot fail.
-        let _ = write!(out, " {}", s.value);
+        let _ = write!(out, " {}", rows.value(row));
         out.push('\n');
     }
 }
