@@ -20,7 +20,8 @@
 //!
 //! `SCALE_PODS` sets the pod count (default 5000). `SCALE_MODE=burst` runs one other phase
 //! instead: every pod already pending when the NodePool appears, so the provisioner plans them
-//! all in one batch (see [`burst`]).
+//! all in one batch (see [`burst`]). `SCALE_MODE=roll` skips scaling to zero and back: the pods
+//! arrive, then the drift roll.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -306,7 +307,6 @@ async fn apply(client: &Client, objects: &[Value]) {
 
 /// What one poll sees.
 struct Seen {
-    claims: usize,
     /// The NodeClaims' names: a drift roll is over when none of the old ones is left.
     claim_names: BTreeSet<String>,
     nodes: usize,
@@ -351,7 +351,6 @@ async fn look(client: &Client) -> Seen {
         })
         .count();
     Seen {
-        claims: claim_names.len(),
         claim_names,
         nodes,
         pods: pods.len(),
@@ -363,8 +362,9 @@ async fn look(client: &Client) -> Seen {
 /// Seconds from the start of a phase to each milestone.
 struct Timings {
     /// Every pod judged by kube-scheduler (bound, or marked unschedulable): the provisioner's
-    /// last batch can start no earlier.
-    judged: f64,
+    /// last batch can start no earlier. `None` where the phase starts with every pod bound or
+    /// none left (scale to zero, the drift roll, idle) or kube-scheduler never sees them (burst).
+    judged: Option<f64>,
     /// The last change to the set of NodeClaims (one created or deleted).
     claims: f64,
     /// Every Node registered.
@@ -396,23 +396,26 @@ async fn settle(
             claims_at = now;
         }
         // The moment the Nodes caught up with the NodeClaims (again, if more claims came).
-        if seen.nodes < seen.claims {
+        if seen.nodes < seen.claim_names.len() {
             nodes_at = 0.0;
         } else if nodes_at == 0.0 {
             nodes_at = now;
         }
         eprintln!(
             "  {now:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}  bound {:6}  old nodeclaims {left:5}",
-            seen.claims, seen.nodes, seen.pods, seen.bound
+            seen.claim_names.len(),
+            seen.nodes,
+            seen.pods,
+            seen.bound
         );
         if seen.pods == pods && seen.bound == pods && left == 0 && now - claims_at > 20.0 {
             let timings = Timings {
-                judged: judged_at.unwrap_or(now),
+                judged: Some(judged_at.unwrap_or(now)),
                 claims: claims_at,
                 nodes: nodes_at,
                 bound: Some(now),
             };
-            return (timings, seen.claims);
+            return (timings, seen.claim_names.len());
         }
         last_claims = Some(seen.claim_names);
         assert!(now < 3600.0, "the phase did not settle within an hour");
@@ -487,26 +490,27 @@ async fn burst(client: &Client, objects: &[Value], pods: usize) -> (Timings, usi
         tokio::time::sleep(Duration::from_secs(1)).await;
         let seen = look(client).await;
         let now = start.elapsed().as_secs_f64();
-        if seen.claims != last_claims {
-            last_claims = seen.claims;
+        let claims = seen.claim_names.len();
+        if claims != last_claims {
+            last_claims = claims;
             claims_at = now;
             nodes_at = None;
         }
-        if seen.claims > 0 && seen.nodes >= seen.claims && nodes_at.is_none() {
+        if claims > 0 && seen.nodes >= claims && nodes_at.is_none() {
             nodes_at = Some(now);
         }
         eprintln!(
             "  {now:7.1}s  nodeclaims {:5}  nodes {:5}",
-            seen.claims, seen.nodes
+            claims, seen.nodes
         );
         if let Some(nodes) = nodes_at.filter(|_| now - claims_at > 20.0) {
             let timings = Timings {
-                judged: 0.0,
+                judged: None,
                 claims: claims_at,
                 nodes,
                 bound: None,
             };
-            return (timings, seen.claims);
+            return (timings, claims);
         }
         assert!(now < 1800.0, "the burst did not settle within 30 minutes");
     }
@@ -536,7 +540,8 @@ async fn main() {
 
     // What simulate plans for the same manifests.
     let mut objects = vec![nodeclass(), nodepool()];
-    let burst_mode = std::env::var("SCALE_MODE").is_ok_and(|m| m == "burst");
+    let mode = std::env::var("SCALE_MODE").unwrap_or_default();
+    let (burst_mode, roll_mode) = (mode == "burst", mode == "roll");
     if burst_mode {
         // The pods never bind, so their nodes look empty: consolidating them would only churn.
         objects[1]["spec"]["disruption"] = json!({"consolidateAfter": "Never"});
@@ -620,10 +625,13 @@ async fn main() {
             .join(", ");
         let (by_kind, throttled) = requests_since(&b.cluster, &cluster_requests(&kubeconfigs));
         let cost = fleet_cost(metrics_port);
-        let bound = t.bound.map_or("–".to_string(), |b| format!("{b:.1} s"));
+        let seconds = |s: Option<f64>| s.map_or("–".to_string(), |s| format!("{s:.1} s"));
         let row = format!(
-            "| {phase} | {pods} | {claims} ({planned}) | {cost:.2} ({planned_cost:.2}) | {:.1} s | {:.1} s | {:.1} s | {bound} | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} | {throttled:.0} |",
-            t.judged, t.claims, t.nodes
+            "| {phase} | {pods} | {claims} ({planned}) | {cost:.2} ({planned_cost:.2}) | {} | {:.1} s | {:.1} s | {} | {peak:.0} | {rss:.0} | {cpu:.1} | {requests} | {throttled:.0} |",
+            seconds(t.judged),
+            t.claims,
+            t.nodes,
+            seconds(t.bound)
         );
         // In the progress log too, so a run stopped early keeps its finished phases.
         eprintln!("{row}");
@@ -657,45 +665,48 @@ async fn main() {
         let (t, claims) = settle(&client, total_pods, &BTreeSet::new(), start).await;
         report("provision", total_pods, claims, &t, &b);
 
-        // Phase 2: scale to zero, then back.
+        // Phase 2: scale to zero, then back (not in the roll mode, which goes straight to the
+        // drift roll).
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
-        let b = before();
-        scale(&deployments, &objects[2..], |_| json!(0)).await;
-        let start = Instant::now();
-        loop {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            let seen = look(&client).await;
-            eprintln!(
-                "  {:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}",
-                start.elapsed().as_secs_f64(),
-                seen.claims,
-                seen.nodes,
-                seen.pods
-            );
-            if seen.claims == 0 && seen.nodes == 0 {
-                break;
+        if !roll_mode {
+            let b = before();
+            scale(&deployments, &objects[2..], |_| json!(0)).await;
+            let start = Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let seen = look(&client).await;
+                eprintln!(
+                    "  {:7.1}s  nodeclaims {:5}  nodes {:5}  pods {:6}",
+                    start.elapsed().as_secs_f64(),
+                    seen.claim_names.len(),
+                    seen.nodes,
+                    seen.pods
+                );
+                if seen.claim_names.is_empty() && seen.nodes == 0 {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(3600),
+                    "scale-down did not finish"
+                );
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(3600),
-                "scale-down did not finish"
-            );
+            let emptied = start.elapsed().as_secs_f64();
+            let t = Timings {
+                judged: None,
+                claims: emptied,
+                nodes: emptied,
+                bound: Some(emptied),
+            };
+            report("scale to zero", 0, 0, &t, &b);
+            let b = before();
+            let start = Instant::now();
+            scale(&deployments, &objects[2..], |d| {
+                d["spec"]["replicas"].clone()
+            })
+            .await;
+            let (t, claims) = settle(&client, total_pods, &BTreeSet::new(), start).await;
+            report("scale back", total_pods, claims, &t, &b);
         }
-        let emptied = start.elapsed().as_secs_f64();
-        let t = Timings {
-            judged: 0.0,
-            claims: emptied,
-            nodes: emptied,
-            bound: Some(emptied),
-        };
-        report("scale to zero", 0, 0, &t, &b);
-        let b = before();
-        let start = Instant::now();
-        scale(&deployments, &objects[2..], |d| {
-            d["spec"]["replicas"].clone()
-        })
-        .await;
-        let (t, claims) = settle(&client, total_pods, &BTreeSet::new(), start).await;
-        report("scale back", total_pods, claims, &t, &b);
 
         // Phase 3: a drift roll. A new label in the NodePool's template changes its hash, so
         // every NodeClaim is drifted and replaced within the NodePool's disruption budget (10%
@@ -711,14 +722,16 @@ async fn main() {
             )
             .await
             .unwrap_or_else(|e| panic!("relabelling the NodePool: {e}"));
-        let (t, claims) = settle(&client, total_pods, &old, start).await;
+        let (mut t, claims) = settle(&client, total_pods, &old, start).await;
+        // Every pod was bound when the roll began: "all judged" would be the first poll.
+        t.judged = None;
         report("drift roll", total_pods, claims, &t, &b);
 
         // Idle: a quiet cluster should cost next to nothing.
         let b = before();
         tokio::time::sleep(Duration::from_secs(60)).await;
         let t = Timings {
-            judged: 0.0,
+            judged: None,
             claims: 0.0,
             nodes: 0.0,
             bound: Some(60.0),

@@ -15,7 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_rs::apis::conditions::READY;
 use karpenter_rs::apis::conditions::{FALSE, TRUE, UNKNOWN};
 use karpenter_rs::apis::nodeclaim::condition::{
-    DISRUPTION_REASON, DRAINED, INITIALIZED, LAUNCHED, REGISTERED,
+    DISRUPTION_REASON, DRAINED, DRIFTED, INITIALIZED, LAUNCHED, REGISTERED,
 };
 use karpenter_rs::apis::nodeoverlay::{REASON_CONFLICT, VALIDATION_SUCCEEDED};
 use karpenter_rs::apis::{NodeClaim, NodeOverlay, labels};
@@ -1537,6 +1537,100 @@ async fn a_replacing_consolidation_validates_then_taints_then_launches_then_dele
     assert!(
         !kept.annotations().contains_key(COMMAND_ANNOTATION),
         "the command is over"
+    );
+}
+
+/// A node whose NodeClaim's `karpenter.sh/nodepool-hash` no longer matches its NodePool's (so the
+/// engine finds it drifted), running a pod; its NodeClaim shows `Drifted=True` when `shown`, as
+/// the status loop writes it.
+async fn drifted_node(env: &Env, shown: bool) -> String {
+    let mut drifted = builders::nodeclaim("default-drifted");
+    drifted.annotations_mut().extend([
+        (
+            labels::NODEPOOL_HASH.to_string(),
+            "a-template-since-changed".to_string(),
+        ),
+        (
+            labels::NODEPOOL_HASH_VERSION.to_string(),
+            karpenter_rs::apis::hash::NODEPOOL_HASH_VERSION.to_string(),
+        ),
+    ]);
+    let (claim, node) = env.running(&drifted).await;
+    if shown {
+        let mut status = claim.status.clone().unwrap_or_default();
+        karpenter_rs::apis::conditions::set(
+            &mut status.conditions,
+            DRIFTED,
+            TRUE,
+            "NodePoolDrifted",
+            "",
+            env.clock.now(),
+        );
+        Api::<NodeClaim>::all(env.ctx.client.clone())
+            .patch_status(
+                "default-drifted",
+                &Default::default(),
+                &Patch::Merge(json!({"status": {"conditions": status.conditions}})),
+            )
+            .await
+            .expect("Drifted=True");
+    }
+    env.create_namespaced(&builders::pod("web", &node.name_any()))
+        .await;
+    node.name_any()
+}
+
+/// Runs one disruption pass with a stand-in kubelet that brings the first replacement up;
+/// returns whether the pass acted and how long after its start the replacement was created.
+async fn pass_launching_a_replacement(env: &Env) -> (bool, std::time::Duration) {
+    let mut reported = BlockedEvents::default();
+    let started = tokio::time::Instant::now();
+    let stand_in_kubelet = async {
+        let replacement = loop {
+            if let Some(r) = replacements(env).await.into_iter().next() {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        let waited = started.elapsed();
+        bring_up(env, &replacement.name_any()).await;
+        waited
+    };
+    let (acted, waited) = tokio::join!(once(&env.ctx, &mut reported), stand_in_kubelet);
+    (acted.expect("pass"), waited)
+}
+
+/// Drift takes a node as soon as its NodeClaim shows `Drifted=True` (re-checked on a fresh view
+/// first), as upstream's does: only emptiness and consolidation wait the validation delay. A
+/// 15 s wait per drifted node, one node at a time, made a drift roll of a 180-node fleet take
+/// over an hour.
+#[tokio::test(start_paused = true)]
+async fn a_node_shown_drifted_is_replaced_without_waiting_the_validation_delay() {
+    let env = Env::new().await;
+    drifted_node(&env, true).await;
+    let (acted, waited) = pass_launching_a_replacement(&env).await;
+    assert!(acted);
+    assert!(
+        waited < env.ctx.intervals.validation_delay,
+        "the replacement was launched without the validation delay ({waited:?})"
+    );
+    assert!(
+        deleting(&env.claim("default-drifted").await),
+        "the drifted node goes"
+    );
+}
+
+/// A drifted node whose NodeClaim does not show `Drifted=True` yet waits for it, at most the
+/// validation delay: users see why a node goes before it goes.
+#[tokio::test(start_paused = true)]
+async fn a_drifted_node_not_yet_shown_drifted_waits_for_the_condition() {
+    let env = Env::new().await;
+    drifted_node(&env, false).await;
+    let (acted, waited) = pass_launching_a_replacement(&env).await;
+    assert!(acted);
+    assert!(
+        waited >= env.ctx.intervals.validation_delay,
+        "nothing was launched before the condition could show ({waited:?})"
     );
 }
 

@@ -280,8 +280,6 @@ fn claim_options<'a>(
         .collect()
 }
 
-/// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
-/// yet (by name or provider ID).
 /// The scheduler's view of the pods `bound` holds for the node (or in-flight NodeClaim) `name`.
 fn pods_on(cluster: &Snapshot, bound: &BTreeMap<&str, Vec<&ClusterPod>>, name: &str) -> Vec<Pod> {
     bound
@@ -304,6 +302,8 @@ fn requests_of(pods: &[Pod], mut base: Resources) -> Resources {
     base
 }
 
+/// Whether a NodeClaim is capacity on its way: not deleting, and no Node has registered for it
+/// yet (by name or provider ID).
 fn is_in_flight(cluster: &Snapshot, claim: &crate::apis::NodeClaim) -> bool {
     super::joins::node_of(&cluster.nodes, claim).is_none()
         && claim.metadata.deletion_timestamp.is_none()

@@ -1,4 +1,5 @@
-//! Carrying out one command, in upstream's order: wait the validation delay and re-validate,
+//! Carrying out one command, in upstream's order: wait the validation delay (emptiness and
+//! consolidation; drift waits only for its NodeClaims to show `Drifted=True`) and re-validate,
 //! taint and mark the candidates, launch the replacements and wait until they are Initialized,
 //! then delete the candidates' NodeClaims (expiration deletes them at once). A command that no
 //! longer holds is dropped before anything is paid for; one whose replacements fail is rolled
@@ -14,7 +15,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::apis::conditions;
-use crate::apis::nodeclaim::condition::{DISRUPTION_REASON, INITIALIZED};
+use crate::apis::nodeclaim::condition::{DISRUPTION_REASON, DRIFTED, INITIALIZED};
 use crate::apis::{NodeClaim, labels};
 use crate::controllers::nodeclaim::termination;
 use crate::disruption::state::State;
@@ -131,16 +132,20 @@ pub(super) fn requests_of(state: &State, pods: &[String]) -> Resources {
     total
 }
 
-/// Carries out one voluntary command: re-validate it after the validation delay, taint the
-/// candidates, launch the replacements, then [`complete`]. Returns whether the candidates were
-/// deleted.
+/// Carries out one voluntary command: re-validate it (after the validation delay where its
+/// method waits one), taint the candidates, launch the replacements, then [`complete`]. Returns
+/// whether the candidates were deleted.
 pub(super) async fn execute(ctx: &Context, plan: &Planned<'_>) -> Result<bool, Error> {
     let cmd = plan.cmd;
     if !plan.claimed {
         tracing::warn!(controller = "disruption", command = ?cmd.candidates, "a candidate has no NodeClaim; skipping the command");
         return Ok(false);
     }
-    tokio::time::sleep(ctx.intervals.validation_delay).await;
+    if cmd.method.waits_validation_delay() {
+        tokio::time::sleep(ctx.intervals.validation_delay).await;
+    } else if cmd.method == Method::Drift {
+        wait_drift_shown(ctx, cmd).await;
+    }
     let (fresh_cluster, fresh, nominated) = current_state(ctx).await;
     let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
         Some(c) => Err(format!("node {c} is nominated for pending pods")),
@@ -430,6 +435,31 @@ pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) 
     }
     if let Err(e) = clear_markers(&api, &keep).await {
         tracing::warn!(controller = "disruption", error = %e, "could not clear the marker of kept replacements");
+    }
+}
+
+/// Waits until the NodeClaim of every candidate of drift command `cmd` shows `Drifted=True`,
+/// at most the validation delay. Upstream takes a node for drift only once its NodeClaim says
+/// so; the engine detects drift itself (so `simulate` and `explain` see it) and the status loop
+/// writes the condition within seconds, so this is usually a few seconds, and users see why a
+/// node goes before it goes. A drift the status loop does not write waits the full delay, as
+/// every command did before.
+async fn wait_drift_shown(ctx: &Context, cmd: &Command) {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < ctx.intervals.validation_delay {
+        let claims = ctx.state.nodeclaims.state();
+        let shown = cmd.candidates.iter().all(|node| {
+            claims.iter().any(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.node_name.as_deref() == Some(node.as_str())
+                        && conditions::is_true(&s.conditions, DRIFTED)
+                })
+            })
+        });
+        if shown {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

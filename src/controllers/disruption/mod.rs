@@ -2,13 +2,14 @@
 //!
 //! Every poll period (at once after acting) it snapshots the cluster, asks the pure engine what
 //! to disrupt and carries out one command at a time, in upstream's order: wait the validation
-//! delay and check the command still holds on a fresh snapshot — candidates, budgets and a
-//! scheduling simulation that must still ask for what the command launches — then taint the
-//! candidates `karpenter.sh/disrupted:NoSchedule` (recording the reason in their
-//! `DisruptionReason` condition), launch the replacements and wait until they are Initialized,
-//! then delete the candidates' NodeClaims (termination drains them). Validating first means a
-//! command that no longer holds costs nothing; one whose replacements do not come up is rolled
-//! back: the taint and the condition come off and unused replacements are deleted.
+//! delay (drift: until its NodeClaims show `Drifted=True`) and check the command still holds on
+//! a fresh snapshot — candidates, budgets and a scheduling simulation that must still ask for
+//! what the command launches — then taint the candidates `karpenter.sh/disrupted:NoSchedule`
+//! (recording the reason in their `DisruptionReason` condition), launch the replacements and
+//! wait until they are Initialized, then delete the candidates' NodeClaims (termination drains
+//! them). Validating first means a command that no longer holds costs nothing; one whose
+//! replacements do not come up is rolled back: the taint and the condition come off and unused
+//! replacements are deleted.
 //!
 //! Nothing is remembered between passes but what is on the objects. Replacements carry
 //! [`COMMAND_ANNOTATION`], naming the command (method, reason, candidates) they were launched
