@@ -18,11 +18,12 @@ use karpenter_rs::apis::nodeclaim::condition::{
     DISRUPTION_REASON, DRAINED, DRIFTED, INITIALIZED, LAUNCHED, REGISTERED,
 };
 use karpenter_rs::apis::nodeoverlay::{REASON_CONFLICT, VALIDATION_SUCCEEDED};
-use karpenter_rs::apis::{NodeClaim, NodeOverlay, labels};
+use karpenter_rs::apis::{NodeClaim, NodeOverlay, NodePool, labels};
 use karpenter_rs::clock::Clock;
 use karpenter_rs::cloudprovider::InstanceState;
 use karpenter_rs::controllers::disruption::{
-    BLOCKED_EVENT_INTERVAL, BlockedEvents, COMMAND_ANNOTATION, CommandMarker, once, resume_commands,
+    BLOCKED_EVENT_INTERVAL, BlockedEvents, COMMAND_ANNOTATION, CommandMarker, Queue, once,
+    resume_commands,
 };
 use karpenter_rs::controllers::node_repair::{self, NodeRepair};
 use karpenter_rs::controllers::nodeclaim;
@@ -881,7 +882,7 @@ async fn a_node_a_pdb_holds_gets_one_disruption_blocked_event_naming_the_pdb_and
 
     let mut reported = BlockedEvents::default();
     assert!(
-        !once(&env.ctx, &mut reported).await.expect("pass"),
+        !settled_pass(&env.ctx, &mut reported).await.expect("pass"),
         "nothing to do"
     );
     let note = format!(
@@ -896,7 +897,7 @@ async fn a_node_a_pdb_holds_gets_one_disruption_blocked_event_naming_the_pdb_and
 
     // The same reason is not reported again, however long it lasts.
     env.advance(BLOCKED_EVENT_INTERVAL * 10);
-    once(&env.ctx, &mut reported).await.expect("pass");
+    settled_pass(&env.ctx, &mut reported).await.expect("pass");
     assert_eq!(blocked_events(&env).await, expected);
 }
 
@@ -988,7 +989,7 @@ async fn a_static_nodepool_keeps_its_replicas_from_its_template_and_scales_down_
     assert_eq!(resources["nodes"].0, "3");
 
     // `kubectl scale nodepool fixed --replicas 1`.
-    Api::<karpenter_rs::apis::NodePool>::all(env.ctx.client.clone())
+    Api::<NodePool>::all(env.ctx.client.clone())
         .patch(
             "fixed",
             &Default::default(),
@@ -1035,7 +1036,7 @@ async fn a_static_nodepools_empty_nodes_are_not_consolidated() {
     env.running(&builders::nodeclaim("default-empty")).await;
 
     let mut reported = BlockedEvents::default();
-    assert!(once(&env.ctx, &mut reported).await.expect("pass"));
+    assert!(settled_pass(&env.ctx, &mut reported).await.expect("pass"));
     assert!(deleting(&env.claim("default-empty").await));
     assert_eq!(
         claims_of(&env, "fixed").await,
@@ -1419,6 +1420,17 @@ async fn conflicting_node_overlays_get_validation_succeeded_false_with_reason_co
 }
 
 /// The NodeClaims carrying a disruption command's marker: its replacements.
+/// One disruption pass, then the commands it started carried on to their end.
+async fn settled_pass(
+    ctx: &Arc<karpenter_rs::runtime::Context>,
+    reported: &mut BlockedEvents,
+) -> Result<bool, karpenter_rs::runtime::Error> {
+    let mut queue = Queue::default();
+    let acted = once(ctx, reported, &mut queue).await;
+    queue.settle().await;
+    acted
+}
+
 async fn replacements(env: &Env) -> Vec<NodeClaim> {
     nodeclaims(env)
         .await
@@ -1450,7 +1462,7 @@ async fn oversized_node(env: &Env) -> String {
 #[tokio::test(start_paused = true)]
 async fn balanced_consolidation_scores_and_counts_each_move_it_weighs() {
     let env = Env::new().await;
-    Api::<karpenter_rs::apis::NodePool>::all(env.ctx.client.clone())
+    Api::<NodePool>::all(env.ctx.client.clone())
         .patch(
             POOL,
             &Default::default(),
@@ -1485,7 +1497,7 @@ async fn balanced_consolidation_scores_and_counts_each_move_it_weighs() {
     let (moves_before, scores_before) = (moves(), scores());
 
     let mut reported = BlockedEvents::default();
-    once(&env.ctx, &mut reported).await.expect("pass");
+    settled_pass(&env.ctx, &mut reported).await.expect("pass");
 
     let weighed = moves() - moves_before;
     assert!(weighed >= 1.0, "replacing the m5.xlarge was weighed");
@@ -1518,7 +1530,7 @@ async fn a_replacing_consolidation_validates_then_taints_then_launches_then_dele
         (name, tainted, waited)
     };
     let (acted, (replacement, tainted_first, waited)) =
-        tokio::join!(once(&env.ctx, &mut reported), stand_in_kubelet);
+        tokio::join!(settled_pass(&env.ctx, &mut reported), stand_in_kubelet);
     assert!(acted.expect("pass"));
     assert!(
         waited >= env.ctx.intervals.validation_delay,
@@ -1540,11 +1552,11 @@ async fn a_replacing_consolidation_validates_then_taints_then_launches_then_dele
     );
 }
 
-/// A node whose NodeClaim's `karpenter.sh/nodepool-hash` no longer matches its NodePool's (so the
-/// engine finds it drifted), running a pod; its NodeClaim shows `Drifted=True` when `shown`, as
-/// the status loop writes it.
-async fn drifted_node(env: &Env, shown: bool) -> String {
-    let mut drifted = builders::nodeclaim("default-drifted");
+/// A node of NodeClaim `name` whose `karpenter.sh/nodepool-hash` no longer matches its NodePool's
+/// (so the engine finds it drifted), running a pod; its NodeClaim shows `Drifted=True` when
+/// `shown`, as the status loop writes it. Returns the Node's name.
+async fn drifted_node(env: &Env, name: &str, shown: bool) -> String {
+    let mut drifted = builders::nodeclaim(name);
     drifted.annotations_mut().extend([
         (
             labels::NODEPOOL_HASH.to_string(),
@@ -1568,15 +1580,20 @@ async fn drifted_node(env: &Env, shown: bool) -> String {
         );
         Api::<NodeClaim>::all(env.ctx.client.clone())
             .patch_status(
-                "default-drifted",
+                name,
                 &Default::default(),
                 &Patch::Merge(json!({"status": {"conditions": status.conditions}})),
             )
             .await
             .expect("Drifted=True");
     }
-    env.create_namespaced(&builders::pod("web", &node.name_any()))
-        .await;
+    // Most of an m5.large: no other drifted node has room for it.
+    let mut pod = builders::pod(&format!("{name}-web"), &node.name_any());
+    if let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+        c.resources =
+            Some(serde_json::from_value(json!({"requests": {"cpu": "1200m"}})).expect("requests"));
+    }
+    env.create_namespaced(&pod).await;
     node.name_any()
 }
 
@@ -1596,7 +1613,7 @@ async fn pass_launching_a_replacement(env: &Env) -> (bool, std::time::Duration) 
         bring_up(env, &replacement.name_any()).await;
         waited
     };
-    let (acted, waited) = tokio::join!(once(&env.ctx, &mut reported), stand_in_kubelet);
+    let (acted, waited) = tokio::join!(settled_pass(&env.ctx, &mut reported), stand_in_kubelet);
     (acted.expect("pass"), waited)
 }
 
@@ -1607,7 +1624,7 @@ async fn pass_launching_a_replacement(env: &Env) -> (bool, std::time::Duration) 
 #[tokio::test(start_paused = true)]
 async fn a_node_shown_drifted_is_replaced_without_waiting_the_validation_delay() {
     let env = Env::new().await;
-    drifted_node(&env, true).await;
+    drifted_node(&env, "default-drifted", true).await;
     let (acted, waited) = pass_launching_a_replacement(&env).await;
     assert!(acted);
     assert!(
@@ -1625,13 +1642,98 @@ async fn a_node_shown_drifted_is_replaced_without_waiting_the_validation_delay()
 #[tokio::test(start_paused = true)]
 async fn a_drifted_node_not_yet_shown_drifted_waits_for_the_condition() {
     let env = Env::new().await;
-    drifted_node(&env, false).await;
+    drifted_node(&env, "default-drifted", false).await;
     let (acted, waited) = pass_launching_a_replacement(&env).await;
     assert!(acted);
     assert!(
         waited >= env.ctx.intervals.validation_delay,
         "nothing was launched before the condition could show ({waited:?})"
     );
+}
+
+/// A drift roll keeps as many nodes moving as its budget allows, as upstream's orchestration
+/// queue does: the next pass starts the next drifted node while the first one's replacement is
+/// still booting. Carried out one at a time, waiting for every replacement to initialize, a
+/// 1,000-node roll took hours.
+#[tokio::test(start_paused = true)]
+async fn drifted_nodes_are_replaced_side_by_side_while_replacements_boot() {
+    let env = Env::new().await;
+    let first = drifted_node(&env, "default-drifted-a", true).await;
+    let second = drifted_node(&env, "default-drifted-b", true).await;
+    let mut reported = BlockedEvents::default();
+    let mut queue = Queue::default();
+    assert!(
+        once(&env.ctx, &mut reported, &mut queue)
+            .await
+            .expect("pass")
+    );
+    assert!(
+        once(&env.ctx, &mut reported, &mut queue)
+            .await
+            .expect("pass")
+    );
+    let launched = replacements(&env).await;
+    assert_eq!(
+        launched.len(),
+        2,
+        "both nodes are being replaced before either replacement is up"
+    );
+    for node in [&first, &second] {
+        let n: Node = env.get(node).await.expect("candidate");
+        assert!(
+            taint_keys(&n).contains(&labels::DISRUPTED_TAINT_KEY.to_string()),
+            "{node} is tainted, not rolled back by the other's pass"
+        );
+    }
+    assert!(!deleting(&env.claim("default-drifted-a").await));
+    for r in &launched {
+        bring_up(&env, &r.name_any()).await;
+    }
+    queue.settle().await;
+    assert!(deleting(&env.claim("default-drifted-a").await));
+    assert!(deleting(&env.claim("default-drifted-b").await));
+    assert!(
+        replacements(&env).await.is_empty(),
+        "both commands are over"
+    );
+}
+
+/// A command in flight counts against its NodePool's budget before the cache shows its node
+/// going: with room for one drifted node at a time, the next pass leaves the second alone.
+#[tokio::test(start_paused = true)]
+async fn a_command_in_flight_uses_its_budget_until_it_ends() {
+    let env = Env::new().await;
+    Api::<NodePool>::all(env.ctx.client.clone())
+        .patch(
+            builders::POOL,
+            &Default::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"budgets": [{"nodes": "1"}]}}})),
+        )
+        .await
+        .expect("budget of one node");
+    drifted_node(&env, "default-drifted-a", true).await;
+    drifted_node(&env, "default-drifted-b", true).await;
+    let mut reported = BlockedEvents::default();
+    let mut queue = Queue::default();
+    assert!(
+        once(&env.ctx, &mut reported, &mut queue)
+            .await
+            .expect("pass")
+    );
+    assert!(
+        !once(&env.ctx, &mut reported, &mut queue)
+            .await
+            .expect("pass")
+    );
+    let launched = replacements(&env).await;
+    assert_eq!(launched.len(), 1, "one node at a time");
+    bring_up(&env, &launched[0].name_any()).await;
+    queue.settle().await;
+    let gone = [
+        deleting(&env.claim("default-drifted-a").await),
+        deleting(&env.claim("default-drifted-b").await),
+    ];
+    assert_eq!(gone.iter().filter(|g| **g).count(), 1, "{gone:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1652,7 +1754,7 @@ async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_laun
         env.create_namespaced(&builders::pod("db", &spare.name_any()))
             .await;
     };
-    let (acted, ()) = tokio::join!(once(&env.ctx, &mut reported), meanwhile);
+    let (acted, ()) = tokio::join!(settled_pass(&env.ctx, &mut reported), meanwhile);
     assert!(!acted.expect("pass"), "the command was dropped");
     assert_eq!(
         failed.get() - failed_before,

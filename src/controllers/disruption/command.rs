@@ -1,11 +1,12 @@
 //! Carrying out one command, in upstream's order: wait the validation delay (emptiness and
 //! consolidation; drift waits only for its NodeClaims to show `Drifted=True`) and re-validate,
-//! taint and mark the candidates, launch the replacements and wait until they are Initialized,
-//! then delete the candidates' NodeClaims (expiration deletes them at once). A command that no
-//! longer holds is dropped before anything is paid for; one whose replacements fail is rolled
-//! back.
+//! taint and mark the candidates and launch the replacements ([`execute`]); then, in the queue
+//! beside the next passes, wait until they are Initialized and delete the candidates' NodeClaims
+//! ([`complete`]; expiration deletes them at once). A command that no longer holds is dropped
+//! before anything is paid for; one whose replacements fail is rolled back.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -28,6 +29,7 @@ use crate::snapshot::Snapshot;
 use crate::snapshot::disruption_input::disruption_state;
 
 use super::events::{count_disrupted, event_on};
+use super::queue::Queue;
 use super::resume::{COMMAND_ANNOTATION, CommandMarker, clear_markers};
 use super::{claim_of, current_state, decision_label, queue_failure};
 
@@ -132,10 +134,14 @@ pub(super) fn requests_of(state: &State, pods: &[String]) -> Resources {
     total
 }
 
-/// Carries out one voluntary command: re-validate it (after the validation delay where its
-/// method waits one), taint the candidates, launch the replacements, then [`complete`]. Returns
-/// whether the candidates were deleted.
-pub(super) async fn execute(ctx: &Context, plan: &Planned<'_>) -> Result<bool, Error> {
+/// Starts one voluntary command: re-validate it (after the validation delay where its method
+/// waits one), taint the candidates, launch the replacements, then hand it to `queue`, which
+/// [`complete`]s it beside the next passes. Returns whether it started.
+pub(super) async fn execute(
+    ctx: &Arc<Context>,
+    plan: &Planned<'_>,
+    queue: &mut Queue,
+) -> Result<bool, Error> {
     let cmd = plan.cmd;
     if !plan.claimed {
         tracing::warn!(controller = "disruption", command = ?cmd.candidates, "a candidate has no NodeClaim; skipping the command");
@@ -146,7 +152,8 @@ pub(super) async fn execute(ctx: &Context, plan: &Planned<'_>) -> Result<bool, E
     } else if cmd.method == Method::Drift {
         wait_drift_shown(ctx, cmd).await;
     }
-    let (fresh_cluster, fresh, nominated) = current_state(ctx).await;
+    let (fresh_cluster, mut fresh, nominated) = current_state(ctx).await;
+    queue.mark(&mut fresh);
     let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
         Some(c) => Err(format!("node {c} is nominated for pending pods")),
         None => validation::validate(
@@ -265,9 +272,9 @@ pub(super) async fn execute(ctx: &Context, plan: &Planned<'_>) -> Result<bool, E
             .await;
         }
     }
-    // The wait for the replacements is long: it does not hold this view.
     drop(fresh_cluster);
-    complete(ctx, cmd, &launched).await
+    queue.start(ctx, cmd.clone(), launched, marker);
+    Ok(true)
 }
 
 /// Taints the candidates `karpenter.sh/disrupted:NoSchedule` and records the reason on their

@@ -1,26 +1,28 @@
 //! The disruption controller: the async shell around [`crate::disruption::evaluate_with`].
 //!
 //! Every poll period (at once after acting) it snapshots the cluster, asks the pure engine what
-//! to disrupt and carries out one command at a time, in upstream's order: wait the validation
-//! delay (drift: until its NodeClaims show `Drifted=True`) and check the command still holds on
-//! a fresh snapshot — candidates, budgets and a scheduling simulation that must still ask for
-//! what the command launches — then taint the candidates `karpenter.sh/disrupted:NoSchedule`
-//! (recording the reason in their `DisruptionReason` condition), launch the replacements and
-//! wait until they are Initialized, then delete the candidates' NodeClaims (termination drains
-//! them). Validating first means a command that no longer holds costs nothing; one whose
-//! replacements do not come up is rolled back: the taint and the condition come off and unused
-//! replacements are deleted.
+//! to disrupt and starts the commands, in upstream's order: wait the validation delay (drift:
+//! until its NodeClaims show `Drifted=True`) and check the command still holds on a fresh
+//! snapshot — candidates, budgets and a scheduling simulation that must still ask for what the
+//! command launches — then taint the candidates `karpenter.sh/disrupted:NoSchedule` (recording
+//! the reason in their `DisruptionReason` condition) and launch the replacements. The rest runs
+//! beside the next passes, in the [`Queue`] (upstream's orchestration queue): wait until the
+//! replacements are Initialized, then delete the candidates' NodeClaims (termination drains
+//! them). A command in flight counts against its budget, so a drift roll keeps as many nodes
+//! moving as the budget allows. Validating first means a command that no longer holds costs
+//! nothing; one whose replacements do not come up is rolled back: the taint and the condition
+//! come off and unused replacements are deleted.
 //!
-//! Nothing is remembered between passes but what is on the objects. Replacements carry
+//! Nothing is remembered across restarts but what is on the objects. Replacements carry
 //! [`COMMAND_ANNOTATION`], naming the command (method, reason, candidates) they were launched
-//! for; commands run to completion inside one pass, so a replacement still carrying it at the
-//! start of a pass belongs to a command whose controller died: the pass finishes that command
-//! (re-checking its candidates first) or rolls it back, then takes the disruption taint off every node no
-//! command holds. Expiration commands are forceful: their NodeClaims are deleted at once.
+//! for, until it ends; a replacement carrying the marker of no command in this controller's queue
+//! belongs to a command whose controller died: the pass finishes that command (re-checking its
+//! candidates first) or rolls it back, then takes the disruption taint off every node no command
+//! holds. Expiration commands are forceful: their NodeClaims are deleted at once.
 //!
-//! The pass (decide, report budgets, pick the command) is here; carrying a command out is in
-//! `command`, resuming or rolling back a dead controller's command in `resume`, and the events
-//! and disruption counts in `events`.
+//! The pass (decide, report budgets, pick the command) is here; starting a command is in
+//! `command`, the commands in flight in `queue`, resuming or rolling back a dead controller's
+//! command in `resume`, and the events and disruption counts in `events`.
 //!
 //! Metrics as upstream's: `karpenter_voluntary_disruption_*`,
 //! `karpenter_nodepools_allowed_disruptions` and `_nodes_consuming_budgets`,
@@ -29,6 +31,7 @@
 
 mod command;
 mod events;
+mod queue;
 mod resume;
 
 use std::collections::BTreeSet;
@@ -51,6 +54,7 @@ use crate::snapshot::Snapshot;
 use crate::snapshot::scheduling_input::Prepared;
 
 pub use events::{BLOCKED_EVENT_INTERVAL, BlockedEvents};
+pub use queue::Queue;
 pub use resume::{COMMAND_ANNOTATION, CommandMarker, resume_commands};
 
 use command::{Planned, execute, expire};
@@ -62,10 +66,11 @@ pub async fn run(ctx: Arc<Context>) {
     ctx.state.wait_synced().await;
     let mut reported = BlockedEvents::default();
     let mut invalid = InvalidAnnotations::default();
+    let mut queue = Queue::default();
     loop {
         let pass = async {
             invalid.report(&ctx).await;
-            once(&ctx, &mut reported).await
+            once(&ctx, &mut reported, &mut queue).await
         };
         // A pass that panics is dropped where it stood: a command it had not finished validating
         // is never carried out, and the next pass resumes or rolls back what it left.
@@ -213,22 +218,30 @@ fn decide(ctx: &Context, state: &State, now: DateTime<Utc>) -> disruption::Decis
 }
 
 /// One pass: finish or roll back commands a dead controller left, clear stale taints,
-/// evaluate, carry out the commands. Returns whether it acted.
+/// evaluate, validate and start the commands; `queue` carries them on. Returns whether it
+/// acted.
 ///
 /// `reported` remembers the `DisruptionBlocked` events sent, so that a node's reason is reported
 /// once (and a changing one at most every [`BLOCKED_EVENT_INTERVAL`]).
-pub async fn once(ctx: &Context, reported: &mut BlockedEvents) -> Result<bool, Error> {
-    let (cluster, state, nominated) = current_state(ctx).await;
+pub async fn once(
+    ctx: &Arc<Context>,
+    reported: &mut BlockedEvents,
+    queue: &mut Queue,
+) -> Result<bool, Error> {
+    let (cluster, mut state, nominated) = current_state(ctx).await;
+    queue.reap(&cluster);
+    queue.mark(&mut state);
     let now = ctx.clock.now();
     report_budgets(&state, now);
-    let left = resume::left_behind(&cluster);
+    let mut left = resume::left_behind(&cluster);
+    left.retain(|marker, _| !queue.holds(marker));
     if !left.is_empty() {
         // Resuming waits for replacements; the engine's state is not needed for it.
         drop(state);
         resume::resume(ctx, &cluster, left).await?;
         return Ok(true);
     }
-    untaint_orphans(ctx, &cluster).await?;
+    untaint_orphans(ctx, &cluster, &queue.candidates()).await?;
     let decision = decide(ctx, &state, now);
     report_blocked(ctx, &cluster, &decision.blocked, reported).await;
     let planned: Vec<Planned> = decision
@@ -256,7 +269,7 @@ pub async fn once(ctx: &Context, reported: &mut BlockedEvents) -> Result<bool, E
         let result = if plan.cmd.method == Method::Expiration {
             expire(ctx, plan).await
         } else {
-            execute(ctx, plan).await
+            execute(ctx, plan, queue).await
         };
         match result {
             Ok(done) => acted |= done,

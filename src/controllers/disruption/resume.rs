@@ -198,11 +198,15 @@ pub(super) async fn clear_markers(api: &Api<NodeClaim>, names: &[String]) -> Res
 /// Takes the disruption taint off nodes no command holds: their NodeClaim (and the Node) are not
 /// being deleted, so the command that tainted them was abandoned (or its controller crashed);
 /// their NodeClaims lose a stale `DisruptionReason` condition too. Nodes without a NodeClaim are
-/// not Karpenter's to untaint.
-pub(super) async fn untaint_orphans(ctx: &Context, cluster: &Snapshot) -> Result<(), Error> {
+/// not Karpenter's to untaint, nor are the candidates of commands `in_flight`.
+pub(super) async fn untaint_orphans(
+    ctx: &Context,
+    cluster: &Snapshot,
+    in_flight: &BTreeSet<String>,
+) -> Result<(), Error> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for node in &cluster.nodes {
-        if node.metadata.deletion_timestamp.is_some() {
+        if node.metadata.deletion_timestamp.is_some() || in_flight.contains(&node.name_any()) {
             continue;
         }
         let name = node.name_any();
