@@ -204,9 +204,9 @@ pub struct StatusMetrics {
 /// families), one field per family named after the metric without its `karpenter_` prefix.
 pub struct Metrics {
     registry: Registry,
-    /// The families recomputed whole on every pass, by name; written to the exposition
-    /// straight from their series (see [`PublishedGauges::text_chunks`]), not through the
-    /// registry.
+    /// The families whose series are replaced whole (published by a pass, or served from the
+    /// pod cache when scraped), by name; written to the exposition straight from their series
+    /// (see [`PublishedGauges::text_chunks`]), not through the registry.
     published: Vec<PublishedGauges>,
     /// Every family's name, whether or not it has series yet (see [`family_names`]).
     families: Vec<String>,

@@ -1,8 +1,15 @@
 //! The metrics controller: every five seconds it publishes what the cluster looks like now
-//! (nodes, pods, status conditions, cluster-state sync) and, every minute, the cloud
-//! provider's instance types and offerings, as upstream's metrics controllers do. The numbers
-//! come from the pure functions in [`crate::metrics::cluster_state`] and
-//! [`crate::metrics::status`]; this shell reads the reflected stores and writes the registry.
+//! (nodes, status conditions, NodePool costs, cluster-state sync) and observes the pods that
+//! bound or started since the last pass, and, every minute, the cloud provider's instance
+//! types and offerings, as upstream's metrics controllers do. The numbers come from the pure
+//! functions in [`crate::metrics::cluster_state`] and [`crate::metrics::status`]; this shell
+//! reads the reflected stores and writes the registry.
+//!
+//! The per-pod gauges (`karpenter_pods_state`, `karpenter_pods_unbound_time_seconds`,
+//! `karpenter_pods_unstarted_time_seconds`, `karpenter_pods_provisioning_*_time_seconds`)
+//! are not published by the pass: once the caches have synced, `serve_pod_families` hands
+//! them the pod and node caches and they are written from those when scraped (see
+//! [`crate::metrics::pods`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -1,10 +1,15 @@
-//! What the cluster-state gauges say about Nodes and pods right now, computed from the
-//! reflected objects: `karpenter_nodes_*`, `karpenter_cluster_utilization_percent`,
-//! `karpenter_pods_state` and the pods' unbound/unstarted times, plus the startup and bound
-//! durations observed when a pod first binds or becomes ready.
+//! What the cluster-state gauges say about Nodes right now, computed from the reflected
+//! objects: `karpenter_nodes_*`, `karpenter_cluster_utilization_percent`, the cloud
+//! provider's instance types and offerings and the NodePools' cost, plus the pods' bound and
+//! startup durations observed when a pod first binds or becomes ready ([`PodTransitions`]).
 //!
-//! Pure: objects and the time in, series out. The metrics controller publishes them every few
-//! seconds, as upstream's node and pod metrics controllers do.
+//! Pure: objects and the time in, series out. The metrics controller's pass publishes them
+//! every five seconds (the instance types every minute), as upstream's node metrics controller
+//! does. The per-pod gauges (`karpenter_pods_state`, the pods' unbound and unstarted times and
+//! the `karpenter_pods_provisioning_*_time_seconds` families) are not the pass's: they are
+//! written from the pod cache when scraped ([`super::pods`], handed the caches once by
+//! `serve_pod_families` in `crate::controllers::metrics`), and share the pod helpers here
+//! (`condition_status`, `is_started`, `is_managed`, `seconds_since`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -14,8 +19,6 @@ use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::node_metric_labels;
-#[cfg(test)]
-use super::pod_scheduling::Times;
 use super::pod_scheduling::{pod_key, seconds_between};
 use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
@@ -234,21 +237,6 @@ pub fn node_gauges(
     out
 }
 
-/// The pod families' series as a metrics pass built them before they were written from the
-/// pod cache when scraped ([`super::pods`]): kept as the reference the scraped text is checked
-/// against.
-#[cfg(test)]
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PodGauges {
-    /// `karpenter_pods_state` (1 per pod): name, namespace, owner, node, scheduled, nodepool,
-    /// zone, arch, capacity_type, instance_type, phase, ready, managed.
-    pub state: Vec<Series>,
-    /// `karpenter_pods_unbound_time_seconds`: name, namespace.
-    pub unbound_time_seconds: Vec<Series>,
-    /// `karpenter_pods_unstarted_time_seconds`: name, namespace.
-    pub unstarted_time_seconds: Vec<Series>,
-}
-
 /// The status of the pod's condition `type_`, if it has one.
 pub(super) fn condition_status<'a>(pod: &'a ClusterPod, type_: &str) -> Option<&'a str> {
     pod.status
@@ -282,179 +270,6 @@ fn condition_time(pod: &ClusterPod, type_: &str) -> Option<DateTime<Utc>> {
 /// Whether the pod is Ready.
 pub(super) fn is_started(pod: &ClusterPod) -> bool {
     condition_status(pod, "Ready") == Some("True")
-}
-
-/// Label values of one metrics pass, each kept once however many series carry it.
-#[derive(Default)]
-pub(super) struct Interned(HashSet<Label>);
-
-impl Interned {
-    /// `value` as the label kept for it.
-    pub(super) fn get(&mut self, value: &str) -> Label {
-        if let Some(known) = self.0.get(value) {
-            return Arc::clone(known);
-        }
-        let label: Label = value.into();
-        self.0.insert(Arc::clone(&label));
-        label
-    }
-}
-
-/// A pod's name and namespace as series labels: the converted pod's own (a pod in the cache is
-/// converted as it arrives), else copied.
-#[cfg(test)]
-fn pod_name_labels(pod: &ClusterPod, interned: &mut Interned) -> (Label, Label) {
-    match pod.scheduling_pod() {
-        Ok(p) => (Arc::clone(&p.name), Arc::clone(&p.namespace)),
-        Err(_) => (
-            pod.metadata.name.as_deref().unwrap_or_default().into(),
-            interned.get(pod.metadata.namespace.as_deref().unwrap_or_default()),
-        ),
-    }
-}
-
-/// The labels `karpenter_pods_state` takes from a pod's node: nodepool, zone, arch,
-/// capacity_type, instance_type (empty for a pod on no known node), and whether the node is
-/// managed.
-#[cfg(test)]
-fn pod_node_labels(node: Option<&Node>, interned: &mut Interned) -> ([Label; 5], Label) {
-    let node_labels = node.and_then(|n| n.metadata.labels.as_ref());
-    let mut value = |key: &str| {
-        interned.get(
-            node_labels
-                .and_then(|l| l.get(key))
-                .map_or("", String::as_str),
-        )
-    };
-    let labels = [
-        value(labels::NODEPOOL),
-        value(labels::ZONE),
-        value(labels::ARCH),
-        value(labels::CAPACITY_TYPE),
-        value(labels::INSTANCE_TYPE),
-    ];
-    let managed = interned.get(&node.is_some_and(is_managed).to_string());
-    (labels, managed)
-}
-
-/// The pod families for `pods`, with node labels from `nodes`, as a pass built them (see
-/// [`PodGauges`]). Finished and deleted pods have no series.
-#[cfg(test)]
-pub fn pod_gauges(nodes: &[Arc<Node>], pods: &[Arc<ClusterPod>], now: DateTime<Utc>) -> PodGauges {
-    let mut interned = Interned::default();
-    let on_node: std::collections::HashMap<&str, ([Label; 5], Label)> = nodes
-        .iter()
-        .filter_map(|n| {
-            let name = n.metadata.name.as_deref()?;
-            Some((name, pod_node_labels(Some(n), &mut interned)))
-        })
-        .collect();
-    let on_no_node = pod_node_labels(None, &mut interned);
-    let mut out = PodGauges::default();
-    for pod in pods {
-        if pod.is_terminal() {
-            continue;
-        }
-        let (name, namespace) = pod_name_labels(pod, &mut interned);
-        let node = pod.node_name();
-        let (node_labels, managed) = node.and_then(|n| on_node.get(n)).unwrap_or(&on_no_node);
-        let owner = pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .next()
-            .map_or("", |o| o.name.as_str());
-        let phase = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .unwrap_or_default();
-        let ready = condition_status(pod, "Ready").unwrap_or("False");
-        let mut labels = Vec::with_capacity(13);
-        labels.extend([
-            Arc::clone(&name),
-            Arc::clone(&namespace),
-            interned.get(owner),
-            interned.get(node.unwrap_or_default()),
-            interned.get(if node.is_some() { "true" } else { "false" }),
-        ]);
-        labels.extend(node_labels.iter().cloned());
-        labels.extend([
-            interned.get(phase),
-            interned.get(ready),
-            Arc::clone(managed),
-        ]);
-        out.state.push(Series { labels, value: 1.0 });
-        let Some(created) = pod.metadata.creation_timestamp.as_ref() else {
-            continue;
-        };
-        if pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        if node.is_none() {
-            out.unbound_time_seconds.push(Series::new(
-                [Arc::clone(&name), Arc::clone(&namespace)],
-                seconds_since(now, created),
-            ));
-        }
-        if !is_started(pod) {
-            out.unstarted_time_seconds
-                .push(Series::new([name, namespace], seconds_since(now, created)));
-        }
-    }
-    out
-}
-
-/// The `karpenter_pods_provisioning_*` gauges (name, namespace), timed from the points the
-/// provisioner recorded ([`Times`]) rather than from the pods' creation, as upstream's; as a
-/// pass built them before they were written from the pod cache when scraped
-/// ([`super::pods`]), kept as the reference the scraped text is checked against.
-#[cfg(test)]
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProvisioningGauges {
-    /// `_unbound_time_seconds`: unbound pods the provisioner found a place for, since then.
-    pub unbound_time_seconds: Vec<Series>,
-    /// `_unstarted_time_seconds`: not-yet-ready pods the provisioner found a place for.
-    pub unstarted_time_seconds: Vec<Series>,
-    /// `_scheduling_undecided_time_seconds`: unbound pods the provisioner has seen but not yet
-    /// decided about, since it first saw them.
-    pub scheduling_undecided_time_seconds: Vec<Series>,
-}
-
-/// The provisioning gauges of `pods`, given each pod's [`Times`] (by `namespace/name`).
-#[cfg(test)]
-pub fn provisioning_gauges(
-    pods: &[Arc<ClusterPod>],
-    times: impl Fn(&str) -> Times,
-    now: DateTime<Utc>,
-) -> ProvisioningGauges {
-    let mut interned = Interned::default();
-    let mut out = ProvisioningGauges::default();
-    for pod in pods {
-        if pod.is_terminal() || pod.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let (name, namespace) = pod_name_labels(pod, &mut interned);
-        let t = times(&pod_key(pod));
-        let labels = || [Arc::clone(&name), Arc::clone(&namespace)];
-        let bound = pod.node_name().is_some();
-        if let Some(since) = t.schedulable {
-            if !bound {
-                out.unbound_time_seconds
-                    .push(Series::new(labels(), seconds_between(since, now)));
-            }
-            if !is_started(pod) {
-                out.unstarted_time_seconds
-                    .push(Series::new(labels(), seconds_between(since, now)));
-            }
-        }
-        if let (Some(acked), None, false) = (t.acked, t.decided, bound) {
-            out.scheduling_undecided_time_seconds
-                .push(Series::new(labels(), seconds_between(acked, now)));
-        }
-    }
-    out
 }
 
 /// Pods seen before they bound or started, so that the bound and startup durations are
@@ -750,49 +565,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_families_and_transitions() {
-        let nodes = [node()];
-        let g = pod_gauges(
-            &nodes,
-            &[
-                pod("pending", None, false, false),
-                pod("web", Some("n1"), true, false),
-            ],
-            now(),
-        );
-        assert_eq!(g.state.len(), 2);
-        assert!(
-            Arc::ptr_eq(&g.state[0].labels[7], &g.state[1].labels[7]),
-            "a label value (here the empty arch) is kept once however many series carry it"
-        );
-        assert_eq!(
-            g.state[1].labels,
-            Series::new(
-                [
-                    "web",
-                    "ns",
-                    "web-1",
-                    "n1",
-                    "true",
-                    "default",
-                    "us-east-1a",
-                    "",
-                    "",
-                    "",
-                    "Running",
-                    "True",
-                    "true"
-                ],
-                1.0
-            )
-            .labels
-        );
-        assert_eq!(
-            g.unbound_time_seconds,
-            [Series::new(["pending", "ns"], 100.0)]
-        );
-        assert_eq!(g.unstarted_time_seconds.len(), 1);
-
+    fn transitions_are_observed_once_when_a_pod_binds_and_starts() {
         let mut transitions = PodTransitions::default();
         // Already running when first seen: nothing observed.
         assert_eq!(
@@ -824,39 +597,16 @@ mod tests {
     }
 
     #[test]
-    fn provisioning_families_time_from_the_provisioners_points() {
-        let at = |s: &str| {
-            DateTime::parse_from_rfc3339(s)
-                .map(|t| t.with_timezone(&Utc))
-                .expect("time")
+    fn provisioning_durations_time_from_when_the_provisioner_found_a_place() {
+        // The provisioner found `pending` a place at 0:00:06.
+        let schedulable = |key: &str| {
+            (key == "ns/pending").then(|| {
+                DateTime::parse_from_rfc3339("2026-01-01T00:00:06Z")
+                    .map(|t| t.with_timezone(&Utc))
+                    .expect("time")
+            })
         };
-        // `pending` was seen at 0:00:04 and decided at 0:00:06 (a place found); `waiting` was
-        // seen at 0:01:00 and not decided yet; `unknown` was never seen by the provisioner.
-        let times = |key: &str| match key {
-            "ns/pending" => Times {
-                acked: Some(at("2026-01-01T00:00:04Z")),
-                decided: Some(at("2026-01-01T00:00:06Z")),
-                schedulable: Some(at("2026-01-01T00:00:06Z")),
-            },
-            "ns/waiting" => Times {
-                acked: Some(at("2026-01-01T00:01:00Z")),
-                ..Times::default()
-            },
-            _ => Times::default(),
-        };
-        let pods = [
-            pod("pending", None, false, false),
-            pod("waiting", None, false, false),
-            pod("unknown", None, false, false),
-        ];
-        let g = provisioning_gauges(&pods, times, now());
-        let one = |name: &str, v: f64| vec![Series::new([name, "ns"], v)];
-        assert_eq!(g.unbound_time_seconds, one("pending", 94.0));
-        assert_eq!(g.unstarted_time_seconds, one("pending", 94.0));
-        assert_eq!(g.scheduling_undecided_time_seconds, one("waiting", 40.0));
-
         let mut transitions = PodTransitions::default();
-        let schedulable = |key: &str| times(key).schedulable;
         transitions.observe(&[pod("pending", None, false, false)], schedulable);
         let bound = transitions.observe(&[pod("pending", Some("n1"), false, false)], schedulable);
         assert_eq!(bound.provisioning_bound, vec![4.0], "bound at 0:00:10");

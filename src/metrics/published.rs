@@ -1,11 +1,13 @@
-//! Gauge families that the metrics controller recomputes whole on every pass (one series per
-//! pod, node, condition or offering): each pass replaces the family's series at once.
+//! Gauge families whose series are replaced whole: published by every pass of the metrics
+//! controller (one series per node, condition or offering), or computed from the pod cache
+//! each time they are scraped (one per pod: see [`super::pods`]).
 //!
 //! Why not a `GaugeVec`: it keeps, per series, its own label pairs (names and values) and a
 //! hash entry, and removing the series of objects that are gone needs a second copy of every
 //! label set to diff against. With one series per pod that was three copies of ~13 labels for
-//! each of 20,000 pods and a hash lookup per series every five seconds. Here the family holds
-//! the pass's series as computed (label values only) and builds the exposition when scraped.
+//! each of 20,000 pods and a hash lookup per series every five seconds. Here a published
+//! family holds the pass's series as computed (label values only), a served one nothing
+//! between scrapes, and both build the exposition when scraped.
 
 use std::fmt::Write;
 use std::sync::{Arc, Mutex, PoisonError};
