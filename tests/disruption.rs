@@ -1097,3 +1097,63 @@ fn a_replacement_is_validated_against_a_fresh_plan_before_it_is_launched() {
         "a resumed command's replacement exists already: only its candidates are re-checked"
     );
 }
+
+/// The command `state` decides for node `name` alone, if any.
+fn command_for(
+    state: &karpenter_rs::disruption::state::State,
+    name: &str,
+) -> Option<disruption::Command> {
+    disruption::evaluate(state, monday_10(), EngineOptions::default().disruption)
+        .commands
+        .into_iter()
+        .find(|c| c.candidates == [name])
+}
+
+/// Room that pods already waiting for will take is not planned for a candidate's pods, as
+/// upstream's simulation places pending pods and the pods of nodes being disrupted beside the
+/// candidates': deleting `big` on the strength of `spare`'s room would leave its pod pending
+/// for a provisioning round of its own, which made a drift roll launch a node per few evicted
+/// pods beside its replacements.
+#[test]
+fn a_candidates_pods_do_not_take_the_room_pending_or_displaced_pods_need() {
+    const DND: &str = "  annotations: {karpenter.sh/do-not-disrupt: \"true\"}";
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("big", "default", "m5.8xlarge", "on-demand", 24, ""),
+        pod("web", "big", "500m", "", ""),
+        node("spare", "default", "m5.large", "on-demand", 24, ""),
+        pod("tiny", "spare", "100m", DND, ""),
+    ];
+    let alone = state_of(&docs);
+    let deleted = command_for(&alone, "big").expect("big is consolidated");
+    assert!(
+        deleted.replacements.is_empty(),
+        "alone, web fits in spare's room: {deleted:#?}"
+    );
+
+    // A node being disrupted whose 1.5-CPU pod needs that room first.
+    docs.push(node("leaving", "default", "m5.large", "on-demand", 24, ""));
+    docs.push(pod("moving", "leaving", "1500m", DND, ""));
+    let mut displaced = state_of(&docs);
+    let leaving = displaced
+        .nodes
+        .iter()
+        .position(|n| n.name.as_ref() == "leaving")
+        .expect("leaving");
+    displaced.nodes[leaving].disrupting = true;
+    let replaced = command_for(&displaced, "big").expect("big is still consolidated");
+    assert_eq!(replaced.replacements.len(), 1, "{replaced:#?}");
+
+    // The same pod pending, with no node of its own: the same room is spoken for.
+    let moving = displaced
+        .pods
+        .iter()
+        .find(|p| p.pod.name.as_ref() == "moving")
+        .map(|p| p.pod.clone())
+        .expect("moving");
+    let mut pending = alone.clone();
+    pending.waiting.pending.push(moving);
+    let replaced = command_for(&pending, "big").expect("big is still consolidated");
+    assert_eq!(replaced.replacements.len(), 1, "{replaced:#?}");
+}

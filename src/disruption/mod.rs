@@ -22,7 +22,7 @@ use crate::apis::labels;
 use crate::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::scheduling::instance_type::CapacityType;
 use crate::scheduling::requirements::Requirement;
-use crate::scheduling::scheduler::{self, PlannedNodeClaim, cheapest_offering};
+use crate::scheduling::scheduler::{self, Placement, PlannedNodeClaim, cheapest_offering};
 use crate::scheduling::static_capacity;
 
 use candidates::Candidate;
@@ -259,6 +259,9 @@ enum Reschedule {
 
 /// Simulates `pods` rescheduling on the nodes of `state` but `excluded`: the one simulation both
 /// the decision and its re-validation make, so a command is re-checked by the rule that chose it.
+/// The pods of nodes already being disrupted and the pending pods are placed beside them, as
+/// upstream's simulation does, so the candidates' pods are not planned into room those need;
+/// only what the candidates' own pods need decides (the provisioner launches the rest).
 fn reschedule(
     state: &State,
     excluded: &[usize],
@@ -267,17 +270,37 @@ fn reschedule(
     if pods.is_empty() {
         return Reschedule::Delete;
     }
-    let input = state.scheduler_input(excluded, pods);
+    let own = pods.len();
+    let mut all = pods;
+    all.extend(state.displaced_pods(excluded));
+    let input = state.scheduler_input(excluded, all);
     let outcome = scheduler::solve(&input);
-    if let Some((i, reason)) = outcome.errors.first() {
+    if let Some((i, reason)) = outcome.errors.iter().find(|(i, _)| *i < own) {
         return Reschedule::No(format!(
             "pod {} could not be rescheduled: {reason}",
             input.pods[*i].key()
         ));
     }
-    match outcome.nodeclaims.len() {
+    // A node not initialized yet may never be: the candidates' pods do not count on it (the
+    // displaced pods may; they are moving anyway).
+    let early = outcome.placements[..own].iter().find_map(|p| match p {
+        Some(Placement::Existing(k)) => input.existing.get(*k).filter(|e| !e.initialized),
+        _ => None,
+    });
+    if let Some(node) = early {
+        return Reschedule::No(format!(
+            "its pods would go to node {}, which is not initialized yet",
+            node.name
+        ));
+    }
+    let mut needed: Vec<PlannedNodeClaim> = outcome
+        .nodeclaims
+        .into_iter()
+        .filter(|c| c.pods.iter().any(|&p| (p as usize) < own))
+        .collect();
+    match needed.len() {
         0 => Reschedule::Delete,
-        1 => match outcome.nodeclaims.into_iter().next() {
+        1 => match needed.pop() {
             Some(claim) => {
                 let options = claim.instance_types.clone();
                 Reschedule::Replace(Box::new((claim, options)))

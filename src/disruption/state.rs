@@ -124,8 +124,24 @@ pub struct State {
     pub pods: Vec<StatePod>,
     /// PDBs.
     pub pdbs: Vec<Pdb>,
+    /// What the provisioner has on its way and still has to place.
+    pub waiting: Waiting,
     /// Scheduler options.
     pub options: Options,
+}
+
+/// Capacity and pods the provisioner is dealing with, which a disruption must leave room for:
+/// upstream's disruption simulation places pending pods (and the pods of nodes already being
+/// disrupted) beside the candidates' and counts NodeClaims on their way as capacity. Without
+/// them, a candidate's pods are planned into room that pending pods are about to take, the
+/// command deletes the node without a big enough replacement, and its evicted pods wait for a
+/// provisioning round of their own. Empty in `simulate`, whose plan is applied at once.
+#[derive(Clone, Debug, Default)]
+pub struct Waiting {
+    /// NodeClaims launched whose Node has not registered yet, with the pods planned onto them.
+    pub in_flight: Vec<ExistingNode>,
+    /// Pending pods no provisioning round has placed yet.
+    pub pending: Vec<Pod>,
 }
 
 pub(crate) fn resolve_int_or_percent(v: &IntOrString, total: i64, round_up: bool) -> i64 {
@@ -156,7 +172,22 @@ impl State {
         self.pods.iter().filter(move |p| p.node == Some(n))
     }
 
-    /// Scheduler input with the given nodes removed and `pods` to place.
+    /// The pods that need room besides a command's candidates' (`excluded`): those still on
+    /// nodes being disrupted, and the pending ones.
+    pub fn displaced_pods(&self, excluded: &[usize]) -> Vec<Pod> {
+        let disrupting = |n: usize| {
+            !excluded.contains(&n) && self.nodes.get(n).is_some_and(|node| node.disrupting)
+        };
+        self.pods
+            .iter()
+            .filter(|p| p.reschedulable() && p.node.is_some_and(disrupting))
+            .map(|p| p.pod.clone())
+            .chain(self.waiting.pending.iter().cloned())
+            .collect()
+    }
+
+    /// Scheduler input with the given nodes removed and `pods` to place; NodeClaims on their
+    /// way count as existing capacity.
     pub fn scheduler_input(&self, excluded: &[usize], pods: Vec<Pod>) -> Input {
         let kept = |i: usize| !excluded.contains(&i) && !self.nodes[i].disrupting;
         // One pass over the pods, not one per node: the engine builds an input per candidate.
@@ -188,6 +219,7 @@ impl State {
                     volume_limits: Default::default(),
                 }
             })
+            .chain(self.waiting.in_flight.iter().cloned())
             .collect();
         Input {
             nodepools: self.templates.clone(),

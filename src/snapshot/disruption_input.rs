@@ -1,7 +1,7 @@
 //! The adapter from a [`Snapshot`] to the disruption engine's [`State`]: nodes joined with their
 //! NodeClaims and prices, pods with what protects them, PDBs resolved to the evictions they allow.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -13,12 +13,12 @@ use crate::apis::labels;
 use crate::apis::nodeclaim::condition::DRIFTED;
 use crate::apis::nodeclaim::{NodeClaim, Taint};
 use crate::disruption::state::{
-    ClaimFacts, Pdb, State, StateNode, StatePod, resolve_int_or_percent,
+    ClaimFacts, Pdb, State, StateNode, StatePod, Waiting, resolve_int_or_percent,
 };
 use crate::scheduling::instance_type::{CapacityType, InstanceType};
-use crate::scheduling::pod::Selector;
+use crate::scheduling::pod::{Pod, Selector};
 use crate::scheduling::resources::Resources;
-use crate::scheduling::scheduler::{NodePoolTemplate, Options};
+use crate::scheduling::scheduler::{ExistingNode, NodePoolTemplate, Options};
 use crate::scheduling::taints::taint_from_k8s;
 use crate::snapshot::Snapshot;
 
@@ -86,11 +86,31 @@ pub fn disruption_state(
         nodes,
         pods,
         pdbs,
+        waiting: Default::default(),
         // Consolidation keeps upstream's NodeClaim sizing (see `Options::every_fitting_type`).
         options: Options {
             every_fitting_type: true,
             ..options
         },
+    }
+}
+
+/// What the provisioner is dealing with in `cluster` (see [`Waiting`]), from its input for the
+/// same snapshot: the existing capacity no Node has registered for yet, and the pods it still
+/// has to place.
+pub fn waiting(cluster: &Snapshot, existing: &[ExistingNode], pending: Vec<Pod>) -> Waiting {
+    let registered: BTreeSet<&str> = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    Waiting {
+        in_flight: existing
+            .iter()
+            .filter(|e| !registered.contains(e.name.as_ref()))
+            .cloned()
+            .collect(),
+        pending,
     }
 }
 

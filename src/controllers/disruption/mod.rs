@@ -51,6 +51,7 @@ use crate::runtime::panics::guarded_pass;
 use crate::runtime::{Context, Error};
 use crate::scheduling::scheduler::{self, Input, Placement};
 use crate::snapshot::Snapshot;
+use crate::snapshot::disruption_input;
 use crate::snapshot::scheduling_input::Prepared;
 
 pub use events::{BLOCKED_EVENT_INTERVAL, BlockedEvents};
@@ -109,15 +110,23 @@ async fn prepare(ctx: &Context, cluster: &Snapshot) -> Prepared {
     crate::snapshot::scheduling_input::prepare(cluster, &types, &ctx.options)
 }
 
-/// The engine's state of `cluster`, priced and templated from `prepared`.
+/// The engine's state of `cluster`, priced and templated from `prepared`, with what the
+/// provisioner is dealing with.
 fn engine_state(ctx: &Context, cluster: &Snapshot, prepared: Prepared) -> State {
-    let mut state = crate::snapshot::disruption_input::disruption_state(
+    let Prepared {
+        input,
+        static_templates,
+        ..
+    } = prepared;
+    let waiting = disruption_input::waiting(cluster, &input.existing, input.pods);
+    let mut state = disruption_input::disruption_state(
         cluster,
-        prepared.input.nodepools,
+        input.nodepools,
         ctx.options.scheduler,
         ctx.clock.now(),
     );
-    state.static_templates = prepared.static_templates;
+    state.static_templates = static_templates;
+    state.waiting = waiting;
     state
 }
 
