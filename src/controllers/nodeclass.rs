@@ -52,8 +52,7 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 fn error_policy(class: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(controller = "nodeclass", ec2nodeclass = %class.name_any(), error = %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    crate::runtime::retry_later("nodeclass", &class.name_any(), error)
 }
 
 /// One reconcile of an EC2NodeClass: finalizer, hash, status. Public so the in-memory controller

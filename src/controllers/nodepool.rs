@@ -80,8 +80,7 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 fn error_policy(pool: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(controller = "nodepool", nodepool = %pool.name_any(), error = %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    crate::runtime::retry_later("nodepool", &pool.name_any(), error)
 }
 
 /// `status.resources` (capacity summed over the pool's launched NodeClaims, plus `nodes`) and

@@ -127,3 +127,48 @@ pub enum Error {
     #[error("cloud provider: {0}")]
     Cloud(#[from] CloudError),
 }
+
+impl Error {
+    /// Whether the API server refused a write made from a copy older than its own (409
+    /// Conflict): the cache was behind, and the watch is about to deliver the newer version.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
+    }
+}
+
+/// The error policy of the kube-rs controllers: retry the object in five seconds. A conflict is
+/// logged at debug level, as upstream requeues conflicts without reporting them: the newer
+/// version's watch event reconciles the object again anyway, and a roll of a few hundred nodes
+/// would otherwise log hundreds of warnings that ask nothing of the operator.
+pub fn retry_later(
+    controller: &'static str,
+    object: &str,
+    error: &Error,
+) -> kube::runtime::controller::Action {
+    if error.is_conflict() {
+        tracing::debug!(controller, object, error = %error, "the cache was behind the API server; retrying");
+    } else {
+        tracing::warn!(controller, object, error = %error, "reconcile failed; retrying");
+    }
+    kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> Error {
+        Error::Kube(kube::Error::Api(
+            kube::core::Status::failure("refused", "Conflict")
+                .with_code(code)
+                .boxed(),
+        ))
+    }
+
+    #[test]
+    fn only_a_409_is_a_conflict() {
+        assert!(api_error(409).is_conflict());
+        assert!(!api_error(404).is_conflict());
+        assert!(!api_error(422).is_conflict());
+    }
+}

@@ -85,8 +85,7 @@ pub fn claim_of_node(
 }
 
 fn error_policy(claim: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(controller = "nodeclaim.lifecycle", nodeclaim = %claim.name_any(), error = %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    crate::runtime::retry_later("nodeclaim.lifecycle", &claim.name_any(), error)
 }
 
 /// The claim's Node, once it joined.
