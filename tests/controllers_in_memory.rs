@@ -1698,6 +1698,42 @@ async fn drifted_nodes_are_replaced_side_by_side_while_replacements_boot() {
     );
 }
 
+/// A replacement is launched with the requirements the simulation gave it: a pod that must stay
+/// in its zone gets a replacement in that zone. Launched from the NodePool's template alone, it
+/// came up in whatever zone was cheapest, the pod could not go there, and the provisioner
+/// launched a node of its own for it.
+#[tokio::test(start_paused = true)]
+async fn a_replacement_keeps_the_zone_its_pods_need() {
+    let env = Env::new().await;
+    let node_name = drifted_node(&env, "default-drifted", true).await;
+    let node: Node = env.get(&node_name).await.expect("node");
+    let zone = node
+        .labels()
+        .get(labels::ZONE)
+        .cloned()
+        .expect("the node has a zone");
+    let mut pinned = builders::pod("pinned", &node_name);
+    if let Some(spec) = pinned.spec.as_mut() {
+        spec.node_selector = Some([(labels::ZONE.to_string(), zone.clone())].into());
+    }
+    env.create_namespaced(&pinned).await;
+    let (acted, _) = pass_launching_a_replacement(&env).await;
+    assert!(acted);
+    let replacement = nodeclaims(&env)
+        .await
+        .into_iter()
+        .find(|c| c.name_any() != "default-drifted")
+        .expect("the replacement");
+    let zones: Vec<&Vec<String>> = replacement
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == labels::ZONE)
+        .map(|r| &r.values)
+        .collect();
+    assert_eq!(zones, [&vec![zone]], "{:?}", replacement.spec.requirements);
+}
+
 /// A command in flight counts against its NodePool's budget before the cache shows its node
 /// going: with room for one drifted node at a time, the next pass leaves the second alone.
 #[tokio::test(start_paused = true)]

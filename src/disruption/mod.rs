@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::apis::labels;
 use crate::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::scheduling::instance_type::CapacityType;
-use crate::scheduling::requirements::Requirement;
+use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::scheduler::{self, Placement, PlannedNodeClaim, cheapest_offering};
 use crate::scheduling::static_capacity;
 
@@ -72,6 +72,11 @@ pub struct Replacement {
     pub instance_type_options: Vec<String>,
     /// Pods it will take.
     pub pods: Vec<String>,
+    /// The requirements the simulation gave it (the zone a topology spread chose, say): launched
+    /// without them, it may come up where its pods may not go, and they wait for a node of their
+    /// own.
+    #[serde(skip)]
+    pub requirements: Requirements,
 }
 
 /// One decision.
@@ -409,6 +414,7 @@ impl<'a> Engine<'a> {
                 .map(|&t| pool.instance_types[t as usize].name.to_string())
                 .collect(),
             pods: input_pods.to_vec(),
+            requirements: claim.requirements.clone(),
         }
     }
 
@@ -848,6 +854,7 @@ impl<'a> Engine<'a> {
                     price,
                     instance_type_options: options.iter().map(|it| it.name.to_string()).collect(),
                     pods: self.pod_names(&[c]),
+                    requirements: template.requirements.clone(),
                 }],
             });
         }

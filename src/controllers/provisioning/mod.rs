@@ -221,8 +221,9 @@ pub fn drop_unusable_pools(cluster: &mut Snapshot) -> Vec<(String, String)> {
     dropped
 }
 
-/// The NodeClaim for a disruption replacement: the pool's template requirements narrowed to
-/// the engine's instance-type options and capacity type, sized for the pods it will take (a
+/// The NodeClaim for a disruption replacement: the requirements the engine's simulation gave it
+/// (the pool's template narrowed as its pods need, a zone say), its instance-type options and
+/// capacity type, sized for the pods it will take (a
 /// static pool's for none, as [`static_nodeclaim`]), built exactly as a provisioned one (so it
 /// is not drifted the moment it launches).
 pub(crate) fn replacement_nodeclaim(
@@ -231,7 +232,8 @@ pub(crate) fn replacement_nodeclaim(
     replacement: &crate::disruption::Replacement,
     requests: crate::scheduling::resources::Resources,
 ) -> NodeClaim {
-    let mut requirements = scheduling_input::template_requirements(pool);
+    // The simulation's requirements: the template's, narrowed as its pods needed.
+    let mut requirements = replacement.requirements.clone();
     if !replacement.capacity_type.is_empty() {
         requirements.add_requirement(Requirement::new(
             labels::CAPACITY_TYPE,
