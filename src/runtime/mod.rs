@@ -52,6 +52,9 @@ pub struct Context {
     /// NodePools' recent registration outcomes, behind their `NodeRegistrationHealthy`
     /// condition.
     pub registration_health: crate::state::registration_health::RegistrationHealth,
+    /// Where provisioning rounds planned pods that are still pending: the provisioner counts
+    /// them there, and disruption leaves their nodes alone.
+    pub nominations: crate::state::nominations::Nominations,
 }
 
 /// How often the polling controllers run and how long a disruption command waits. Production
@@ -113,6 +116,7 @@ impl Context {
             intervals: Intervals::default(),
             pod_scheduling: Default::default(),
             registration_health: Default::default(),
+            nominations: Default::default(),
         }
     }
 }

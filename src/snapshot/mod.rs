@@ -327,6 +327,18 @@ impl Snapshot {
         wanted: &HashMap<String, String>,
         now: DateTime<Utc>,
     ) -> &HashMap<String, String> {
+        self.nominated = self.nominations(wanted, now);
+        &self.nominated
+    }
+
+    /// The nominations of `wanted` that hold in this snapshot at `now` (see
+    /// [`Snapshot::nominate`]), by the name their capacity now holds; the snapshot is left as
+    /// it is.
+    pub fn nominations(
+        &self,
+        wanted: &HashMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> HashMap<String, String> {
         let nodeclaims = &self.nodeclaims;
         let usable_node = |node: &Node| {
             let initialized_long_ago = joins::claim_of(nodeclaims, node)
@@ -368,15 +380,14 @@ impl Snapshot {
             .filter(|p| p.is_pending())
             .filter_map(|p| p.metadata.uid.as_deref())
             .collect();
-        self.nominated = wanted
+        wanted
             .iter()
             .filter(|(uid, _)| pending.contains(uid.as_str()))
             .filter_map(|(uid, target)| {
                 let now = targets.get(target.as_str())?.clone()?;
                 Some((uid.clone(), now))
             })
-            .collect();
-        &self.nominated
+            .collect()
     }
 
     /// The EC2NodeClass called `name`, if loaded.

@@ -36,6 +36,7 @@ use changes::{Changes, Publisher};
 
 pub mod changes;
 pub mod lenient;
+pub mod nominations;
 pub mod registration_health;
 pub mod trim;
 

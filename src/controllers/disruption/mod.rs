@@ -95,11 +95,14 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 /// The engine's state of the cluster now, with the instance types the provider offers, and the
-/// nodes nominated for pending pods.
+/// nodes nominated for pending pods: the ones provisioning rounds planned pods onto (a node
+/// launched for pods looks empty until kube-scheduler binds them) and the ones a simulation
+/// places pending pods on now.
 async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
     let cluster = ctx.state.snapshot();
     let prepared = prepare(ctx, &cluster).await;
-    let nominated = nominated(&prepared.input);
+    let mut nominated = nominated(&prepared.input);
+    nominated.extend(ctx.nominations.targets(&cluster, ctx.clock.now()));
     let state = engine_state(ctx, &cluster, prepared);
     (cluster, state, nominated)
 }

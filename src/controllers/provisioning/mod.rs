@@ -476,6 +476,21 @@ fn record_decisions(ctx: &Context, pending: &[String], plan: &Plan, seen: DateTi
     }
 }
 
+/// Where a round planned its pods, as (pod UID, capacity name) nominations: on the NodeClaims
+/// it created (`created`, in the plan's order; `None` for one whose create failed) and on
+/// existing capacity.
+fn placements<'a>(
+    plan: &'a Plan,
+    created: &'a [Option<String>],
+) -> impl Iterator<Item = (String, String)> + 'a {
+    let on_new = created
+        .iter()
+        .zip(&plan.pods_of)
+        .filter_map(|(name, pods)| Some((name.as_ref()?, pods)))
+        .flat_map(|(name, pods)| pods.iter().map(move |uid| (uid.clone(), name.clone())));
+    on_new.chain(plan.on_existing.iter().cloned())
+}
+
 /// Identifies scheduling rounds in `karpenter_scheduler_queue_depth` and
 /// `_unfinished_work_seconds` (upstream's `scheduling_id`).
 static ROUNDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -543,17 +558,7 @@ pub struct Provisioner {
     /// the next round (and the NodeClaims it creates) back for as long as the QPS budget takes.
     /// One such task at a time; a round that finds it still busy leaves its pods due.
     reporting: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Where earlier rounds planned pods that are still pending (pod UID → the NodeClaim or
-    /// Node, and since when), so a round counts them there instead of packing them again (see
-    /// `Snapshot::nominate`). Each lasts at most [`NOMINATION_TTL`].
-    nominations: Mutex<HashMap<String, (String, DateTime<Utc>)>>,
 }
-
-/// How long a pod counts as bound to the capacity a round planned it onto while it stays
-/// pending: long enough for an instance to launch and register and kube-scheduler to bind the
-/// pod; a pod still pending after that (its node filled up with other pods, say) is planned
-/// again.
-pub const NOMINATION_TTL: chrono::TimeDelta = chrono::TimeDelta::minutes(3);
 
 impl Provisioner {
     /// A provisioner acting through `ctx`.
@@ -563,43 +568,6 @@ impl Provisioner {
             window,
             reported: Mutex::default(),
             reporting: Mutex::default(),
-            nominations: Mutex::default(),
-        }
-    }
-
-    /// Applies the nominations that still stand to a round's snapshot, forgetting the rest.
-    fn nominate(&self, cluster: &mut Snapshot, now: DateTime<Utc>) {
-        let mut nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
-        nominations.retain(|_, (_, since)| now - *since < NOMINATION_TTL);
-        if nominations.is_empty() {
-            return;
-        }
-        let wanted: HashMap<String, String> = nominations
-            .iter()
-            .map(|(uid, (target, _))| (uid.clone(), target.clone()))
-            .collect();
-        let kept = cluster.nominate(&wanted, now);
-        nominations.retain(|uid, (target, _)| match kept.get(uid) {
-            Some(now_named) => {
-                target.clone_from(now_named);
-                true
-            }
-            None => false,
-        });
-    }
-
-    /// Remembers where a round planned its pods: on the NodeClaims it created (`created`, in
-    /// the plan's order) and on existing capacity.
-    fn remember(&self, plan: &Plan, created: &[Option<String>], now: DateTime<Utc>) {
-        let mut nominations = self.nominations.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, pods) in created.iter().zip(&plan.pods_of) {
-            let Some(name) = name else { continue };
-            for uid in pods {
-                nominations.insert(uid.clone(), (name.clone(), now));
-            }
-        }
-        for (uid, target) in &plan.on_existing {
-            nominations.insert(uid.clone(), (target.clone(), now));
         }
     }
 
@@ -631,7 +599,7 @@ impl Provisioner {
         for (pool, why) in drop_unusable_pools(&mut cluster) {
             tracing::debug!(controller = "provisioner", nodepool = %pool, reason = %why, "not provisioning from nodepool");
         }
-        self.nominate(&mut cluster, ctx.clock.now());
+        ctx.nominations.apply(&mut cluster, ctx.clock.now());
         if cluster.pending_pods().is_empty() {
             METRICS
                 .scheduler_unschedulable_pods_count
@@ -675,7 +643,7 @@ impl Provisioner {
         // NodeClaims first, all at once (the client's QPS limit paces them): capacity is what
         // the pods wait for; the events about pods no NodePool can serve come after.
         let (created, failed) = create_nodeclaims(ctx, "provisioner", &plan.nodeclaims).await;
-        self.remember(&plan, &created, seen);
+        ctx.nominations.remember(placements(&plan, &created), seen);
         self.report_unschedulable(&cluster, &plan.unschedulable);
         // The next round must see these NodeClaims as in-flight capacity, or it would plan the
         // same pods again.
