@@ -1132,9 +1132,17 @@ fn a_candidates_pods_do_not_take_the_room_pending_or_displaced_pods_need() {
         "alone, web fits in spare's room: {deleted:#?}"
     );
 
-    // A node being disrupted whose 1.5-CPU pod needs that room first.
+    // A node being disrupted whose 1.5-CPU pod needs that room first (it can only go to an
+    // m5.large, so `big` is not where it is about to go: see
+    // `an_empty_node_that_waiting_pods_are_about_to_take_is_left_alone`).
     docs.push(node("leaving", "default", "m5.large", "on-demand", 24, ""));
-    docs.push(pod("moving", "leaving", "1500m", DND, ""));
+    docs.push(pod(
+        "moving",
+        "leaving",
+        "1500m",
+        DND,
+        "  nodeSelector: {node.kubernetes.io/instance-type: m5.large}",
+    ));
     let mut displaced = state_of(&docs);
     let leaving = displaced
         .nodes
@@ -1156,4 +1164,62 @@ fn a_candidates_pods_do_not_take_the_room_pending_or_displaced_pods_need() {
     pending.waiting.pending.push(moving);
     let replaced = command_for(&pending, "big").expect("big is still consolidated");
     assert_eq!(replaced.replacements.len(), 1, "{replaced:#?}");
+}
+
+/// A node that pods waiting for room are about to be scheduled to is left alone by the
+/// voluntary methods (upstream: a nominated node is no candidate): here `fresh` is empty only
+/// until the pod still on the node being disrupted moves there. Emptying it would leave that pod
+/// waiting for a node of its own; in a 2,000-pod drift roll such emptiness commands were
+/// decided against replacements every few passes, each dropped after its validation delay.
+#[test]
+fn an_empty_node_that_waiting_pods_are_about_to_take_is_left_alone() {
+    use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
+    const DND: &str = "  annotations: {karpenter.sh/do-not-disrupt: \"true\"}";
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("leaving", "default", "m5.large", "on-demand", 24, ""),
+        pod("moving", "leaving", "1500m", DND, ""),
+        node("fresh", "default", "m5.large", "on-demand", 24, ""),
+    ];
+    let alone = state_of(&docs);
+    let emptied = command_for(&alone, "fresh").expect("nothing waits: fresh is empty");
+    assert_eq!(emptied.method, Method::Emptiness);
+    let before = pods_to_move(&alone, &emptied);
+
+    let blocked = |state: &karpenter_rs::disruption::state::State| {
+        let decision =
+            disruption::evaluate(state, monday_10(), EngineOptions::default().disruption);
+        assert!(
+            decision
+                .commands
+                .iter()
+                .all(|c| !c.candidates.contains(&"fresh".to_string())),
+            "{:#?}",
+            decision.commands
+        );
+        decision
+            .blocked
+            .into_iter()
+            .find(|b| b.node == "fresh")
+            .map(|b| b.reason)
+            .unwrap_or_default()
+    };
+    // The node `moving` is on is being disrupted: the pod is about to go to `fresh`.
+    let mut displaced = alone.clone();
+    let leaving = displaced
+        .nodes
+        .iter()
+        .position(|n| n.name.as_ref() == "leaving")
+        .expect("leaving");
+    displaced.nodes[leaving].disrupting = true;
+    assert_eq!(blocked(&displaced), disruption::NOMINATED);
+    let err = validate(&displaced, &emptied, &before, monday_10(), Stage::Decided)
+        .expect_err("a command decided before the pod was displaced is dropped");
+    assert!(err.contains(disruption::NOMINATED), "{err}");
+
+    // A provisioning round planned pending pods onto `fresh`.
+    let mut planned = alone.clone();
+    planned.waiting.planned_onto.insert("fresh".into());
+    assert_eq!(blocked(&planned), disruption::NOMINATED);
 }

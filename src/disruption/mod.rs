@@ -316,6 +316,9 @@ fn reschedule(
     }
 }
 
+/// Why a nominated node (see [`State::nominated`]) is no candidate.
+pub const NOMINATED: &str = "pods waiting for room are about to be scheduled to it (nominated); it is left alone until they are";
+
 struct Engine<'a> {
     state: &'a State,
     now: DateTime<Utc>,
@@ -566,7 +569,16 @@ impl<'a> Engine<'a> {
                 used.push(c.node);
             }
         }
-        let live: Vec<&Candidate> = cands.iter().filter(|c| !used.contains(&c.node)).collect();
+        // Expiration does not wait for a nominated node; the voluntary methods leave it alone.
+        let nominated = self.state.nominated();
+        let mut live: Vec<&Candidate> = Vec::new();
+        for c in cands.iter().filter(|c| !used.contains(&c.node)) {
+            if nominated.contains(&c.node) {
+                why.set(c.node, Cause::NotCandidate, NOMINATED.to_string());
+            } else {
+                live.push(c);
+            }
+        }
 
         decision.eligible = Method::VOLUNTARY
             .iter()

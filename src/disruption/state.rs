@@ -3,7 +3,7 @@
 //! snapshot's disruption adapter) and mutable
 //! so `simulate --settle` can apply commands round after round.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -17,7 +17,9 @@ use crate::apis::nodepool::NodePool;
 use crate::scheduling::instance_type::{CapacityType, InstanceType};
 use crate::scheduling::pod::{Pod, Selector};
 use crate::scheduling::resources::Resources;
-use crate::scheduling::scheduler::{ExistingNode, Input, NodePoolTemplate, Options};
+use crate::scheduling::scheduler::{
+    self, ExistingNode, Input, NodePoolTemplate, Options, Placement,
+};
 
 /// What the engine knows about a node's NodeClaim.
 #[derive(Clone, Debug, Default)]
@@ -142,6 +144,9 @@ pub struct Waiting {
     pub in_flight: Vec<ExistingNode>,
     /// Pending pods no provisioning round has placed yet.
     pub pending: Vec<Pod>,
+    /// Nodes provisioning rounds planned pending pods onto, by name (see
+    /// [`State::nominated`]).
+    pub planned_onto: BTreeSet<String>,
 }
 
 pub(crate) fn resolve_int_or_percent(v: &IntOrString, total: i64, round_up: bool) -> i64 {
@@ -184,6 +189,44 @@ impl State {
             .map(|p| p.pod.clone())
             .chain(self.waiting.pending.iter().cloned())
             .collect()
+    }
+
+    /// The nodes that pods waiting for room are about to be scheduled to (upstream: nominated
+    /// nodes): those provisioning rounds planned pending pods onto, and those a simulation
+    /// places the pending pods and the pods of nodes being disrupted on now. Such a node is not
+    /// empty or underused, only early — typically it just came up for those pods, or is a
+    /// replacement whose candidate is still draining — so no voluntary method takes it: taking it
+    /// would only make the provisioner launch another.
+    pub fn nominated(&self) -> BTreeSet<usize> {
+        let mut nominated: BTreeSet<usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| self.waiting.planned_onto.contains(n.name.as_ref()))
+            .map(|(i, _)| i)
+            .collect();
+        let pods = self.displaced_pods(&[]);
+        if pods.is_empty() {
+            return nominated;
+        }
+        let input = self.scheduler_input(&[], pods);
+        let index: BTreeMap<&str, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_ref(), i))
+            .collect();
+        for placement in scheduler::solve(&input).placements {
+            if let Some(Placement::Existing(k)) = placement
+                && let Some(&i) = input
+                    .existing
+                    .get(k)
+                    .and_then(|e| index.get(e.name.as_ref()))
+            {
+                nominated.insert(i);
+            }
+        }
+        nominated
     }
 
     /// Scheduler input with the given nodes removed and `pods` to place; NodeClaims on their

@@ -51,6 +51,12 @@ pub fn validate(
         node.disrupting = false;
     }
     let (cands, blocked) = candidates(&fresh, now);
+    // A nominated candidate waits, unless the command is forceful or already paid for.
+    let nominated = if cmd.method == Method::Expiration || stage == Stage::Launched {
+        Default::default()
+    } else {
+        fresh.nominated()
+    };
     for name in &cmd.candidates {
         let Some(index) = fresh.nodes.iter().position(|n| n.name.as_ref() == name) else {
             return Err(format!("node {name} is gone"));
@@ -62,6 +68,9 @@ pub fn validate(
                 .map_or("it is no longer a candidate", |(_, _, w)| w.as_str());
             return Err(format!("node {name}: {why}"));
         };
+        if nominated.contains(&index) {
+            return Err(format!("node {name}: {}", super::NOMINATED));
+        }
         let ok = match cmd.method {
             Method::Expiration => true,
             Method::Emptiness => {

@@ -97,8 +97,13 @@ pub fn disruption_state(
 
 /// What the provisioner is dealing with in `cluster` (see [`Waiting`]), from its input for the
 /// same snapshot: the existing capacity no Node has registered for yet, and the pods it still
-/// has to place.
-pub fn waiting(cluster: &Snapshot, existing: &[ExistingNode], pending: Vec<Pod>) -> Waiting {
+/// has to place; `planned_onto` names the nodes its rounds planned pending pods onto.
+pub fn waiting(
+    cluster: &Snapshot,
+    existing: &[ExistingNode],
+    pending: Vec<Pod>,
+    planned_onto: BTreeSet<String>,
+) -> Waiting {
     let registered: BTreeSet<&str> = cluster
         .nodes
         .iter()
@@ -111,6 +116,7 @@ pub fn waiting(cluster: &Snapshot, existing: &[ExistingNode], pending: Vec<Pod>)
             .cloned()
             .collect(),
         pending,
+        planned_onto,
     }
 }
 

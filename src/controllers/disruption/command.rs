@@ -152,18 +152,15 @@ pub(super) async fn execute(
     } else if cmd.method == Method::Drift {
         wait_drift_shown(ctx, cmd).await;
     }
-    let (fresh_cluster, mut fresh, nominated) = current_state(ctx).await;
+    let (fresh_cluster, mut fresh) = current_state(ctx).await;
     queue.mark(&mut fresh);
-    let validated = match cmd.candidates.iter().find(|c| nominated.contains(*c)) {
-        Some(c) => Err(format!("node {c} is nominated for pending pods")),
-        None => validation::validate(
-            &fresh,
-            cmd,
-            &plan.pods_before,
-            ctx.clock.now(),
-            Stage::Decided,
-        ),
-    };
+    let validated = validation::validate(
+        &fresh,
+        cmd,
+        &plan.pods_before,
+        ctx.clock.now(),
+        Stage::Decided,
+    );
     drop(fresh);
     if let Err(why) = validated {
         METRICS

@@ -34,7 +34,6 @@ mod events;
 mod queue;
 mod resume;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,7 +48,7 @@ use crate::disruption::{self, Command, Method, budgets};
 use crate::metrics::METRICS;
 use crate::runtime::panics::guarded_pass;
 use crate::runtime::{Context, Error};
-use crate::scheduling::scheduler::{self, Input, Placement};
+
 use crate::snapshot::Snapshot;
 use crate::snapshot::disruption_input;
 use crate::snapshot::scheduling_input::Prepared;
@@ -94,17 +93,13 @@ pub async fn run(ctx: Arc<Context>) {
     }
 }
 
-/// The engine's state of the cluster now, with the instance types the provider offers, and the
-/// nodes nominated for pending pods: the ones provisioning rounds planned pods onto (a node
-/// launched for pods looks empty until kube-scheduler binds them) and the ones a simulation
-/// places pending pods on now.
-async fn current_state(ctx: &Context) -> (Snapshot, State, BTreeSet<String>) {
+/// The engine's state of the cluster now, with the instance types the provider offers and what
+/// the provisioner is dealing with.
+async fn current_state(ctx: &Context) -> (Snapshot, State) {
     let cluster = ctx.state.snapshot();
     let prepared = prepare(ctx, &cluster).await;
-    let mut nominated = nominated(&prepared.input);
-    nominated.extend(ctx.nominations.targets(&cluster, ctx.clock.now()));
     let state = engine_state(ctx, &cluster, prepared);
-    (cluster, state, nominated)
+    (cluster, state)
 }
 
 /// The scheduler's input for `cluster`, with the instance types the provider offers.
@@ -121,33 +116,14 @@ fn engine_state(ctx: &Context, cluster: &Snapshot, prepared: Prepared) -> State 
         static_templates,
         ..
     } = prepared;
-    let waiting = disruption_input::waiting(cluster, &input.existing, input.pods);
-    let mut state = disruption_input::disruption_state(
-        cluster,
-        input.nodepools,
-        ctx.options.scheduler,
-        ctx.clock.now(),
-    );
+    let now = ctx.clock.now();
+    let planned_onto = ctx.nominations.targets(cluster, now);
+    let waiting = disruption_input::waiting(cluster, &input.existing, input.pods, planned_onto);
+    let mut state =
+        disruption_input::disruption_state(cluster, input.nodepools, ctx.options.scheduler, now);
     state.static_templates = static_templates;
     state.waiting = waiting;
     state
-}
-
-/// Nodes the provisioner's simulation places pending pods on. kube-scheduler is about to bind
-/// those pods there (typically to a node that just came up for them), so such a node is not
-/// empty or underused, only early — upstream calls it nominated and leaves it alone.
-pub fn nominated(input: &Input) -> BTreeSet<String> {
-    if input.pods.is_empty() {
-        return BTreeSet::new();
-    }
-    scheduler::solve(input)
-        .placements
-        .iter()
-        .filter_map(|p| match p {
-            Some(Placement::Existing(n)) => input.existing.get(*n).map(|e| e.name.to_string()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The NodeClaim of the Node named `node`.
@@ -240,7 +216,7 @@ pub async fn once(
     reported: &mut BlockedEvents,
     queue: &mut Queue,
 ) -> Result<bool, Error> {
-    let (cluster, mut state, nominated) = current_state(ctx).await;
+    let (cluster, mut state) = current_state(ctx).await;
     queue.reap(&cluster);
     queue.mark(&mut state);
     let now = ctx.clock.now();
@@ -259,18 +235,6 @@ pub async fn once(
     let planned: Vec<Planned> = decision
         .commands
         .iter()
-        .filter(|cmd| {
-            let early: Vec<&String> = cmd
-                .candidates
-                .iter()
-                .filter(|c| nominated.contains(*c))
-                .collect();
-            let wait = cmd.method != Method::Expiration && !early.is_empty();
-            if wait {
-                tracing::debug!(controller = "disruption", nodes = ?early, "candidates are nominated for pending pods; not disrupting them now");
-            }
-            !wait
-        })
         .map(|cmd| Planned::new(&cluster, &state, cmd))
         .collect();
     // Carrying a command out waits (the validation delay, the replacements' initialization) and

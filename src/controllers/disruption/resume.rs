@@ -160,7 +160,7 @@ async fn finish(
     pods_before: &BTreeMap<String, usize>,
 ) -> Result<bool, Error> {
     let cluster = ctx.state.snapshot();
-    // This stage does not look at nominations: no scheduling simulation.
+    // At this stage neither nominations nor the plan are checked: the replacements exist.
     let prepared = prepare(ctx, &cluster).await;
     let state = engine_state(ctx, &cluster, prepared);
     let validated = validate(&state, cmd, pods_before, ctx.clock.now(), Stage::Launched);
