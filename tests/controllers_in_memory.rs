@@ -1804,6 +1804,50 @@ async fn a_command_in_flight_uses_its_budget_until_it_ends() {
     assert_eq!(gone.iter().filter(|g| **g).count(), 1, "{gone:?}");
 }
 
+/// A replacement that cannot launch is deleted at once (insufficient capacity), often before the
+/// cache ever shows it: its command is rolled back then, not after the replacement timeout with
+/// its candidates tainted and its budget held (a 2,000-pod drift roll stood still for ten
+/// minutes behind one such command).
+#[tokio::test(start_paused = true)]
+async fn a_command_whose_replacement_is_gone_is_rolled_back_at_once() {
+    let env = Env::new().await;
+    let node_name = drifted_node(&env, "default-drifted", true).await;
+    let mut reported = BlockedEvents::default();
+    let started = tokio::time::Instant::now();
+    let no_capacity = async {
+        let replacement = loop {
+            if let Some(r) = replacements(&env).await.into_iter().next() {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        // Deleted and its finalizer released between two looks at the cache.
+        let name = replacement.name_any();
+        Api::<NodeClaim>::all(env.ctx.client.clone())
+            .patch(
+                &name,
+                &Default::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .expect("finalizer released");
+        env.delete_claim(&name).await;
+    };
+    let (acted, ()) = tokio::join!(settled_pass(&env.ctx, &mut reported), no_capacity);
+    acted.expect("pass");
+    let took = started.elapsed();
+    assert!(
+        took < env.ctx.intervals.replacement_timeout,
+        "rolled back after {took:?}"
+    );
+    assert!(!deleting(&env.claim("default-drifted").await));
+    let candidate: Node = env.get(&node_name).await.expect("candidate");
+    assert!(
+        !taint_keys(&candidate).contains(&labels::DISRUPTED_TAINT_KEY.to_string()),
+        "the candidate is untainted"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_replacement_no_longer_needed_after_the_validation_delay_is_never_launched() {
     let env = Env::new().await;

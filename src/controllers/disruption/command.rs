@@ -489,11 +489,19 @@ pub(super) fn replacement_ready(ctx: &Context, claim: &NodeClaim) -> bool {
             .is_some_and(|t| t.iter().any(|t| t.key == labels::UNREGISTERED_TAINT_KEY))
 }
 
-/// Waits until every replacement NodeClaim is Initialized; fails if one is deleted (it could
-/// not launch) or the timeout passes.
+/// How long a replacement may be missing from the cache before the API is asked whether it
+/// still exists. The watch shows a new NodeClaim within moments, and one that cannot launch is
+/// deleted about as fast (insufficient capacity), often before the cache ever showed it; waiting
+/// for it to initialize would hold the command's candidates tainted, and its budget, for the
+/// whole replacement timeout. (Upstream gives up on a replacement that is gone after 5 s too.)
+const MISSING_GRACE: Duration = Duration::from_secs(5);
+
+/// Waits until every replacement NodeClaim is Initialized; fails if one is deleted or gone (it
+/// could not launch) or the timeout passes.
 pub(super) async fn wait_initialized(ctx: &Context, names: &[String]) -> Result<(), String> {
     let start = tokio::time::Instant::now();
     let timeout = ctx.intervals.replacement_timeout;
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
     loop {
         let mut pending = None;
         for name in names {
@@ -501,8 +509,20 @@ pub(super) async fn wait_initialized(ctx: &Context, names: &[String]) -> Result<
                 Some(c) if c.metadata.deletion_timestamp.is_some() => {
                     return Err(format!("replacement NodeClaim {name} is being deleted"));
                 }
-                Some(c) if replacement_ready(ctx, &c) => {}
-                _ => pending = Some(name),
+                Some(c) => {
+                    seen.insert(name);
+                    if !replacement_ready(ctx, &c) {
+                        pending = Some(name);
+                    }
+                }
+                None if seen.contains(name.as_str())
+                    || (start.elapsed() > MISSING_GRACE && gone(ctx, name).await) =>
+                {
+                    return Err(format!(
+                        "replacement NodeClaim {name} is gone (it could not launch)"
+                    ));
+                }
+                None => pending = Some(name),
             }
         }
         let Some(name) = pending else {
@@ -515,4 +535,14 @@ pub(super) async fn wait_initialized(ctx: &Context, names: &[String]) -> Result<
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Whether the API server no longer has NodeClaim `name` (an error reading it is no answer).
+async fn gone(ctx: &Context, name: &str) -> bool {
+    matches!(
+        Api::<NodeClaim>::all(ctx.client.clone())
+            .get_opt(name)
+            .await,
+        Ok(None)
+    )
 }
