@@ -1267,7 +1267,7 @@ async fn instances_ec2_reports_unhealthy_are_terminated_forcefully_or_drained_an
 #[tokio::test]
 async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() {
     let _turn = PROVISIONING.lock().await;
-    use karpenter_rs::metrics::pod_scheduling::Times;
+    use karpenter_rs::metrics::pod_scheduling::{PodKey, Times};
     let env = Env::new().await;
     env.create_namespaced(&unschedulable_pod("fits", "1")).await;
     env.create_namespaced(&unschedulable_pod("too-big", "1000"))
@@ -1295,7 +1295,7 @@ async fn a_provisioning_round_records_when_it_saw_decided_and_placed_each_pod() 
         1.0,
         "the DRA pod is ignored"
     );
-    let key = |name: &str| format!("{}/{name}", builders::NAMESPACE);
+    let key = |name: &str| PodKey::new(builders::NAMESPACE, name);
     let times = &env.ctx.pod_scheduling;
     assert_eq!(
         times.get(&key("fits")),
@@ -2567,11 +2567,12 @@ async fn the_metrics_controller_publishes_limits_unbound_pods_and_unpriced_nodec
     env.create_namespaced(&unschedulable_pod("placed-metered", "1"))
         .await;
     // As a provisioning round leaves them: both seen, one given a place, the other undecided.
-    let key = |name: &str| format!("{}/{name}", builders::NAMESPACE);
+    let key =
+        |name: &str| karpenter_rs::metrics::pod_scheduling::PodKey::new(builders::NAMESPACE, name);
     let (waiting, placed) = (key("waiting-metered"), key("placed-metered"));
     let times = &env.ctx.pod_scheduling;
-    times.ack([waiting.as_str(), placed.as_str()], env.clock.now());
-    times.decide([placed.as_str()], [], env.clock.now());
+    times.ack([&waiting, &placed], env.clock.now());
+    times.decide([&placed], [], env.clock.now());
     let mut unpriced = builders::nodeclaim("default-unpriced");
     unpriced.labels_mut().extend(
         [

@@ -2,19 +2,21 @@
 //! counted by this binary's own global allocator, which no other binary uses.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, TimeZone, Utc};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_rs::metrics::PublishedGauges;
+use karpenter_rs::metrics::pod_scheduling::{PodKey, PodSchedulingTimes};
 use karpenter_rs::metrics::pods;
 use karpenter_rs::snapshot::ClusterPod;
 use serde_json::json;
 
 /// The system allocator, counting the bytes live, the most live since [`PEAK`] was last reset,
-/// and all bytes ever allocated.
+/// all bytes ever allocated, and the allocations made.
 struct Counting;
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 static TOTAL: AtomicUsize = AtomicUsize::new(0);
@@ -26,6 +28,7 @@ unsafe impl GlobalAlloc for Counting {
             let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(live, Ordering::Relaxed);
             TOTAL.fetch_add(layout.size(), Ordering::Relaxed);
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         p
     }
@@ -37,6 +40,10 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static A: Counting = Counting;
+
+/// Held by each test while it counts: the counters are the process's, and the harness runs
+/// tests on several threads.
+static COUNTING: Mutex<()> = Mutex::new(());
 
 /// Node `i`, managed, in one of three zones.
 fn node(i: usize) -> Arc<Node> {
@@ -79,6 +86,7 @@ fn pod(i: usize) -> Arc<ClusterPod> {
 /// scrape holds a row per pod and a piece of text, not a series per pod.
 #[test]
 fn the_pod_families_hold_no_series_between_scrapes_and_little_during_one() {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let now: DateTime<Utc> = Utc
         .with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
         .single()
@@ -127,5 +135,37 @@ fn the_pod_families_hold_no_series_between_scrapes_and_little_during_one() {
     let scrape_total = TOTAL.load(Ordering::Relaxed) - total;
     println!(
         "held between scrapes {held} B; scrape: peak {scrape_peak} B, allocated {scrape_total} B, text {bytes} B"
+    );
+}
+
+/// What the provisioner's scheduling times hold for 20,000 pending pods, each acknowledged and
+/// decided by a round: an entry per pod keyed by the names the pod cache already holds.
+#[test]
+fn the_scheduling_times_of_20000_pods_allocate_no_key_per_pod() {
+    let _counting = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    let now: DateTime<Utc> = Utc
+        .with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
+        .single()
+        .expect("time");
+    let pods: Vec<Arc<ClusterPod>> = (0..20000).map(pod).collect();
+    let base = LIVE.load(Ordering::Relaxed);
+    let times = PodSchedulingTimes::default();
+    // A round's pending pods, as the provisioner lists them.
+    let keys: Vec<PodKey> = pods.iter().map(|p| PodKey::of_cached(p)).collect();
+    let round = LIVE.load(Ordering::Relaxed) - base;
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+    times.ack(&keys, now);
+    let _ = times.decide(&keys, [], now);
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations;
+    drop(keys);
+    let held = LIVE.load(Ordering::Relaxed) - base;
+    println!(
+        "scheduling times of 20,000 pods: {held} B held in {allocations} allocations, a round's keys {round} B"
+    );
+    // With a `String` key per pod: 2.47 MB held, a round's keys 0.82 MB, and an allocation per
+    // pod for each.
+    assert!(
+        allocations < 100,
+        "{allocations} allocations to record 20,000 pods"
     );
 }

@@ -216,8 +216,10 @@ fn serve_pod_families(ctx: &Context) {
 }
 
 /// The `namespace/name` of each pod.
-fn keys(pods: &[Arc<crate::snapshot::ClusterPod>]) -> HashSet<String> {
-    pods.iter().map(|p| pod_scheduling::pod_key(p)).collect()
+fn keys(pods: &[Arc<crate::snapshot::ClusterPod>]) -> HashSet<pod_scheduling::PodKey> {
+    pods.iter()
+        .map(|p| pod_scheduling::PodKey::of_cached(p))
+        .collect()
 }
 
 fn family_of(kind: StatusKind) -> &'static StatusMetrics {

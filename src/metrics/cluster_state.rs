@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Node, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::node_metric_labels;
-use super::pod_scheduling::{pod_key, seconds_between};
+use super::pod_scheduling::{PodKey, seconds_between};
 use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
 use crate::scheduling::pod::requests;
@@ -295,7 +295,7 @@ pub struct PodDurations {
     /// (`karpenter_pods_provisioning_startup_duration_seconds`).
     pub provisioning_started: Vec<f64>,
     /// Pods (`namespace/name`) that started or finished: their provisioning times are done with.
-    pub done: HashSet<String>,
+    pub done: HashSet<PodKey>,
 }
 
 impl PodTransitions {
@@ -307,13 +307,13 @@ impl PodTransitions {
     pub fn observe(
         &mut self,
         pods: &[Arc<ClusterPod>],
-        schedulable: impl Fn(&str) -> Option<DateTime<Utc>>,
+        schedulable: impl Fn(&PodKey) -> Option<DateTime<Utc>>,
     ) -> PodDurations {
         let mut out = PodDurations::default();
         let mut unbound = HashSet::new();
         let mut unstarted = HashSet::new();
         for pod in pods {
-            let key = pod_key(pod);
+            let key = PodKey::of_cached(pod);
             if pod.is_terminal() || pod.metadata.deletion_timestamp.is_some() {
                 out.done.insert(key);
                 continue;
@@ -571,7 +571,7 @@ mod tests {
         assert_eq!(
             transitions.observe(&[pod("web", Some("n1"), true, false)], |_| None),
             PodDurations {
-                done: HashSet::from(["ns/web".to_string()]),
+                done: HashSet::from([PodKey::of_cached(&pod("web", Some("n1"), true, false))]),
                 ..PodDurations::default()
             }
         );
@@ -590,7 +590,7 @@ mod tests {
             transitions.observe(&[pod("p", Some("n1"), true, false)], |_| None),
             PodDurations {
                 started: vec![30.0],
-                done: HashSet::from(["ns/p".to_string()]),
+                done: HashSet::from([PodKey::of_cached(&pod("p", Some("n1"), true, false))]),
                 ..PodDurations::default()
             }
         );
@@ -599,8 +599,8 @@ mod tests {
     #[test]
     fn provisioning_durations_time_from_when_the_provisioner_found_a_place() {
         // The provisioner found `pending` a place at 0:00:06.
-        let schedulable = |key: &str| {
-            (key == "ns/pending").then(|| {
+        let schedulable = |key: &PodKey| {
+            (key.parts() == ("ns", "pending")).then(|| {
                 DateTime::parse_from_rfc3339("2026-01-01T00:00:06Z")
                     .map(|t| t.with_timezone(&Utc))
                     .expect("time")
@@ -612,6 +612,10 @@ mod tests {
         assert_eq!(bound.provisioning_bound, vec![4.0], "bound at 0:00:10");
         let started = transitions.observe(&[pod("pending", Some("n1"), true, false)], schedulable);
         assert_eq!(started.provisioning_started, vec![24.0], "ready at 0:00:30");
-        assert!(started.done.contains("ns/pending"));
+        assert!(
+            started
+                .done
+                .contains(&PodKey::of_cached(&pod("pending", None, false, false)))
+        );
     }
 }

@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 
 use super::cluster_state::{Label, condition_status, is_managed, is_started, seconds_since};
-use super::pod_scheduling::{PodSchedulingTimes, pod_key, seconds_between};
+use super::pod_scheduling::{PodKey, PodSchedulingTimes, seconds_between};
 use super::published::{PublishedGauges, Rows};
 use crate::apis::labels;
 use crate::snapshot::ClusterPod;
@@ -148,7 +148,7 @@ impl WaitRows {
             .into_iter()
             .filter(|pod| !pod.is_terminal() && pod.metadata.deletion_timestamp.is_none())
             .filter_map(|pod| {
-                let t = times.get(&pod_key(&pod));
+                let t = times.get(&PodKey::of_cached(&pod));
                 let bound = pod.node_name().is_some();
                 let since = match kind {
                     Waited::Unbound => t.schedulable.filter(|_| !bound),
@@ -761,12 +761,17 @@ mod tests {
             (70, None, Some(65), &["shop/no-place"][..]),
             (15, None, None, &["shop/bound-acked"][..]),
         ] {
-            times.ack(keys.iter().copied(), ago(acked));
+            let keys: Vec<PodKey> = keys
+                .iter()
+                .filter_map(|k| k.split_once('/'))
+                .map(|(namespace, name)| PodKey::new(namespace, name))
+                .collect();
+            times.ack(&keys, ago(acked));
             if let Some(placed) = placed {
-                times.decide(keys.iter().copied(), [], ago(placed));
+                times.decide(&keys, [], ago(placed));
             }
             if let Some(failed) = failed {
-                times.decide([], keys.iter().copied(), ago(failed));
+                times.decide([], &keys, ago(failed));
             }
         }
         let family = |f: &PublishedGauges| {

@@ -16,5 +16,6 @@ pub mod scheduler;
 pub mod static_capacity;
 pub mod taints;
 pub mod topology;
+pub mod type_labels;
 pub mod type_set;
 pub mod unschedulable;

@@ -38,6 +38,7 @@ use super::resource_shape::ResourceShapes;
 use super::resources::Resources;
 use super::taints::{self, Toleration};
 use super::topology::{Constraint, PodTopology, Strength, Topology};
+use super::type_labels;
 use super::type_set::TypeSet;
 use super::unschedulable::{Attempt, Failure, PodFailure, Target};
 
@@ -113,11 +114,10 @@ pub struct NodePoolTemplate {
     pub cache: Arc<PoolCache>,
 }
 
-/// Memoized per-template computations: requirement sets of the instance types, their price
-/// order, and which types satisfy a given requirement set.
+/// Memoized per-template computations: the instance types' price order, and which types
+/// satisfy a given requirement set.
 #[derive(Debug, Default)]
 pub struct PoolCache {
-    type_requirements: OnceLock<Arc<Vec<Requirements>>>,
     by_price: OnceLock<Arc<Vec<u32>>>,
     /// The distinct zones a pool can launch in, by the pool's requirements: a pool registers
     /// these as topology domains once, not once per offering of each of its instance types.
@@ -407,9 +407,6 @@ enum Verdict<T> {
 
 struct Pool {
     template: NodePoolTemplate,
-    /// Requirements of each instance type (labels, zones, capacity types, and `DoesNotExist` for
-    /// the well-known labels it lacks).
-    type_requirements: Arc<Vec<Requirements>>,
     /// Instance types by cheapest available price, the order options are kept in.
     by_price: Arc<Vec<u32>>,
     /// Largest allocatable of any instance type, per resource.
@@ -725,91 +722,11 @@ pub fn diagnose(input: &Input, pod: usize) -> (Outcome, Option<PodFailure>) {
     (outcome, Some(failure))
 }
 
-fn type_requirements(it: &InstanceType) -> Requirements {
-    let mut reqs = Requirements::new();
-    for key in labels::WELL_KNOWN_LABELS
-        .iter()
-        .chain(labels::AWS_WELL_KNOWN_LABELS)
-    {
-        // Offerings decide these (a type may be sold in and outside reservations).
-        if [
-            labels::ZONE,
-            labels::CAPACITY_TYPE,
-            labels::NODEPOOL,
-            labels::CAPACITY_RESERVATION_ID,
-            labels::CAPACITY_RESERVATION_TYPE,
-            labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
-            labels::PLACEMENT_GROUP_PARTITION,
-        ]
-        .contains(key)
-        {
-            continue;
-        }
-        let r = match it.labels.get(key) {
-            Some(v) => Requirement::new(key, Operator::In, [v.as_str()], None),
-            None => Requirement::new(
-                key,
-                Operator::DoesNotExist,
-                std::iter::empty::<&str>(),
-                None,
-            ),
-        };
-        reqs.add_requirement(r);
-    }
-    let available = || it.offerings.iter().filter(|o| o.available);
-    let mut zones: Vec<&str> = available().map(|o| o.zone.as_ref()).collect();
-    zones.sort_unstable();
-    zones.dedup();
-    reqs.add_requirement(Requirement::new(labels::ZONE, Operator::In, zones, None));
-    let mut ids: Vec<&str> = available().filter_map(|o| o.zone_id.as_deref()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if !ids.is_empty() {
-        reqs.add_requirement(Requirement::new(labels::ZONE_ID, Operator::In, ids, None));
-    }
-    let mut cts: Vec<&str> = available().map(|o| o.capacity_type.label()).collect();
-    cts.sort_unstable();
-    cts.dedup();
-    reqs.add_requirement(Requirement::new(
-        labels::CAPACITY_TYPE,
-        Operator::In,
-        cts,
-        None,
-    ));
-    let mut partitions: Vec<&str> = available().filter_map(|o| o.partition.as_deref()).collect();
-    partitions.sort_unstable();
-    partitions.dedup();
-    let operator = if partitions.is_empty() {
-        Operator::DoesNotExist
-    } else {
-        Operator::In
-    };
-    reqs.add_requirement(Requirement::new(
-        labels::PLACEMENT_GROUP_PARTITION,
-        operator,
-        partitions,
-        None,
-    ));
-    reqs
-}
-
 /// Whether an instance type's labels agree with the requirements and it has an available
-/// offering they allow: the cloud provider's filter when it picks what to launch for a NodeClaim.
+/// offering they allow: which types may serve a planned NodeClaim, and the cloud provider's
+/// filter when it picks what to launch for one.
 pub fn type_matches(it: &InstanceType, reqs: &Requirements) -> bool {
-    type_fits_requirements(it, &type_requirements(it), reqs)
-}
-
-/// Whether an instance type can serve a NodeClaim with these requirements: its labels agree and
-/// it has an available offering in an allowed zone with an allowed capacity type.
-fn type_fits_requirements(
-    it: &InstanceType,
-    type_reqs: &Requirements,
-    reqs: &Requirements,
-) -> bool {
-    let labels_ok = reqs
-        .iter()
-        .all(|r| type_reqs.get(r.key()).is_none_or(|t| t.intersects(r)));
-    labels_ok && cheapest_offering(it, reqs).is_some()
+    type_labels::agree(it, reqs) && cheapest_offering(it, reqs).is_some()
 }
 
 /// The cheapest available offering allowed by the requirements.
@@ -935,10 +852,6 @@ fn pool_zones(pool: &Pool) -> Arc<Vec<Arc<str>>> {
     {
         return hit.clone();
     }
-    let allowed = |type_reqs: &Requirements| {
-        reqs.iter()
-            .all(|r| type_reqs.get(r.key()).is_none_or(|t| t.intersects(r)))
-    };
     let zone = reqs.get(labels::ZONE);
     let ct = reqs.get(labels::CAPACITY_TYPE);
     let zone_id = reqs.get(labels::ZONE_ID);
@@ -946,9 +859,8 @@ fn pool_zones(pool: &Pool) -> Arc<Vec<Arc<str>>> {
         .template
         .instance_types
         .iter()
-        .zip(pool.type_requirements.iter())
-        .filter(|(_, type_reqs)| allowed(type_reqs))
-        .flat_map(|(it, _)| it.offerings.iter())
+        .filter(|it| type_labels::agree(it, reqs))
+        .flat_map(|it| it.offerings.iter())
         .filter(|o| {
             o.available
                 && zone.is_none_or(|z| z.has(&o.zone))
@@ -977,13 +889,6 @@ impl<'a> Solver<'a> {
             .nodepools
             .iter()
             .map(|t| {
-                let type_requirements = t
-                    .cache
-                    .type_requirements
-                    .get_or_init(|| {
-                        Arc::new(t.instance_types.iter().map(type_requirements).collect())
-                    })
-                    .clone();
                 let by_price = t
                     .cache
                     .by_price
@@ -1019,7 +924,6 @@ impl<'a> Solver<'a> {
                     .clone();
                 Pool {
                     template: t.clone(),
-                    type_requirements,
                     by_price,
                     max_allocatable,
                     has_reservations,
@@ -2785,11 +2689,7 @@ impl<'a> Solver<'a> {
             return hit.clone();
         }
         let list = Arc::new(TypeSet::from_order(&pool.by_price, |t| {
-            type_fits_requirements(
-                &pool.template.instance_types[t as usize],
-                &pool.type_requirements[t as usize],
-                reqs,
-            )
+            type_matches(&pool.template.instance_types[t as usize], reqs)
         }));
         if let Ok(mut cache) = pool.template.cache.compatible.lock() {
             cache.insert(key, list.clone());
@@ -2911,8 +2811,7 @@ struct ClaimUpdate {
 /// claim's requirements, meets the new ones (`reqs`).
 fn holds(pool: &Pool, t: u32, total: &Resources, reqs: Option<&Requirements>) -> bool {
     let it = &pool.template.instance_types[t as usize];
-    total.fits(&it.allocatable)
-        && reqs.is_none_or(|r| type_fits_requirements(it, &pool.type_requirements[t as usize], r))
+    total.fits(&it.allocatable) && reqs.is_none_or(|r| type_matches(it, r))
 }
 
 fn domain_of_node(node: &ExistingNode, key: &str) -> Option<Arc<str>> {

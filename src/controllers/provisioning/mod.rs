@@ -26,6 +26,7 @@ use crate::apis::{EC2NodeClass, NodeClaim, NodePool};
 use crate::controllers::nodepool::runtime_validate;
 use crate::metrics::METRICS;
 use crate::metrics::cluster_state::Series;
+use crate::metrics::pod_scheduling::PodKey;
 use crate::runtime::Context;
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
@@ -66,7 +67,7 @@ pub struct Plan {
     /// pods. They are in `unschedulable` too, with the reason.
     pub ignored: Vec<String>,
     /// Pods the scheduler placed (on a new NodeClaim or on existing capacity).
-    pub placed: Vec<String>,
+    pub placed: Vec<PodKey>,
     /// The pods the scheduler considered, by effective zone (see [`effective_zones`]).
     pub pods_by_zone: BTreeMap<String, usize>,
     /// The UIDs of the pods planned onto each of `nodeclaims` (same order).
@@ -146,7 +147,7 @@ pub fn plan(
         .iter()
         .zip(failed)
         .filter(|(_, failed)| !failed)
-        .map(|(p, _)| p.key())
+        .map(|(p, _)| PodKey::of(p))
         .collect();
     out
 }
@@ -457,13 +458,14 @@ const FAILED_SCHEDULING_DEDUPE: chrono::TimeDelta = chrono::TimeDelta::minutes(5
 /// Records a round in the pod scheduling times: every pending pod but the ignored ones was seen
 /// at `seen` (when the round started); the scheduler placed some and not the others. The first
 /// decision about a pod is timed in `karpenter_pods_scheduling_decision_duration_seconds`.
-fn record_decisions(ctx: &Context, pending: &[String], plan: &Plan, seen: DateTime<Utc>) {
-    let ignored: HashSet<&str> = plan.ignored.iter().map(String::as_str).collect();
-    let placed: HashSet<&str> = plan.placed.iter().map(String::as_str).collect();
-    let considered = pending
+fn record_decisions(ctx: &Context, pending: &[PodKey], plan: &Plan, seen: DateTime<Utc>) {
+    let ignored: HashSet<(&str, &str)> = plan
+        .ignored
         .iter()
-        .map(String::as_str)
-        .filter(|p| !ignored.contains(p));
+        .filter_map(|key| key.split_once('/'))
+        .collect();
+    let placed: HashSet<&PodKey> = plan.placed.iter().collect();
+    let considered = pending.iter().filter(|p| !ignored.contains(&p.parts()));
     ctx.pod_scheduling.ack(considered.clone(), seen);
     let failed = considered.filter(|p| !placed.contains(p));
     for seconds in ctx
@@ -610,7 +612,11 @@ impl Provisioner {
             return Ok(0);
         }
         let types = instance_types(ctx, &cluster).await;
-        let pending: Vec<String> = cluster.pending_pods().iter().map(|p| p.key()).collect();
+        let pending: Vec<PodKey> = cluster
+            .pending_pods()
+            .iter()
+            .map(|p| PodKey::of_cached(p))
+            .collect();
         let seen = ctx.clock.now();
         let started = std::time::Instant::now();
         let plan = {

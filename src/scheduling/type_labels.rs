@@ -1,0 +1,199 @@
+//! Whether an instance type's labels agree with a requirement, read from the type itself.
+//!
+//! A type is seen as a finite, single-valued set per well-known label: its own label (or none,
+//! `DoesNotExist`), and for the labels its offerings decide (zone, capacity type, placement
+//! partition) the values of its available offerings. The solver used to build those sets as a
+//! [`Requirements`] per type for every solve (about 35 requirements, ~8 KB a type, 11 MB over
+//! the bundled catalog at each provisioning round and disruption simulation, issue #15); asking
+//! the labels and offerings directly gives the same answers and holds nothing.
+
+use std::sync::LazyLock;
+
+use crate::apis::labels;
+
+use super::instance_type::{InstanceType, Offering};
+use super::requirements::{Requirement, Requirements};
+
+/// The labels an instance type is judged on: the well-known ones, sorted for a binary search.
+/// A key outside them does not constrain a type.
+static JUDGED: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut keys: Vec<&'static str> = labels::WELL_KNOWN_LABELS
+        .iter()
+        .chain(labels::AWS_WELL_KNOWN_LABELS)
+        .copied()
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+});
+
+/// Whether every requirement of `reqs` allows some value of the type's labels (see [`allows`]).
+pub fn agree(it: &InstanceType, reqs: &Requirements) -> bool {
+    reqs.iter().all(|r| allows(it, r))
+}
+
+/// Whether `r` allows a value the type has for its key: the type's label set intersected with
+/// the requirement, key by key. A type with no value for a judged key (no GPU, say) has the
+/// empty set there, which intersects nothing, so it passes no requirement on that key, not even
+/// `DoesNotExist` or `NotIn`; a key it is not judged on passes.
+pub fn allows(it: &InstanceType, r: &Requirement) -> bool {
+    let available = || it.offerings.iter().filter(|o| o.available);
+    match r.key() {
+        // Offerings decide these per launch (a type may be sold in and outside reservations).
+        labels::NODEPOOL
+        | labels::CAPACITY_RESERVATION_ID
+        | labels::CAPACITY_RESERVATION_TYPE
+        | labels::CAPACITY_RESERVATION_INTERRUPTIBLE => true,
+        labels::ZONE => available().any(|o| r.has(&o.zone)),
+        labels::CAPACITY_TYPE => available().any(|o| r.has(o.capacity_type.label())),
+        labels::PLACEMENT_GROUP_PARTITION => available()
+            .filter_map(|o| o.partition.as_deref())
+            .any(|p| r.has(p)),
+        // The type's own label, narrowed to its offerings' zone IDs when they have any.
+        labels::ZONE_ID => it.labels.get(labels::ZONE_ID).is_some_and(|id| {
+            let in_offerings = |o: &Offering| o.zone_id.as_deref() == Some(id.as_str());
+            (available().all(|o| o.zone_id.is_none()) || available().any(in_offerings)) && r.has(id)
+        }),
+        key if JUDGED.binary_search(&key).is_ok() => {
+            it.labels.get(key).is_some_and(|value| r.has(value))
+        }
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::apis::ec2nodeclass::AMIFamily;
+    use crate::apis::nodeclaim::Operator;
+    use crate::catalog::Catalog;
+    use crate::scheduling::instance_type::{CapacityType, NodeClassSettings};
+
+    /// The type's label sets as the solver built them before: what [`allows`] must agree with.
+    fn materialized(it: &InstanceType) -> Requirements {
+        let mut reqs = Requirements::new();
+        for key in labels::WELL_KNOWN_LABELS
+            .iter()
+            .chain(labels::AWS_WELL_KNOWN_LABELS)
+        {
+            if [
+                labels::ZONE,
+                labels::CAPACITY_TYPE,
+                labels::NODEPOOL,
+                labels::CAPACITY_RESERVATION_ID,
+                labels::CAPACITY_RESERVATION_TYPE,
+                labels::CAPACITY_RESERVATION_INTERRUPTIBLE,
+                labels::PLACEMENT_GROUP_PARTITION,
+            ]
+            .contains(key)
+            {
+                continue;
+            }
+            reqs.add_requirement(match it.labels.get(key) {
+                Some(v) => Requirement::new(key, Operator::In, [v.as_str()], None),
+                None => Requirement::new(key, Operator::DoesNotExist, [""; 0], None),
+            });
+        }
+        let available: Vec<&Offering> = it.offerings.iter().filter(|o| o.available).collect();
+        let values = |f: &dyn Fn(&Offering) -> Option<&str>| -> Vec<String> {
+            let set: BTreeSet<&str> = available.iter().filter_map(|o| f(o)).collect();
+            set.into_iter().map(str::to_string).collect()
+        };
+        reqs.add_requirement(Requirement::new(
+            labels::ZONE,
+            Operator::In,
+            values(&|o| Some(&o.zone)),
+            None,
+        ));
+        let ids = values(&|o| o.zone_id.as_deref());
+        if !ids.is_empty() {
+            reqs.add_requirement(Requirement::new(labels::ZONE_ID, Operator::In, ids, None));
+        }
+        reqs.add_requirement(Requirement::new(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            values(&|o| Some(o.capacity_type.label())),
+            None,
+        ));
+        let partitions = values(&|o| o.partition.as_deref());
+        let operator = if partitions.is_empty() {
+            Operator::DoesNotExist
+        } else {
+            Operator::In
+        };
+        reqs.add_requirement(Requirement::new(
+            labels::PLACEMENT_GROUP_PARTITION,
+            operator,
+            partitions,
+            None,
+        ));
+        reqs
+    }
+
+    /// Requirements on every judged key and a few others, with each operator, over values the
+    /// types have and values none has.
+    fn probes(types: &[InstanceType]) -> Vec<Requirement> {
+        let mut keys: Vec<&str> = JUDGED.clone();
+        keys.extend([labels::HOSTNAME, "example.com/team"]);
+        let mut out = Vec::new();
+        for key in keys {
+            let mut seen: BTreeSet<String> = types
+                .iter()
+                .filter_map(|it| it.labels.get(key).cloned())
+                .collect();
+            for it in types {
+                for o in &it.offerings {
+                    let value = match key {
+                        labels::ZONE => Some(&*o.zone),
+                        labels::ZONE_ID => o.zone_id.as_deref(),
+                        labels::CAPACITY_TYPE => Some(o.capacity_type.label()),
+                        labels::PLACEMENT_GROUP_PARTITION => o.partition.as_deref(),
+                        _ => None,
+                    };
+                    seen.extend(value.map(str::to_string));
+                }
+            }
+            let values: Vec<&str> = seen.iter().map(String::as_str).take(4).collect();
+            for v in values.iter().copied().chain(["none-has-this", "3"]) {
+                for op in [Operator::In, Operator::NotIn, Operator::Gt, Operator::Lt] {
+                    out.push(Requirement::new(key, op, [v], None));
+                }
+            }
+            out.push(Requirement::new(key, Operator::In, values.clone(), None));
+            out.push(Requirement::new(key, Operator::NotIn, values, None));
+            out.push(Requirement::new(key, Operator::Exists, [""; 0], None));
+            out.push(Requirement::new(key, Operator::DoesNotExist, [""; 0], None));
+        }
+        out
+    }
+
+    #[test]
+    fn every_catalog_type_answers_as_its_materialized_requirements_did() {
+        let catalog = Catalog::bundled("us-east-1").expect("bundled catalog");
+        let mut types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+        // Offerings out of capacity, zone IDs narrowing a labelled type, partitions.
+        types[0].offerings[0].available = false;
+        types[1].labels.insert(labels::ZONE_ID, "use1-az1".into());
+        types[2].labels.insert(labels::ZONE_ID, "use1-az9".into());
+        for it in &mut types[3..5] {
+            for (k, o) in it.offerings.iter_mut().enumerate() {
+                o.partition = Some(Arc::from(format!("{}", k % 2 + 1)));
+            }
+        }
+        types[5]
+            .offerings
+            .iter_mut()
+            .for_each(|o| o.available = o.capacity_type == CapacityType::Spot);
+        let probes = probes(&types);
+        for it in &types {
+            let reqs = materialized(it);
+            for r in &probes {
+                let before = reqs.get(r.key()).is_none_or(|t| t.intersects(r));
+                assert_eq!(allows(it, r), before, "{} against {r}", it.name);
+            }
+        }
+    }
+}
