@@ -1943,3 +1943,42 @@ spec:
     }
     assert!(c.pending_pods().is_empty());
 }
+
+/// Requirements a type without the label meets by its absence, and zone IDs, as NodePools use
+/// them upstream: `instance-gpu-name DoesNotExist` keeps GPU types out (every other type has no
+/// GPU name), and `topology.k8s.aws/zone-id` picks zones by ID. Both used to leave every pod
+/// unschedulable.
+#[test]
+fn gpu_types_kept_out_by_absence_and_zones_picked_by_id() {
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+    let (zone, id) = types
+        .iter()
+        .flat_map(|it| &it.offerings)
+        .find_map(|o| Some((o.zone.to_string(), o.zone_id.as_deref()?.to_string())))
+        .expect("the catalog knows zone IDs");
+    let report = run(&[
+        NODECLASS.into(),
+        nodepool(
+            "no-gpu",
+            "",
+            &format!(
+                "        - {{key: karpenter.k8s.aws/instance-gpu-name, operator: DoesNotExist}}\n        - {{key: topology.k8s.aws/zone-id, operator: In, values: [{id}]}}"
+            ),
+        ),
+        deployment("web", 6, "1", ""),
+    ]);
+    assert!(
+        report.unschedulable.is_empty(),
+        "{:?}",
+        report.unschedulable
+    );
+    assert_eq!(pods_per_zone(&report), BTreeMap::from([(zone, 6)]));
+    for claim in &report.nodeclaims {
+        assert!(
+            !claim.instance_type.starts_with('g') && !claim.instance_type.starts_with('p'),
+            "{}",
+            claim.instance_type
+        );
+    }
+}

@@ -464,7 +464,7 @@ impl Requirement {
 
     /// Whether a node without this label satisfies the requirement: only `DoesNotExist` and
     /// unbounded `NotIn` (Kubernetes' rule; `Exists` and bounds need the label).
-    fn allows_absence(&self) -> bool {
+    pub fn allows_absence(&self) -> bool {
         if self.complement {
             !self.values.is_empty() && self.gte.is_none() && self.lte.is_none()
         } else {
@@ -474,7 +474,7 @@ impl Requirement {
 
     /// Upstream's `Intersects` rule for one shared key: some value satisfies both, or both are
     /// satisfied by leaving the label off the node.
-    fn coexists_with(&self, other: &Self) -> bool {
+    pub fn coexists_with(&self, other: &Self) -> bool {
         self.intersects(other) || (self.allows_absence() && other.allows_absence())
     }
 }

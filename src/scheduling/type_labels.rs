@@ -32,10 +32,12 @@ pub fn agree(it: &InstanceType, reqs: &Requirements) -> bool {
     reqs.iter().all(|r| allows(it, r))
 }
 
-/// Whether `r` allows a value the type has for its key: the type's label set intersected with
-/// the requirement, key by key. A type with no value for a judged key (no GPU, say) has the
-/// empty set there, which intersects nothing, so it passes no requirement on that key, not even
-/// `DoesNotExist` or `NotIn`; a key it is not judged on passes.
+/// Whether `r` allows the type, key by key, by upstream's `Intersects` rule: a value the type
+/// has for the key satisfies `r`, or the type has none (no GPU, say) and `r` is satisfied by
+/// the label's absence (`DoesNotExist`, `NotIn`: how NodePools keep GPU types out with
+/// `instance-gpu-name DoesNotExist`). A key the type is not judged on passes. The zone ID comes
+/// from the offerings where the cloud reports it (the AWS provider does; the bundled catalog
+/// does not, and an unknown zone ID is not judged, as the launch's offering filter does not).
 pub fn allows(it: &InstanceType, r: &Requirement) -> bool {
     let available = || it.offerings.iter().filter(|o| o.available);
     match r.key() {
@@ -46,17 +48,18 @@ pub fn allows(it: &InstanceType, r: &Requirement) -> bool {
         | labels::CAPACITY_RESERVATION_INTERRUPTIBLE => true,
         labels::ZONE => available().any(|o| r.has(&o.zone)),
         labels::CAPACITY_TYPE => available().any(|o| r.has(o.capacity_type.label())),
-        labels::PLACEMENT_GROUP_PARTITION => available()
-            .filter_map(|o| o.partition.as_deref())
-            .any(|p| r.has(p)),
-        // The type's own label, narrowed to its offerings' zone IDs when they have any.
-        labels::ZONE_ID => it.labels.get(labels::ZONE_ID).is_some_and(|id| {
-            let in_offerings = |o: &Offering| o.zone_id.as_deref() == Some(id.as_str());
-            (available().all(|o| o.zone_id.is_none()) || available().any(in_offerings)) && r.has(id)
+        labels::PLACEMENT_GROUP_PARTITION => available().any(|o| match o.partition.as_deref() {
+            Some(p) => r.has(p),
+            None => r.allows_absence(),
         }),
-        key if JUDGED.binary_search(&key).is_ok() => {
-            it.labels.get(key).is_some_and(|value| r.has(value))
+        labels::ZONE_ID => {
+            let label = it.labels.get(labels::ZONE_ID).map(String::as_str);
+            available().any(|o| o.zone_id.as_deref().or(label).is_none_or(|id| r.has(id)))
         }
+        key if JUDGED.binary_search(&key).is_ok() => match it.labels.get(key) {
+            Some(value) => r.has(value),
+            None => r.allows_absence(),
+        },
         _ => true,
     }
 }
@@ -190,10 +193,96 @@ mod tests {
         let probes = probes(&types);
         for it in &types {
             let reqs = materialized(it);
-            for r in &probes {
-                let before = reqs.get(r.key()).is_none_or(|t| t.intersects(r));
-                assert_eq!(allows(it, r), before, "{} against {r}", it.name);
+            // Zone IDs are judged from the offerings: see `zone_ids_are_judged_by_the_offerings`.
+            for r in probes.iter().filter(|r| r.key() != labels::ZONE_ID) {
+                let expected = reqs.get(r.key()).is_none_or(|t| t.coexists_with(r));
+                assert_eq!(allows(it, r), expected, "{} against {r}", it.name);
             }
         }
+    }
+
+    fn requirement(key: &str, op: Operator, values: &[&str]) -> Requirement {
+        Requirement::new(key, op, values.iter().copied(), None)
+    }
+
+    /// `instance-gpu-name DoesNotExist` (or `NotIn [...]`) is how NodePools keep GPU types out;
+    /// a type without a GPU passes it, as upstream's `Intersects` lets it, rather than every
+    /// type being refused.
+    #[test]
+    fn a_type_without_a_label_passes_what_the_labels_absence_satisfies() {
+        let catalog = Catalog::bundled("us-east-1").expect("bundled catalog");
+        let types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+        let find = |name: &str| {
+            types
+                .iter()
+                .find(|it| it.name.as_ref() == name)
+                .unwrap_or_else(|| panic!("{name} in the catalog"))
+        };
+        let (cpu, gpu) = (find("m5.large"), find("g4dn.xlarge"));
+        let gpu_name = labels::INSTANCE_GPU_NAME;
+        let gpu_label = gpu
+            .labels
+            .get(gpu_name)
+            .expect("g4dn has a GPU name")
+            .clone();
+        for (r, on_cpu, on_gpu) in [
+            (
+                requirement(gpu_name, Operator::DoesNotExist, &[]),
+                true,
+                false,
+            ),
+            (
+                requirement(gpu_name, Operator::NotIn, &[&gpu_label]),
+                true,
+                false,
+            ),
+            (
+                requirement(gpu_name, Operator::NotIn, &["a100"]),
+                true,
+                true,
+            ),
+            (requirement(gpu_name, Operator::Exists, &[]), false, true),
+            (
+                requirement(gpu_name, Operator::In, &[&gpu_label]),
+                false,
+                true,
+            ),
+        ] {
+            assert_eq!(allows(cpu, &r), on_cpu, "m5.large against {r}");
+            assert_eq!(allows(gpu, &r), on_gpu, "g4dn.xlarge against {r}");
+        }
+    }
+
+    /// Offerings carry their zone ID (the bundled catalog's and the AWS provider's); a
+    /// requirement on `topology.k8s.aws/zone-id` is met by an available offering in one of its
+    /// IDs. An offering whose zone ID is unknown is not judged on it.
+    #[test]
+    fn zone_ids_are_judged_by_the_offerings() {
+        let catalog = Catalog::bundled("us-east-1").expect("bundled catalog");
+        let mut types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+        let in_az = |id: &str| requirement(labels::ZONE_ID, Operator::In, &[id]);
+        let it = &mut types[0];
+        let id = it.offerings[0]
+            .zone_id
+            .clone()
+            .expect("the catalog knows zone IDs");
+        assert!(allows(it, &in_az(&id)));
+        assert!(!allows(it, &in_az("use1-az-none")));
+        assert!(allows(
+            it,
+            &requirement(labels::ZONE_ID, Operator::NotIn, &["use1-az-none"])
+        ));
+        for o in it
+            .offerings
+            .iter_mut()
+            .filter(|o| o.zone_id.as_deref() == Some(&*id))
+        {
+            o.available = false;
+        }
+        assert!(!allows(it, &in_az(&id)), "no available offering there");
+        for o in &mut it.offerings {
+            o.zone_id = None;
+        }
+        assert!(allows(it, &in_az("use1-az-none")), "unknown zone IDs");
     }
 }
