@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use crate::apis::labels;
 
-use super::instance_type::{InstanceType, Offering};
+use super::instance_type::InstanceType;
 use super::requirements::{Requirement, Requirements};
 
 /// The labels an instance type is judged on: the well-known ones, sorted for a binary search.
@@ -73,7 +73,7 @@ mod tests {
     use crate::apis::ec2nodeclass::AMIFamily;
     use crate::apis::nodeclaim::Operator;
     use crate::catalog::Catalog;
-    use crate::scheduling::instance_type::{CapacityType, NodeClassSettings};
+    use crate::scheduling::instance_type::{CapacityType, NodeClassSettings, Offering};
 
     /// The type's label sets as the solver built them before: what [`allows`] must agree with.
     fn materialized(it: &InstanceType) -> Requirements {
