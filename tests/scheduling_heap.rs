@@ -1,11 +1,9 @@
 //! What one scheduler run costs in heap over the bundled catalog (issue #15): every
 //! provisioning round and every disruption simulation solves afresh, so what a solve builds per
 //! instance type is paid at each one, beside whatever else the controller holds then. Counted by
-//! this binary's own global allocator, which no other binary uses.
+//! this binary's own global allocator (`tests/support/heap.rs`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use karpenter_rs::apis::ec2nodeclass::AMIFamily;
 use karpenter_rs::apis::labels;
@@ -17,29 +15,8 @@ use karpenter_rs::scheduling::requirements::{Requirement, Requirements};
 use karpenter_rs::scheduling::resources::{Resources, gib};
 use karpenter_rs::scheduling::scheduler::{Input, NodePoolTemplate, Options, solve};
 
-/// The system allocator, counting the bytes live and the most live since [`PEAK`] was last
-/// reset.
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
+#[path = "support/heap.rs"]
+mod heap;
 
 /// The scale bench's NodePool: on-demand c, m and r types of generation 6 and later, amd64, over
 /// every instance type of the bundled catalog (the pool's requirements pick among them).
@@ -109,10 +86,9 @@ fn a_solve_builds_nothing_per_instance_type() {
         options: Options::default(),
     };
     let types = input.nodepools[0].instance_types.len();
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let mark = heap::Mark::now();
     let outcome = solve(&input);
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let peak = mark.peak();
     let placed = outcome.placements.iter().flatten().count();
     println!(
         "{types} instance types, 200 pods: {placed} placed on {} NodeClaims, solve peak {peak} B",

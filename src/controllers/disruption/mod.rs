@@ -48,7 +48,6 @@ use crate::disruption::{self, Command, Method, budgets};
 use crate::metrics::METRICS;
 use crate::runtime::panics::guarded_pass;
 use crate::runtime::{Context, Error};
-
 use crate::snapshot::Snapshot;
 use crate::snapshot::disruption_input;
 use crate::snapshot::scheduling_input::Prepared;
