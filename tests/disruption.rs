@@ -1057,6 +1057,20 @@ fn state_of(docs: &[String]) -> karpenter_rs::disruption::state::State {
     simulate::provisioned(&c, &catalog, &EngineOptions::default(), monday_10()).1
 }
 
+/// `state` with node `name` being disrupted, as a command in flight marks its candidates.
+fn disrupting(
+    mut state: karpenter_rs::disruption::state::State,
+    name: &str,
+) -> karpenter_rs::disruption::state::State {
+    let node = state
+        .nodes
+        .iter_mut()
+        .find(|n| n.name.as_ref() == name)
+        .unwrap_or_else(|| panic!("no node {name}"));
+    node.disrupting = true;
+    state
+}
+
 #[test]
 fn a_replacement_is_validated_against_a_fresh_plan_before_it_is_launched() {
     use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
@@ -1143,13 +1157,7 @@ fn a_candidates_pods_do_not_take_the_room_pending_or_displaced_pods_need() {
         DND,
         "  nodeSelector: {node.kubernetes.io/instance-type: m5.large}",
     ));
-    let mut displaced = state_of(&docs);
-    let leaving = displaced
-        .nodes
-        .iter()
-        .position(|n| n.name.as_ref() == "leaving")
-        .expect("leaving");
-    displaced.nodes[leaving].disrupting = true;
+    let displaced = disrupting(state_of(&docs), "leaving");
     let replaced = command_for(&displaced, "big").expect("big is still consolidated");
     assert_eq!(replaced.replacements.len(), 1, "{replaced:#?}");
 
@@ -1206,13 +1214,7 @@ fn an_empty_node_that_waiting_pods_are_about_to_take_is_left_alone() {
             .unwrap_or_default()
     };
     // The node `moving` is on is being disrupted: the pod is about to go to `fresh`.
-    let mut displaced = alone.clone();
-    let leaving = displaced
-        .nodes
-        .iter()
-        .position(|n| n.name.as_ref() == "leaving")
-        .expect("leaving");
-    displaced.nodes[leaving].disrupting = true;
+    let displaced = disrupting(alone.clone(), "leaving");
     assert_eq!(blocked(&displaced), disruption::NOMINATED);
     let err = validate(&displaced, &emptied, &before, monday_10(), Stage::Decided)
         .expect_err("a command decided before the pod was displaced is dropped");
@@ -1222,4 +1224,51 @@ fn an_empty_node_that_waiting_pods_are_about_to_take_is_left_alone() {
     let mut planned = alone.clone();
     planned.waiting.planned_onto.insert("fresh".into());
     assert_eq!(blocked(&planned), disruption::NOMINATED);
+}
+
+/// A replacement asks for what the simulation put on it, not for every pod of its candidates:
+/// here `small` goes to `spare` and only `wide` to the new node. Launched with both pods'
+/// requests, a multi-node consolidation's replacement fitted none of its options (sized for the
+/// part of ten nodes' pods the existing nodes could not take), the cloud found no instance type
+/// for it, and the command held its ten candidates tainted until it was rolled back.
+#[test]
+fn a_replacement_asks_only_for_the_pods_it_takes() {
+    const DND: &str = "  annotations: {karpenter.sh/do-not-disrupt: \"true\"}";
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("big", "default", "m5.8xlarge", "on-demand", 24, ""),
+        pod("small", "big", "1500m", "", ""),
+        pod("wide", "big", "3", "", ""),
+        node("spare", "default", "m5.large", "on-demand", 24, ""),
+        pod("tiny", "spare", "100m", DND, ""),
+    ];
+    let state = state_of(&docs);
+    let cmd = command_for(&state, "big").expect("big is consolidated");
+    let [r] = cmd.replacements.as_slice() else {
+        panic!("one replacement: {cmd:#?}");
+    };
+    assert_eq!(r.pods, ["default/wide"], "{cmd:#?}");
+    assert!(
+        (3000..4500).contains(&r.requests.cpu),
+        "wide's 3 CPU and the DaemonSet overhead, not small's too: {:?}",
+        r.requests
+    );
+    let pool = state
+        .templates
+        .iter()
+        .find(|t| *t.name == *r.node_pool)
+        .expect("the replacement's pool");
+    for option in &r.instance_type_options {
+        let it = pool
+            .instance_types
+            .iter()
+            .find(|it| *it.name == **option)
+            .expect("an option of the pool");
+        assert!(
+            r.requests.fits(&it.allocatable),
+            "{option} cannot hold the requests {:?}",
+            r.requests
+        );
+    }
 }

@@ -22,6 +22,7 @@ use crate::apis::labels;
 use crate::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::scheduling::instance_type::CapacityType;
 use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{self, Placement, PlannedNodeClaim, cheapest_offering};
 use crate::scheduling::static_capacity;
 
@@ -70,8 +71,15 @@ pub struct Replacement {
     pub price: f64,
     /// All options, cheapest first.
     pub instance_type_options: Vec<String>,
-    /// Pods it will take.
+    /// The candidates' pods it takes (`namespace/name`); the simulation put the others on
+    /// existing nodes.
     pub pods: Vec<String>,
+    /// What it must fit: the requests of every pod the simulation put on it and the DaemonSet
+    /// overhead, as a provisioned NodeClaim's `spec.resources.requests`. The candidates' pods
+    /// alone would both miss the overhead and count pods that go elsewhere: a replacement
+    /// sized for half of ten nodes' pods fits none of its options with all of them.
+    #[serde(skip)]
+    pub requests: Resources,
     /// The requirements the simulation gave it (the zone a topology spread chose, say): launched
     /// without them, it may come up where its pods may not go, and they wait for a node of their
     /// own.
@@ -257,9 +265,17 @@ enum Reschedule {
     /// Everything fits on the remaining nodes.
     Delete,
     /// Everything fits with exactly one new node.
-    Replace(Box<(PlannedNodeClaim, Vec<u32>)>),
+    Replace(Box<NewNode>),
     /// Not possible, with the reason.
     No(String),
+}
+
+/// The one new node a rescheduling needs.
+struct NewNode {
+    /// The simulation's NodeClaim; its `instance_types` are the options that fit.
+    claim: PlannedNodeClaim,
+    /// The candidates' pods it takes (`namespace/name`).
+    takes: Vec<String>,
 }
 
 /// Simulates `pods` rescheduling on the nodes of `state` but `excluded`: the one simulation both
@@ -307,8 +323,13 @@ fn reschedule(
         0 => Reschedule::Delete,
         1 => match needed.pop() {
             Some(claim) => {
-                let options = claim.instance_types.clone();
-                Reschedule::Replace(Box::new((claim, options)))
+                let takes = claim
+                    .pods
+                    .iter()
+                    .filter(|&&p| (p as usize) < own)
+                    .map(|&p| input.pods[p as usize].key())
+                    .collect();
+                Reschedule::Replace(Box::new(NewNode { claim, takes }))
             }
             None => Reschedule::No("the simulation lost its NodeClaim".into()),
         },
@@ -396,12 +417,9 @@ impl<'a> Engine<'a> {
         reschedule(self.state, &excluded, pods)
     }
 
-    fn replacement(
-        &self,
-        claim: &PlannedNodeClaim,
-        options: &[u32],
-        input_pods: &[String],
-    ) -> Replacement {
+    /// The replacement `new` asks for, launched as one of `options` (a subset of its claim's).
+    fn replacement(&self, new: &NewNode, options: &[u32]) -> Replacement {
+        let claim = &new.claim;
         let pool = &self.state.templates[claim.nodepool];
         let first = options.first().map(|&t| &pool.instance_types[t as usize]);
         let offering = first.and_then(|it| scheduler::launch_offering(it, &claim.requirements));
@@ -416,7 +434,8 @@ impl<'a> Engine<'a> {
                 .iter()
                 .map(|&t| pool.instance_types[t as usize].name.to_string())
                 .collect(),
-            pods: input_pods.to_vec(),
+            pods: new.takes.clone(),
+            requests: claim.requests.clone(),
             requirements: claim.requirements.clone(),
         }
     }
@@ -442,7 +461,8 @@ impl<'a> Engine<'a> {
                 savings: price,
             }),
             Reschedule::Replace(boxed) => {
-                let (mut claim, options) = *boxed;
+                let mut new = *boxed;
+                let claim = &mut new.claim;
                 let pool = &self.state.templates[claim.nodepool];
                 let all_spot = nodes
                     .iter()
@@ -453,8 +473,8 @@ impl<'a> Engine<'a> {
                         .get(labels::CAPACITY_TYPE)
                         .is_none_or(|r| r.has(ct.label()))
                 };
-                let spot_allowed = allowed_ct(CapacityType::Spot, &claim);
-                let on_demand_allowed = allowed_ct(CapacityType::OnDemand, &claim);
+                let spot_allowed = allowed_ct(CapacityType::Spot, claim);
+                let on_demand_allowed = allowed_ct(CapacityType::OnDemand, claim);
                 if all_spot && spot_allowed {
                     if !self.options.spot_to_spot {
                         return Err("SpotToSpotConsolidation is disabled, so a spot node can only be deleted, not replaced by another spot node".into());
@@ -477,7 +497,8 @@ impl<'a> Engine<'a> {
                         None,
                     ));
                 }
-                let priced: Vec<(u32, f64)> = options
+                let priced: Vec<(u32, f64)> = claim
+                    .instance_types
                     .iter()
                     .filter_map(|&t| {
                         cheapest_offering(&pool.instance_types[t as usize], &claim.requirements)
@@ -512,8 +533,7 @@ impl<'a> Engine<'a> {
                     cheaper.truncate(MIN_SPOT_TO_SPOT_TYPES);
                 }
                 let cheaper_options: Vec<u32> = cheaper.iter().map(|(t, _)| *t).collect();
-                let replacement =
-                    self.replacement(&claim, &cheaper_options, &self.pod_names(nodes));
+                let replacement = self.replacement(&new, &cheaper_options);
                 Ok(Command {
                     method,
                     reason: DisruptionReason::Underutilized.to_string(),
@@ -559,9 +579,8 @@ impl<'a> Engine<'a> {
                     replacements: vec![],
                     savings: c.price,
                 };
-                if let Reschedule::Replace(boxed) = self.reschedule(&[c]) {
-                    let (claim, options) = *boxed;
-                    let r = self.replacement(&claim, &options, &self.pod_names(&[c]));
+                if let Reschedule::Replace(new) = self.reschedule(&[c]) {
+                    let r = self.replacement(&new, &new.claim.instance_types);
                     cmd.savings -= r.price;
                     cmd.replacements.push(r);
                 }
@@ -770,9 +789,8 @@ impl<'a> Engine<'a> {
                         savings: c.price,
                     });
                 }
-                Reschedule::Replace(boxed) => {
-                    let (claim, options) = *boxed;
-                    let r = self.replacement(&claim, &options, &self.pod_names(&[c]));
+                Reschedule::Replace(new) => {
+                    let r = self.replacement(&new, &new.claim.instance_types);
                     return Some(Command {
                         method: Method::Drift,
                         reason: reason_of(c),
@@ -866,6 +884,8 @@ impl<'a> Engine<'a> {
                     price,
                     instance_type_options: options.iter().map(|it| it.name.to_string()).collect(),
                     pods: self.pod_names(&[c]),
+                    // A static NodeClaim asks for no resources: its pool sets its count.
+                    requests: Resources::default(),
                     requirements: template.requirements.clone(),
                 }],
             });
@@ -1201,9 +1221,8 @@ pub fn explain(
                 "its pods fit on the other nodes: deleting it would save ${:.4}/hour",
                 c.price
             ),
-            Reschedule::Replace(boxed) => {
-                let (claim, options) = *boxed;
-                let r = engine.replacement(&claim, &options, &[]);
+            Reschedule::Replace(new) => {
+                let r = engine.replacement(&new, &new.claim.instance_types);
                 let saves = c.price - r.price;
                 format!(
                     "its pods need one new node: cheapest {} ({}) at ${:.4}/hour vs ${:.4}/hour now, {} ${:.4}/hour",

@@ -195,9 +195,10 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
             "the candidates' pods no longer fit on the remaining nodes (they would need a new node)".into(),
         ),
         (Reschedule::Replace(boxed), Some(r)) => {
-            let (claim, options) = &*boxed;
+            let claim = &boxed.claim;
             let template = &fresh.templates[claim.nodepool];
-            let fitting: Vec<&str> = options
+            let fitting: Vec<&str> = claim
+                .instance_types
                 .iter()
                 .map(|&t| template.instance_types[t as usize].name.as_ref())
                 .collect();

@@ -24,7 +24,6 @@ use crate::disruption::validation::{self, Stage};
 use crate::disruption::{Command, Method};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
-use crate::scheduling::resources::Resources;
 use crate::snapshot::Snapshot;
 use crate::snapshot::disruption_input::disruption_state;
 
@@ -59,8 +58,6 @@ pub(super) struct Planned<'a> {
     /// The reschedulable pods on each candidate (by node name) when decided: what validation
     /// compares against and the disruption counts report.
     pods_before: BTreeMap<String, usize>,
-    /// The requests of the pods each replacement takes, in `cmd.replacements` order.
-    requests: Vec<Resources>,
     /// Whether every candidate had a NodeClaim.
     claimed: bool,
 }
@@ -70,11 +67,6 @@ impl<'a> Planned<'a> {
         Self {
             cmd,
             pods_before: validation::pods_to_move(state, cmd),
-            requests: cmd
-                .replacements
-                .iter()
-                .map(|r| requests_of(state, &r.pods))
-                .collect(),
             claimed: cmd
                 .candidates
                 .iter()
@@ -123,15 +115,6 @@ pub(super) async fn delete_claim(api: &Api<NodeClaim>, name: &str) -> Result<(),
             _ => Err(e.into()),
         },
     }
-}
-
-/// Requests of the pods (by `namespace/name`) a replacement takes.
-pub(super) fn requests_of(state: &State, pods: &[String]) -> Resources {
-    let mut total = Resources::default();
-    for p in state.pods.iter().filter(|p| pods.contains(&p.pod.key())) {
-        total.add(&p.pod.requests);
-    }
-    total
 }
 
 /// Starts one voluntary command: re-validate it (after the validation delay where its method
@@ -220,7 +203,7 @@ pub(super) async fn execute(
     .unwrap_or_default();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let mut launched = Vec::new();
-    for (r, requests) in cmd.replacements.iter().zip(&plan.requests) {
+    for r in &cmd.replacements {
         let Some(pool) = fresh_cluster
             .nodepools
             .iter()
@@ -233,7 +216,7 @@ pub(super) async fn execute(
             pool,
             fresh_cluster.nodeclass_of(pool),
             r,
-            requests.clone(),
+            r.requests.clone(),
         );
         claim
             .annotations_mut()
