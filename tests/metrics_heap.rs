@@ -6,6 +6,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone, Utc};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_rs::metrics::PublishedGauges;
+use karpenter_rs::metrics::cluster_state::PodTransitions;
 use karpenter_rs::metrics::pod_scheduling::{PodKey, PodSchedulingTimes};
 use karpenter_rs::metrics::pods;
 use karpenter_rs::snapshot::ClusterPod;
@@ -141,5 +142,26 @@ fn the_scheduling_times_of_20000_pods_allocate_no_key_per_pod() {
     assert!(
         allocations < 100,
         "{allocations} allocations to record 20,000 pods"
+    );
+}
+
+/// What following 20,000 pods' binding and start costs a metrics pass: the sets of pods still
+/// unbound or unstarted share the pod cache's UIDs instead of copying one per pod every pass.
+#[test]
+fn following_20000_pods_allocates_no_key_per_pod() {
+    let _counting = heap::exclusive();
+    let pods: Vec<Arc<ClusterPod>> = (0..20000).map(pod).collect();
+    let mut transitions = PodTransitions::default();
+    let _ = transitions.observe(&pods, |_| None);
+    let pass = heap::Mark::now();
+    let durations = transitions.observe(&pods, |_| None);
+    let allocations = pass.allocations();
+    let allocated = pass.allocated();
+    drop(durations);
+    println!("a pass over 20,000 pods: {allocations} allocations, {allocated} B");
+    // With a `String` per unbound or unstarted pod: 20,817 allocations a pass.
+    assert!(
+        allocations < 200,
+        "{allocations} allocations to follow 20,000 pods"
     );
 }
