@@ -137,6 +137,7 @@ fn state(manifests: &str, catalog: &Catalog) -> State {
         &c,
         prepared.input.nodepools,
         options.scheduler,
+        karpenter_rs::snapshot::disruption_input::Unbound::LeftOut,
         now,
     )
 }

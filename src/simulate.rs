@@ -509,6 +509,7 @@ pub fn provisioned(
         cluster,
         prepared.input.nodepools,
         options.scheduler,
+        crate::snapshot::disruption_input::Unbound::Listed,
         now,
     );
     state.static_templates = prepared.static_templates;

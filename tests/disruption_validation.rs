@@ -10,7 +10,7 @@ use karpenter_rs::disruption::state::State;
 use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
 use karpenter_rs::disruption::{Command, Method};
 use karpenter_rs::snapshot::Snapshot;
-use karpenter_rs::snapshot::disruption_input::disruption_state;
+use karpenter_rs::snapshot::disruption_input::{Unbound, disruption_state};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
@@ -65,7 +65,13 @@ fn state_with(pods: Vec<serde_json::Value>, others: &[(&str, bool)], budget: &st
             .collect(),
         ..Snapshot::default()
     };
-    disruption_state(&cluster, Vec::new(), Default::default(), now())
+    disruption_state(
+        &cluster,
+        Vec::new(),
+        Default::default(),
+        Unbound::LeftOut,
+        now(),
+    )
 }
 
 /// n1 with the given pods and a second, untainted node with room for them.
@@ -206,4 +212,45 @@ fn a_static_nodes_drift_goes_ahead_where_its_pods_fit_nowhere_else() {
         ),
         Ok(())
     );
+}
+
+/// The controllers' engine state leaves out the pods no node holds (the provisioner places
+/// them), yet a PDB without a status still counts them as expected and not healthy: with
+/// `maxUnavailable: 1`, two pods running and one pending, no eviction is allowed, as when the
+/// state lists every pod.
+#[test]
+fn pods_left_out_of_the_state_still_count_against_a_pdb() {
+    let labelled = |name: &str, node: Option<&str>| {
+        json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": {"app": "a"},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": if node.is_some() { "Running" } else { "Pending" }},
+        })
+    };
+    let pdb = json!({
+        "metadata": {"name": "a", "namespace": "ns"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "a"}}},
+    });
+    let cluster = Snapshot {
+        nodes: vec![Arc::new(
+            serde_json::from_value(node("n1", false)).expect("node"),
+        )],
+        pods: [
+            labelled("a1", Some("n1")),
+            labelled("a2", Some("n1")),
+            labelled("a3", None),
+        ]
+        .into_iter()
+        .map(|p| Arc::new(serde_json::from_value::<Pod>(p).expect("pod").into()))
+        .collect(),
+        pdbs: vec![Arc::new(serde_json::from_value(pdb).expect("pdb"))],
+        ..Snapshot::default()
+    };
+    let of = |unbound| disruption_state(&cluster, Vec::new(), Default::default(), unbound, now());
+    let (listed, left_out) = (of(Unbound::Listed), of(Unbound::LeftOut));
+    assert_eq!((listed.pods.len(), left_out.pods.len()), (3, 2));
+    let allowed = |s: &State| s.pdbs.iter().map(|p| p.allowed).collect::<Vec<_>>();
+    assert_eq!(allowed(&listed), [0]);
+    assert_eq!(allowed(&left_out), [0], "the pending pod is unavailable");
 }

@@ -13,7 +13,7 @@ pub mod state;
 pub mod validation;
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -589,7 +589,17 @@ impl<'a> Engine<'a> {
             }
         }
         // Expiration does not wait for a nominated node; the voluntary methods leave it alone.
-        let nominated = self.state.nominated();
+        // Finding the nominated nodes solves every waiting pod: not worth it when no method
+        // could act on any candidate (a burst of 20,000 pending pods onto new nodes).
+        let open = cands
+            .iter()
+            .filter(|c| !used.contains(&c.node))
+            .any(|c| Method::VOLUNTARY.iter().any(|&m| self.eligible(c, m)));
+        let nominated = if open {
+            self.state.nominated()
+        } else {
+            BTreeSet::new()
+        };
         let mut live: Vec<&Candidate> = Vec::new();
         for c in cands.iter().filter(|c| !used.contains(&c.node)) {
             if nominated.contains(&c.node) {

@@ -20,7 +20,18 @@ use crate::scheduling::pod::{Pod, Selector};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{ExistingNode, NodePoolTemplate, Options};
 use crate::scheduling::taints::taint_from_k8s;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ClusterPod, Snapshot};
+
+/// Whether the engine's state lists the pods no node holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unbound {
+    /// Listed: `simulate` applies its provisioning plan to the state, placing them.
+    Listed,
+    /// Left out: in the controllers the provisioner places them, the disruption engine sees
+    /// them as [`Waiting::pending`], and no node's verdict depends on them (PDBs still count
+    /// them). 20,000 pending pods made each state ~5 MB larger, and three controllers build one.
+    LeftOut,
+}
 
 /// Builds the disruption engine's state from a snapshot. `templates` come from the provisioning
 /// preparation (instance types per NodePool).
@@ -28,6 +39,7 @@ pub fn disruption_state(
     cluster: &Snapshot,
     templates: Vec<NodePoolTemplate>,
     options: Options,
+    unbound: Unbound,
     now: DateTime<Utc>,
 ) -> State {
     let by_type: BTreeMap<&str, &InstanceType> = templates
@@ -35,7 +47,7 @@ pub fn disruption_state(
         .flat_map(|t| t.instance_types.iter())
         .map(|it| (it.name.as_ref(), it))
         .collect();
-    let mut nodes = Vec::new();
+    let mut nodes = Vec::with_capacity(cluster.nodes.len());
     for node in &cluster.nodes {
         let labels_ = node.metadata.labels.clone().unwrap_or_default();
         let claim = super::joins::claim_of(&cluster.nodeclaims, node);
@@ -52,14 +64,26 @@ pub fn disruption_state(
         .enumerate()
         .map(|(i, n)| (n.name.as_ref(), i))
         .collect();
-    let mut pods = Vec::new();
+    let bound = |p: &ClusterPod| p.node_name().and_then(|n| index.get(n).copied());
+    let listed = |p: &&Arc<ClusterPod>| unbound == Unbound::Listed || bound(p).is_some();
+    let mut pods = Vec::with_capacity(cluster.pods.iter().filter(listed).count());
+    // The pods left out, for the PDBs' counts.
+    let mut left_out: Vec<&Pod> = Vec::new();
     for p in &cluster.pods {
         let Ok(pod) = p.scheduling_pod() else {
             continue;
         };
         let status = p.status.as_deref();
         let phase = status.and_then(|s| s.phase.as_deref());
-        let node = p.node_name().and_then(|n| index.get(n).copied());
+        let finished = matches!(phase, Some("Succeeded" | "Failed"))
+            || p.metadata.deletion_timestamp.is_some();
+        if !listed(&p) {
+            if !finished {
+                left_out.push(pod);
+            }
+            continue;
+        }
+        let node = bound(p);
         pods.push(StatePod {
             pod: pod.clone(),
             node,
@@ -68,14 +92,13 @@ pub fn disruption_state(
                 .or(p.metadata.creation_timestamp.as_ref())
                 .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
                 .unwrap_or(now),
-            finished: matches!(phase, Some("Succeeded" | "Failed"))
-                || p.metadata.deletion_timestamp.is_some(),
+            finished,
         });
     }
     let pdbs = cluster
         .pdbs
         .iter()
-        .filter_map(|pdb| resolve_pdb(pdb, &pods))
+        .filter_map(|pdb| resolve_pdb(pdb, &pods, &left_out))
         .collect();
     State {
         // A few objects each: the engine owns its copies.
@@ -201,7 +224,8 @@ fn state_node(
     }
 }
 
-fn resolve_pdb(pdb: &PodDisruptionBudget, pods: &[StatePod]) -> Option<Pdb> {
+/// `left_out`: unfinished pods no node holds that `pods` does not list (see [`Unbound`]).
+fn resolve_pdb(pdb: &PodDisruptionBudget, pods: &[StatePod], left_out: &[&Pod]) -> Option<Pdb> {
     let namespace = pdb
         .metadata
         .namespace
@@ -218,7 +242,11 @@ fn resolve_pdb(pdb: &PodDisruptionBudget, pods: &[StatePod]) -> Option<Pdb> {
             !p.finished && p.pod.namespace.as_ref() == namespace && selector.matches(&p.pod.labels)
         })
         .collect();
-    let expected = matching.len() as i64;
+    let unplaced = left_out
+        .iter()
+        .filter(|p| p.namespace.as_ref() == namespace && selector.matches(&p.labels))
+        .count();
+    let expected = (matching.len() + unplaced) as i64;
     let healthy = matching.iter().filter(|p| p.node.is_some()).count() as i64;
     let allowed = match pdb
         .status

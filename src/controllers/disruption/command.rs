@@ -25,7 +25,7 @@ use crate::disruption::{Command, Method};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
 use crate::snapshot::Snapshot;
-use crate::snapshot::disruption_input::disruption_state;
+use crate::snapshot::disruption_input::{Unbound, disruption_state};
 
 use super::events::{count_disrupted, event_on};
 use super::queue::Queue;
@@ -304,7 +304,13 @@ pub(super) async fn complete(
     let cluster = ctx.state.snapshot();
     // Only the pods on the candidates are counted: no instance types, no scheduling.
     let moving = validation::pods_to_move(
-        &disruption_state(&cluster, Vec::new(), ctx.options.scheduler, ctx.clock.now()),
+        &disruption_state(
+            &cluster,
+            Vec::new(),
+            ctx.options.scheduler,
+            Unbound::LeftOut,
+            ctx.clock.now(),
+        ),
         cmd,
     );
     for node in &cmd.candidates {

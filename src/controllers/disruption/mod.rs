@@ -118,8 +118,13 @@ fn engine_state(ctx: &Context, cluster: &Snapshot, prepared: Prepared) -> State 
     let now = ctx.clock.now();
     let planned_onto = ctx.nominations.targets(cluster, now);
     let waiting = disruption_input::waiting(cluster, &input.existing, input.pods, planned_onto);
-    let mut state =
-        disruption_input::disruption_state(cluster, input.nodepools, ctx.options.scheduler, now);
+    let mut state = disruption_input::disruption_state(
+        cluster,
+        input.nodepools,
+        ctx.options.scheduler,
+        disruption_input::Unbound::LeftOut,
+        now,
+    );
     state.static_templates = static_templates;
     state.waiting = waiting;
     state

@@ -164,6 +164,7 @@ pub async fn run(ctx: Arc<Context>) {
                 &cluster,
                 Vec::new(),
                 ctx.options.scheduler,
+                crate::snapshot::disruption_input::Unbound::LeftOut,
                 now,
             );
             let want = desired(&state, now);
