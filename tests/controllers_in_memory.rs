@@ -1584,6 +1584,54 @@ async fn a_replacing_consolidation_validates_then_taints_then_launches_then_dele
     );
 }
 
+/// A command whose last write fails (clearing its replacement's marker, after the candidate's
+/// deletion) is finished by the next pass from that marker, as a dead controller's would be:
+/// the marker does not stay on the replacement, keeping it out of every later decision.
+#[tokio::test(start_paused = true)]
+async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pass() {
+    let env = Env::new().await;
+    oversized_node(&env).await;
+    env.api.fail_once("PATCH", "nodeclaims", COMMAND_ANNOTATION);
+    let mut reported = BlockedEvents::default();
+    let mut queue = Queue::default();
+    let stand_in_kubelet = async {
+        let replacement = loop {
+            if let Some(r) = replacements(&env).await.into_iter().next() {
+                break r.name_any();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        bring_up(&env, &replacement).await;
+        replacement
+    };
+    let pass = async {
+        let acted = once(&env.ctx, &mut reported, &mut queue).await;
+        queue.settle().await;
+        acted
+    };
+    let (acted, replacement) = tokio::join!(pass, stand_in_kubelet);
+    assert!(acted.expect("pass"));
+    assert!(deleting(&env.claim("default-big").await), "the candidate goes");
+    assert!(
+        env.claim(&replacement)
+            .await
+            .annotations()
+            .contains_key(COMMAND_ANNOTATION),
+        "the failed write left the marker"
+    );
+
+    once(&env.ctx, &mut reported, &mut queue)
+        .await
+        .expect("pass");
+    queue.settle().await;
+    let kept = env.claim(&replacement).await;
+    assert!(!deleting(&kept), "the replacement stays");
+    assert!(
+        !kept.annotations().contains_key(COMMAND_ANNOTATION),
+        "the next pass finished the command"
+    );
+}
+
 /// A node of NodeClaim `name` whose `karpenter.sh/nodepool-hash` no longer matches its NodePool's
 /// (so the engine finds it drifted), running a pod; its NodeClaim shows `Drifted=True` when
 /// `shown`, as the status loop writes it. Returns the Node's name.

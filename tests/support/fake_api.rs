@@ -153,6 +153,8 @@ struct Inner {
     /// Writes answered so far, by method and resource (`POST events`, `PATCH nodeclaims`), so
     /// tests can hold the controllers to writing only what changed.
     writes: BTreeMap<(String, String), usize>,
+    /// Writes to fail once each, as (method, resource, text the request body contains).
+    failing: Vec<(String, String, String)>,
 }
 
 impl Inner {
@@ -368,6 +370,7 @@ impl FakeApi {
                 revision: 0,
                 uids: 0,
                 writes: BTreeMap::new(),
+                failing: Vec::new(),
             })),
             clock,
         };
@@ -384,6 +387,14 @@ impl FakeApi {
             .unwrap_or(0)
     }
 
+    /// Makes the next `method` request on `resource` whose body contains `text` fail with a 500
+    /// (once), as an API server or a connection may at any write.
+    pub fn fail_once(&self, method: &str, resource: &str, text: &str) {
+        self.lock()
+            .failing
+            .push((method.to_string(), resource.to_string(), text.to_string()));
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -398,11 +409,22 @@ impl FakeApi {
             return failure(StatusCode::NOT_FOUND, "NotFound", path);
         };
         if *method != Method::GET {
-            *self
-                .lock()
+            let mut inner = self.lock();
+            *inner
                 .writes
                 .entry((method.to_string(), target.resource.clone()))
                 .or_default() += 1;
+            let text = String::from_utf8_lossy(body);
+            if let Some(i) = inner.failing.iter().position(|(m, r, t)| {
+                m == method.as_str() && *r == target.resource && text.contains(t.as_str())
+            }) {
+                inner.failing.remove(i);
+                return failure(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    "injected failure",
+                );
+            }
         }
         let body: Value = if body.is_empty() {
             Value::Null

@@ -286,8 +286,10 @@ pub(super) async fn taint_candidates(
 
 /// The rest of a validated command whose candidates are tainted and whose replacements exist:
 /// wait for the replacements to initialize, delete the candidates and clear the replacements'
-/// marker. Rolls back if a replacement does not come up. Returns whether the candidates were
-/// deleted.
+/// marker. Rolls back if a replacement does not come up. Returns whether the command is over
+/// with no marker left behind (the candidates deleted and the markers cleared, or a rollback
+/// that cleared them); after an error or `false` a marker may remain, which the next pass
+/// resumes or rolls back from.
 pub(super) async fn complete(
     ctx: &Context,
     cmd: &Command,
@@ -297,8 +299,7 @@ pub(super) async fn complete(
     if let Err(why) = wait_initialized(ctx, launched).await {
         // Only a replacing command gets here (a resumed one without its planned replacements).
         queue_failure(cmd, "replace");
-        abandon(ctx, &ctx.state.snapshot(), cmd, launched, &why).await;
-        return Ok(false);
+        return Ok(abandon(ctx, &ctx.state.snapshot(), cmd, launched, &why).await);
     }
     tracing::info!(controller = "disruption", candidates = ?cmd.candidates, "replacements initialized; deleting candidates");
     let cluster = ctx.state.snapshot();
@@ -337,16 +338,16 @@ pub(super) async fn complete(
     Ok(true)
 }
 
-/// Gives up on a command: an event saying why, then [`rollback`].
+/// Gives up on a command: an event saying why, then [`rollback`], whose result it returns.
 pub(super) async fn abandon(
     ctx: &Context,
     cluster: &Snapshot,
     cmd: &Command,
     launched: &[String],
     why: &str,
-) {
+) -> bool {
     report_dropped(ctx, cluster, cmd, why).await;
-    rollback(ctx, cmd, launched).await;
+    rollback(ctx, cmd, launched).await
 }
 
 /// Logs why a command is dropped and tells its candidates (`DisruptionBlocked`).
@@ -369,8 +370,9 @@ async fn report_dropped(ctx: &Context, cluster: &Snapshot, cmd: &Command, why: &
 /// disruption taint and their `DisruptionReason`, replacements no pod has moved to yet are
 /// deleted and the others lose their marker. Failures are logged; the next pass clears whatever
 /// is left behind (taints and conditions of nodes no command holds, markers of commands no
-/// controller runs).
-pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) {
+/// controller runs). Returns whether no replacement still carries the marker: each was deleted
+/// or lost it.
+pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) -> bool {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for node in &cmd.candidates {
         let Some(n) = ctx.state.nodes.get(&ObjectRef::<Node>::new(node)) else {
@@ -407,6 +409,7 @@ pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) 
         }
     }
     let mut keep = Vec::new();
+    let mut cleared = true;
     for name in launched {
         let node_name = ctx
             .state
@@ -424,11 +427,14 @@ pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) 
         }
         if let Err(e) = delete_claim(&api, name).await {
             tracing::warn!(controller = "disruption", nodeclaim = %name, error = %e, "could not delete an unused replacement");
+            cleared = false;
         }
     }
     if let Err(e) = clear_markers(&api, &keep).await {
         tracing::warn!(controller = "disruption", error = %e, "could not clear the marker of kept replacements");
+        cleared = false;
     }
+    cleared
 }
 
 /// Waits until the NodeClaim of every candidate of drift command `cmd` shows `Drifted=True`,

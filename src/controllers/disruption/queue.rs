@@ -5,8 +5,10 @@
 //!
 //! The passes must see what is in flight before the cache does: an in-flight command's
 //! candidates count against budgets and are no candidates again, its taints are no orphans and
-//! its replacements' markers are not a dead controller's. A command that ended is remembered
-//! until the cache no longer shows its marker, so a stale view does not resume it.
+//! its replacements' markers are not a dead controller's. A command that ended with its markers
+//! cleared is remembered until the cache no longer shows them, so a stale view does not resume
+//! it. One that ended with a marker left (a failed write) is forgotten at once: the next pass
+//! finishes or rolls it back from that marker, as a dead controller's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,7 +31,7 @@ use super::resume::COMMAND_ANNOTATION;
 struct Book {
     /// The candidates of each command in flight, by its marker.
     running: BTreeMap<String, Vec<String>>,
-    /// Markers of commands that ended and that the cache may still show on a replacement.
+    /// Markers of commands that ended, cleared, which the cache may still show on a replacement.
     ended: BTreeSet<String>,
 }
 
@@ -61,17 +63,21 @@ impl Queue {
         let (ctx, book) = (ctx.clone(), self.book.clone());
         self.tasks.spawn(async move {
             let work = async {
-                if let Err(e) = complete(&ctx, &cmd, &launched).await {
-                    queue_failure(&cmd, super::decision_label(&cmd));
-                    tracing::warn!(controller = "disruption", command = ?cmd.candidates, error = %e, "disruption command failed");
+                match complete(&ctx, &cmd, &launched).await {
+                    Ok(cleared) => cleared,
+                    Err(e) => {
+                        queue_failure(&cmd, super::decision_label(&cmd));
+                        tracing::warn!(controller = "disruption", command = ?cmd.candidates, error = %e, "disruption command failed; the next pass finishes or rolls it back");
+                        false
+                    }
                 }
             };
-            // A panic leaves the marker on the replacements and the command out of the book:
-            // the next pass resumes or rolls it back, as a dead controller's.
-            let ended = catch("disruption", "command", work).await.is_some();
+            // A failure or a panic may leave the marker on the replacements; with the command
+            // out of the book, the next pass resumes or rolls it back, as a dead controller's.
+            let cleared = catch("disruption", "command", work).await == Some(true);
             let mut book = lock(&book);
             book.running.remove(&marker);
-            if ended {
+            if cleared {
                 book.ended.insert(marker);
             }
         });

@@ -152,7 +152,7 @@ pub(super) async fn resume(
 /// Finishes a resumed command whose replacements exist: its candidates must still qualify and
 /// fit the budgets (the launch it asked for is not re-planned: it happened), then they are
 /// tainted (again, if the earlier run had) and [`complete`] waits for the replacements and
-/// deletes them.
+/// deletes them. Returns as [`complete`] does.
 async fn finish(
     ctx: &Context,
     cmd: &Command,
@@ -170,8 +170,7 @@ async fn finish(
             .voluntary_disruption_failed_validations_total
             .with_label_values(&[cmd.method.consolidation_type()])
             .inc();
-        abandon(ctx, &cluster, cmd, live, &why).await;
-        return Ok(false);
+        return Ok(abandon(ctx, &cluster, cmd, live, &why).await);
     }
     taint_candidates(ctx, &cluster, cmd).await?;
     // The wait for the replacements is long: it does not hold this view.
