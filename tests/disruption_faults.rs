@@ -1308,36 +1308,54 @@ impl Run {
         snap
     }
 
-    /// Whether the run has converged: every pod bound, every NodeClaim initialized or held
-    /// legitimately in its drain, no orphan instance.
-    fn settled(&self, snap: &Snapshot) -> bool {
+    /// What keeps the run from having converged (nothing once it has): a pod not bound, a
+    /// NodeClaim not initialized (or still under a disruption command, or deleting while
+    /// nothing legitimately holds its drain), an orphan instance, a Node without its NodeClaim.
+    fn unsettled(&self, snap: &Snapshot) -> Vec<String> {
         let now = self.obs.now();
-        let pending = snap.pods.iter().any(|p| {
-            p.metadata.deletion_timestamp.is_none()
+        let mut why = Vec::new();
+        for p in &snap.pods {
+            if p.metadata.deletion_timestamp.is_none()
                 && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
-        });
-        let unsettled = snap.claims.iter().any(|c| match phase(c) {
-            Phase::Initialized => c.annotations().contains_key(COMMAND_ANNOTATION),
-            Phase::Deleting => !held(c, snap, now),
-            _ => true,
-        });
-        let orphans = self.cloud.instances().iter().any(|i| {
-            i.state == InstanceState::Running
-                && !snap.claims.iter().any(|c| {
-                    c.status.as_ref().and_then(|s| s.provider_id.as_deref())
-                        == Some(i.provider_id.as_str())
-                        || Some(c.name_any()) == i.nodeclaim
-                })
-        });
+            {
+                why.push(format!("pod {} pending", p.name_any()));
+            }
+        }
+        for c in &snap.claims {
+            let state = match phase(c) {
+                Phase::Initialized => c
+                    .annotations()
+                    .get(COMMAND_ANNOTATION)
+                    .map(|cmd| format!("under command {cmd}")),
+                Phase::Deleting => (!held(c, snap, now)).then(|| "deleting, not held".to_string()),
+                other => Some(format!("{other:?}")),
+            };
+            if let Some(state) = state {
+                why.push(format!("NodeClaim {} {state}", c.name_any()));
+            }
+        }
+        for i in self.cloud.instances() {
+            let owned = snap.claims.iter().any(|c| {
+                c.status.as_ref().and_then(|s| s.provider_id.as_deref())
+                    == Some(i.provider_id.as_str())
+                    || Some(c.name_any()) == i.nodeclaim
+            });
+            if i.state == InstanceState::Running && !owned {
+                why.push(format!("instance {} orphaned", i.provider_id));
+            }
+        }
         // Nodes whose NodeClaim a user removed by force are collected too.
-        let stray_nodes = snap.nodes.iter().any(|n| {
+        for n in &snap.nodes {
             let id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-            !snap
+            if !snap
                 .claims
                 .iter()
                 .any(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == id)
-        });
-        !pending && !unsettled && !orphans && !stray_nodes
+            {
+                why.push(format!("node {} without NodeClaim", n.name_any()));
+            }
+        }
+        why
     }
 }
 
@@ -1427,20 +1445,19 @@ async fn run_seed(client: &Client, seed: u64) -> (Run, usize) {
         cloud.restore(&key);
     }
     let mut settled_after = None;
+    let mut unsettled = Vec::new();
     for i in 0..SETTLE_STEPS {
         snap = run.step().await;
-        if run.settled(&snap) {
+        unsettled = run.unsettled(&snap);
+        if unsettled.is_empty() {
             settled_after = Some(i);
             break;
         }
     }
     if settled_after.is_none() {
         obs.violation(format!(
-            "seed {seed:#x}: did not settle within {SETTLE_STEPS} steps: {:?}",
-            snap.claims
-                .iter()
-                .map(|c| (c.name_any(), phase(c)))
-                .collect::<Vec<_>>()
+            "seed {seed:#x}: did not settle within {SETTLE_STEPS} steps: {}",
+            unsettled.join("; ")
         ));
     }
     if let Some(p) = run.process.take() {
