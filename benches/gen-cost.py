@@ -29,8 +29,9 @@ spot is allowed), with allocatable from the AL2023 overhead model of
               memory on another for the same pods, so it is far below any real fleet there.
   assignment  pods grouped by shape are assigned fractionally to types they fit on, and each type
               bought fractionally to hold what is assigned to it, resource by resource (a pod's
-              CPU and memory land on the same type). Tighter, still a relaxation: the ratio the
-              issue's 1.10 target is judged against.
+              CPU and memory land on the same type; a pod with hostname anti-affinity to its own
+              replicas takes a whole node). Tighter, still a relaxation: the ratio the issue's
+              1.10 target is judged against.
 
     python3 benches/gen-cost.py --workload web --pool broad --capacity od > /tmp/web.yaml
     target/release/karpenter-rs simulate -f /tmp/web.yaml
@@ -297,11 +298,13 @@ def lower_bound(workload, pool, capacity, max_pods, daemonsets):
 
 
 def pod_classes(workload):
-    """(cpu millicores, memory MiB, pods) per distinct pod shape of the workload."""
+    """(cpu millicores, memory MiB, pods, alone) per distinct pod shape of the workload; `alone`
+    when its pods have required hostname anti-affinity to each other (at most one on a node)."""
     counts = {}
-    for _, replicas, cpu, mem, _ in deployments(workload):
-        counts[(cpu, mem)] = counts.get((cpu, mem), 0) + replicas
-    return [(cpu, mem, n) for (cpu, mem), n in sorted(counts.items())]
+    for _, replicas, cpu, mem, constraint in deployments(workload):
+        key = (cpu, mem, constraint == "anti")
+        counts[key] = counts.get(key, 0) + replicas
+    return [(cpu, mem, n, alone) for (cpu, mem, alone), n in sorted(counts.items())]
 
 
 EPS = 1e-9
@@ -338,11 +341,12 @@ def best_fill(values, needs, room):
 
 def undominated(types, classes):
     """The types some cheapest fractional fleet may need: a type is left out when another holds at
-    least as much CPU, memory and pod slots per dollar and every pod shape the first one fits."""
+    least as much of every resource (CPU, memory, pod slots, nodes) per dollar and every pod shape
+    the first one fits."""
     fits = []
-    for _, cpu, mem, pods in types:
-        fits.append(sum(1 << k for k, (c, m, _) in enumerate(classes) if c <= cpu and m <= mem and pods >= 1))
-    per_dollar = [(cpu / p, mem / p, pods / p) for p, cpu, mem, pods in types]
+    for _, cpu, mem, pods, _ in types:
+        fits.append(sum(1 << k for k, (c, m, _, _) in enumerate(classes) if c <= cpu and m <= mem and pods >= 1))
+    per_dollar = [tuple(r / t[0] for r in t[1:]) for t in types]
     keep = []
     for a, va in enumerate(per_dollar):
         if not fits[a]:
@@ -350,7 +354,7 @@ def undominated(types, classes):
         dominated = any(
             b != a
             and fits[b] & fits[a] == fits[a]
-            and all(vb[k] >= va[k] for k in range(3))
+            and all(vb[k] >= va[k] for k in range(len(va)))
             and (vb != va or fits[b] != fits[a] or b < a)
             for b, vb in enumerate(per_dollar)
         )
@@ -363,30 +367,34 @@ def assignment_bound(workload, pool, capacity, max_pods, daemonsets):
     """The fractional assignment LP's optimum: pods grouped by shape c (n_c pods), y[c,t] pods of c
     on type t (only types a pod of c fits on, DaemonSets included), x[t] fractional nodes of t,
     minimising sum(price_t * x_t) subject to sum_t y[c,t] = n_c and, per type and resource (CPU,
-    memory, pod slots), sum_c y[c,t] * request[c] <= x_t * allocatable[t]. A relaxation of the real
-    packing (pods indivisible, nodes whole), so a lower bound on any fleet; unlike `lower_bound` it
-    cannot buy CPU on one type and memory on another for the same pod.
+    memory, pod slots, and one node), sum_c y[c,t] * request[c] <= x_t * allocatable[t]. A pod
+    with hostname anti-affinity to its own kind requests a whole node of the last resource (no
+    node holds two), so the constrained workload's 100 such pods buy at least 100 nodes. A
+    relaxation of the real packing (pods indivisible, nodes whole), so a lower bound on any fleet;
+    unlike `lower_bound` it cannot buy CPU on one type and memory on another for the same pod.
 
     Solved by column generation: a column is one type filled fractionally with a mix of shapes
-    (`best_fill`, at most three shapes per vertex), the master LP over the columns found so far is
+    (`best_fill`, at most four shapes per vertex), the master LP over the columns found so far is
     solved by a revised simplex (one row per shape, Bland's rule), and its duals price every type
     again until no column pays. The value returned is the duals' Lagrangian bound, scaled to be
     feasible for every type, so it is a valid lower bound even if the loop stopped early."""
     classes = pod_classes(workload)
     # Units close to 1: cores, GiB, pods.
-    scaled = [(p, cpu / 1000, mem / 1024, pods) for p, cpu, mem, pods in allowed_types(pool, capacity, max_pods, daemonsets)]
-    needs = [(c / 1000, m / 1024, 1.0) for c, m, _ in classes]
-    types = undominated(scaled, [(c, m, n) for (c, m, n) in needs])
-    demand = [float(n) for _, _, n in classes]
+    scaled = [
+        (p, cpu / 1000, mem / 1024, pods, 1.0) for p, cpu, mem, pods in allowed_types(pool, capacity, max_pods, daemonsets)
+    ]
+    needs = [(c / 1000, m / 1024, 1.0, 1.0 if alone else 0.0) for c, m, _, alone in classes]
+    types = undominated(scaled, needs)
+    demand = [float(n) for _, _, n, _ in classes]
     k = len(classes)
 
     def most(t, c):
-        return min(t[1 + r] / needs[c][r] for r in range(3))
+        return min(t[1 + r] / needs[c][r] for r in range(4) if needs[c][r] > 0)
 
     # The first basis: each shape alone on the type that holds it cheapest per pod.
     columns = []
     for c in range(k):
-        best = min((t for t in types if t[4] >> c & 1), key=lambda t: t[0] / most(t, c))
+        best = min((t for t in types if t[5] >> c & 1), key=lambda t: t[0] / most(t, c))
         columns.append((best[0], {c: most(best, c)}))
     basis = list(range(k))
     inverse = [[1.0 / columns[c][1][c] if i == c else 0.0 for i in range(k)] for c in range(k)]
@@ -420,10 +428,10 @@ def assignment_bound(workload, pool, capacity, max_pods, daemonsets):
         # Pricing: the most each type is worth at these duals.
         worst, added = 1.0, 0
         for t in types:
-            shapes = [c for c in range(k) if t[4] >> c & 1 and duals[c] > EPS]
+            shapes = [c for c in range(k) if t[5] >> c & 1 and duals[c] > EPS]
             if not shapes:
                 continue
-            value, fill = best_fill([duals[c] for c in shapes], [needs[c] for c in shapes], t[1:4])
+            value, fill = best_fill([duals[c] for c in shapes], [needs[c] for c in shapes], t[1:5])
             worst = max(worst, value / t[0])
             if value > t[0] * (1 + 1e-7):
                 columns.append((t[0], {shapes[j]: z for j, z in fill.items()}))
