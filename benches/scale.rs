@@ -24,6 +24,7 @@
 //! arrive, then the drift roll.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -516,8 +517,55 @@ async fn burst(client: &Client, objects: &[Value], pods: usize) -> (Timings, usi
     }
 }
 
+/// The controller under test, started in a process group of its own, which a
+/// `KARPENTER_RS_BIN` wrapper that forks (heaptrack, say) shares with its children. Dropping it
+/// (the bench's end, a panic, or a signal: see [`main`]) stops the whole group, so no controller
+/// outlives the bench, holding its ports against the next run.
+struct Controller(Child);
+
+impl Controller {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        // The group's ID is the leader's PID.
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        // A wrapper may need a moment to write out what it recorded.
+        for _ in 0..100 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the bench until it ends or the process is told to stop (SIGINT, SIGTERM, SIGHUP): then
+/// the bench is dropped where it stands, and the controller it started with it.
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    let mut hangup = signal(SignalKind::hangup()).expect("a SIGHUP handler");
+    tokio::select! {
+        () = bench() => {}
+        _ = tokio::signal::ctrl_c() => eprintln!("SIGINT: the controller is stopped"),
+        _ = term.recv() => eprintln!("SIGTERM: the controller is stopped"),
+        _ = hangup.recv() => eprintln!("SIGHUP: the controller is stopped"),
+    }
+}
+
+/// One run: the phases of the module's doc, then the results on stdout.
+async fn bench() {
     // `cargo bench` passes --bench; only the environment configures this run.
     let pods: usize = std::env::var("SCALE_PODS")
         .ok()
@@ -576,20 +624,23 @@ async fn main() {
     let metrics_port = 18080;
     let log = std::fs::File::create(std::env::temp_dir().join("karpenter-rs-scale-bench.log"))
         .expect("log");
-    let mut controller: Child = Command::new(&binary)
-        .args([
-            "run",
-            "--cloud-provider",
-            "simulated",
-            "--disable-leader-election=true",
-        ])
-        .args(["--metrics-port", &metrics_port.to_string()])
-        .args(["--health-probe-port", "18081"])
-        .env("LOG_LEVEL", "error")
-        .stdout(Stdio::from(log.try_clone().expect("log")))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("start karpenter-rs run");
+    let controller = Controller(
+        Command::new(&binary)
+            .args([
+                "run",
+                "--cloud-provider",
+                "simulated",
+                "--disable-leader-election=true",
+            ])
+            .args(["--metrics-port", &metrics_port.to_string()])
+            .args(["--health-probe-port", "18081"])
+            .env("LOG_LEVEL", "error")
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .process_group(0)
+            .spawn()
+            .expect("start karpenter-rs run"),
+    );
     let pid = controller.id();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (_, idle_rss) = memory_mib(pid);
@@ -756,8 +807,7 @@ async fn main() {
         println!("{b}");
     }
 
-    let _ = controller.kill();
-    let _ = controller.wait();
+    drop(controller);
     let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
     for claim in Api::<NodeClaim>::all(client.clone())
         .list_metadata(&ListParams::default())
