@@ -1611,7 +1611,10 @@ async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pas
     };
     let (acted, replacement) = tokio::join!(pass, stand_in_kubelet);
     assert!(acted.expect("pass"));
-    assert!(deleting(&env.claim("default-big").await), "the candidate goes");
+    assert!(
+        deleting(&env.claim("default-big").await),
+        "the candidate goes"
+    );
     assert!(
         env.claim(&replacement)
             .await
