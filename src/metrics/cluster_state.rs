@@ -8,7 +8,7 @@
 //! does. The per-pod gauges (`karpenter_pods_state`, the pods' unbound and unstarted times and
 //! the `karpenter_pods_provisioning_*_time_seconds` families) are not the pass's: they are
 //! written from the pod cache when scraped ([`super::pods`], handed the caches once by
-//! `serve_pod_families` in `crate::controllers::metrics`), and share the pod helpers here
+//! the metrics controller's `serve_pod_families`), and share the pod helpers here
 //! (`condition_status`, `is_started`, `is_managed`, `seconds_since`).
 
 use std::collections::{BTreeMap, HashSet};

@@ -15,7 +15,7 @@
 //! sample says how long the pod has waited when Prometheus sees it rather than up to a pass
 //! interval (5 s) earlier; and the labels say where each pod is at the scrape, not at the last
 //! pass. The metrics controller hands these families the pod and node caches once, when it
-//! starts (`serve_pod_families` in `crate::controllers::metrics`).
+//! starts (its `serve_pod_families`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
