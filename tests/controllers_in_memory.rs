@@ -1817,6 +1817,53 @@ async fn a_replacement_keeps_the_zone_its_pods_need() {
     assert_eq!(zones, [&vec![zone]], "{:?}", replacement.spec.requirements);
 }
 
+/// Pods kube-scheduler has not judged yet (no `PodScheduled` condition) are about to take the
+/// room there is: a drifted node's pods are not planned into it. In a 20,000-pod drift roll
+/// kube-scheduler was minutes behind, with 1,500 pods it had not tried; an engine blind to them
+/// deleted drifted nodes into their room, and the provisioner then launched 184 NodeClaims for
+/// the pods left over.
+#[tokio::test(start_paused = true)]
+async fn a_drifted_nodes_pods_are_not_planned_into_room_pods_awaiting_the_scheduler_will_take() {
+    let env = Env::new().await;
+    drifted_node(&env, "default-drifted", true).await;
+    // Room for the drifted node's 1200m pod, or for the 1500m pod below, not for both.
+    let (_, other) = env.running(&builders::nodeclaim("default-b")).await;
+    env.create_namespaced(&builders::pod("b-web", &other.name_any()))
+        .await;
+    let mut awaiting = unschedulable_pod("awaiting", "1500m");
+    awaiting.status = None;
+    env.create_namespaced(&awaiting).await;
+
+    let mut reported = BlockedEvents::default();
+    let pass = settled_pass(&env.ctx, &mut reported);
+    tokio::pin!(pass);
+    let stand_in_kubelet = async {
+        loop {
+            if let Some(r) = replacements(&env).await.into_iter().next() {
+                bring_up(&env, &r.name_any()).await;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let launched = tokio::select! {
+        acted = &mut pass => {
+            acted.expect("pass");
+            false
+        }
+        () = stand_in_kubelet => true,
+    };
+    if launched {
+        assert!(pass.await.expect("pass"));
+    }
+    assert!(
+        launched,
+        "the drifted node's pod cannot have the room the awaiting pod will take: a replacement is launched"
+    );
+    assert!(deleting(&env.claim("default-drifted").await));
+    assert!(!deleting(&env.claim("default-b").await));
+}
+
 /// A command in flight counts against its NodePool's budget before the cache shows its node
 /// going: with room for one drifted node at a time, the next pass leaves the second alone.
 #[tokio::test(start_paused = true)]

@@ -82,6 +82,14 @@ pub struct Snapshot {
     /// (pod UID → the Node, or the NodeClaim not registered yet), set by
     /// [`Snapshot::nominate`].
     pub nominated: HashMap<String, String>,
+    /// Unbound pods kube-scheduler has not judged yet (no `PodScheduled` condition), kept out of
+    /// `pods`. In a live cluster such a pod most likely goes to room that exists, so the
+    /// provisioner waits for the scheduler's verdict, as upstream does; but the room it is about
+    /// to take is not free, so the disruption engine places it with the pending pods. With
+    /// thousands of pods created at once kube-scheduler takes minutes to judge them all, and an
+    /// engine blind to them deletes nodes into room those pods need. Only the controller's caches
+    /// fill it: offline, every unbound pod counts as judged unschedulable.
+    pub awaiting_scheduler: Vec<Arc<ClusterPod>>,
 }
 
 /// A pod as the core reads it: metadata of its own, and a spec and status that the replicas of

@@ -605,29 +605,7 @@ pub fn prepare(
         });
     }
 
-    let pending = cluster.pending_pods();
-    let mut pods = Vec::with_capacity(pending.len());
-    for p in pending {
-        if let Some(reason) = dra_reason(p) {
-            invalid_pods.push(Unschedulable {
-                pod: p.key(),
-                reason,
-            });
-            continue;
-        }
-        match p
-            .scheduling_pod()
-            .map_err(str::to_owned)
-            .and_then(|pod| with_volume_topology(cluster, p, pod.clone()))
-        {
-            Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
-            Ok(pod) => pods.push(pod),
-            Err(reason) => invalid_pods.push(Unschedulable {
-                pod: p.key(),
-                reason,
-            }),
-        }
-    }
+    let pods = scheduling_pods(cluster, cluster.pending_pods(), &mut invalid_pods);
 
     Prepared {
         input: Input {
@@ -641,6 +619,52 @@ pub fn prepare(
         static_templates,
         overlays_not_applied: types_by_class.not_applied,
     }
+}
+
+/// The scheduler's form of `pending` pods, with their volumes' topology; those the provisioner
+/// cannot launch for (DRA claims, unreadable specs, volumes not in the input) go to `invalid`
+/// with the reason, and DaemonSet and static (mirror) pods, which follow nodes, are left out.
+fn scheduling_pods<'a>(
+    cluster: &Snapshot,
+    pending: impl IntoIterator<Item = &'a ClusterPod>,
+    invalid: &mut Vec<Unschedulable>,
+) -> Vec<Pod> {
+    let mut pods = Vec::new();
+    for p in pending {
+        if let Some(reason) = dra_reason(p) {
+            invalid.push(Unschedulable {
+                pod: p.key(),
+                reason,
+            });
+            continue;
+        }
+        match p
+            .scheduling_pod()
+            .map_err(str::to_owned)
+            .and_then(|pod| with_volume_topology(cluster, p, pod.clone()))
+        {
+            Ok(pod) if pod.is_daemon() || pod.owner_kind.as_deref() == Some("Node") => {}
+            Ok(pod) => pods.push(pod),
+            Err(reason) => invalid.push(Unschedulable {
+                pod: p.key(),
+                reason,
+            }),
+        }
+    }
+    pods
+}
+
+/// The pods kube-scheduler has not judged yet ([`Snapshot::awaiting_scheduler`]) in the
+/// scheduler's form. The provisioner does not launch for them, but the disruption engine counts
+/// the room they are about to take. Those the provisioner could not launch for are left out
+/// here; they are reported once kube-scheduler finds no node for them.
+pub fn awaiting_scheduler_pods(cluster: &Snapshot) -> Vec<Pod> {
+    let mut unreported = Vec::new();
+    scheduling_pods(
+        cluster,
+        cluster.awaiting_scheduler.iter().map(Arc::as_ref),
+        &mut unreported,
+    )
 }
 
 /// Why a pod with dynamic resource allocation claims is not provisioned for: as upstream with its

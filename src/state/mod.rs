@@ -419,12 +419,13 @@ impl ClusterState {
     /// The cluster as the pure core sees it, in a stable order (by namespace and name) so the
     /// same cluster always gives the same decisions.
     pub fn snapshot(&self) -> Snapshot {
+        let (pods, awaiting_scheduler) = split_awaiting_scheduler(sorted(&self.pods));
         Snapshot {
             nodepools: sorted(&self.nodepools),
             nodeclasses: sorted(&self.nodeclasses),
             nodeclaims: sorted(&self.nodeclaims),
             nodes: sorted(&self.nodes),
-            pods: sorted_where(&self.pods, |p| !awaiting_scheduler(p)),
+            pods,
             daemonsets: sorted(&self.daemonsets),
             pdbs: self
                 .pdbs
@@ -440,27 +441,35 @@ impl ClusterState {
             node_overlays: self.node_overlays.as_ref().map(sorted).unwrap_or_default(),
             ignored: Vec::new(),
             nominated: HashMap::new(),
+            awaiting_scheduler,
         }
     }
 }
 
+/// Splits off the pods kube-scheduler has not judged yet that would otherwise wait for capacity
+/// (see [`Snapshot::awaiting_scheduler`]); such pods that never will (finished, being deleted,
+/// DaemonSet pods) are dropped, as the snapshot has no use for them.
+fn split_awaiting_scheduler(
+    pods: Vec<Arc<ClusterPod>>,
+) -> (Vec<Arc<ClusterPod>>, Vec<Arc<ClusterPod>>) {
+    let mut judged = Vec::with_capacity(pods.len());
+    let mut awaiting = Vec::new();
+    for pod in pods {
+        if !awaiting_scheduler(&pod) {
+            judged.push(pod);
+        } else if pod.is_pending() {
+            awaiting.push(pod);
+        }
+    }
+    (judged, awaiting)
+}
+
+/// The objects of `store`, shared with it (not copied), in (namespace, name) order.
 fn sorted<K: Resource + Clone>(store: &Store<K>) -> Vec<Arc<K>>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    sorted_where(store, |_| true)
-}
-
-/// The objects `keep` accepts, shared with the store (not copied), in (namespace, name) order.
-fn sorted_where<K: Resource + Clone>(store: &Store<K>, keep: impl Fn(&K) -> bool) -> Vec<Arc<K>>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
-    let mut items: Vec<Arc<K>> = store
-        .state()
-        .into_iter()
-        .filter(|o| keep(o.as_ref()))
-        .collect();
+    let mut items = store.state();
     items.sort_by(|a, b| {
         (a.meta().namespace.as_deref(), a.meta().name.as_deref())
             .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))
@@ -486,7 +495,7 @@ fn pdb_from_dynamic(o: &DynamicObject) -> Option<PodDisruptionBudget> {
 /// A pod kube-scheduler has not looked at yet (no node, no `PodScheduled` condition). Offline,
 /// `simulate` treats such pods as pending; in a live cluster they are most likely about to be
 /// bound to room that exists, so, like upstream, the provisioner waits for the scheduler's
-/// verdict (`PodScheduled=False`, reason `Unschedulable`).
+/// verdict (`PodScheduled=False`, reason `Unschedulable`), and the snapshot keeps them apart.
 fn awaiting_scheduler(pod: &ClusterPod) -> bool {
     let judged = pod
         .status

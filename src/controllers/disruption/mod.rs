@@ -117,7 +117,13 @@ fn engine_state(ctx: &Context, cluster: &Snapshot, prepared: Prepared) -> State 
     } = prepared;
     let now = ctx.clock.now();
     let planned_onto = ctx.nominations.targets(cluster, now);
-    let waiting = disruption_input::waiting(cluster, &input.existing, input.pods, planned_onto);
+    // Pods kube-scheduler has not judged yet are about to take room too: the engine must not
+    // disrupt nodes into it.
+    let mut pending = input.pods;
+    pending.extend(crate::snapshot::scheduling_input::awaiting_scheduler_pods(
+        cluster,
+    ));
+    let waiting = disruption_input::waiting(cluster, &input.existing, pending, planned_onto);
     let mut state = disruption_input::disruption_state(
         cluster,
         input.nodepools,
