@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::{StreamExt, stream};
+
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint as K8sTaint,
@@ -36,6 +38,10 @@ pub const SIMULATED_ANNOTATION: &str = "karpenter-rs.sh/simulated-instance";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// How often node Leases are renewed (a real kubelet: every 10 s).
 const HEARTBEAT: Duration = Duration::from_secs(10);
+/// Lease renewals in flight at once. Real kubelets renew independently; one at a time, a few
+/// hundred Nodes on a loaded API server took longer than the Lease's 40 s, so
+/// kube-controller-manager marked them NotReady and evicted their pods.
+const RENEWALS_AT_ONCE: usize = 32;
 
 /// The Node name EC2 would give an instance: `ip-a-b-c-d.<region>.compute.internal`, with an
 /// address derived from the instance ID.
@@ -218,16 +224,20 @@ pub async fn run(ctx: Arc<Context>, cloud: Arc<SimulatedProvider>, region: Strin
             }
             if last_heartbeat.elapsed() >= HEARTBEAT {
                 last_heartbeat = tokio::time::Instant::now();
-                for node in ctx.state.nodes.state() {
-                    if !node.annotations().contains_key(SIMULATED_ANNOTATION)
-                        || node.metadata.deletion_timestamp.is_some()
-                    {
-                        continue;
-                    }
-                    if let Err(e) = renew_lease(&leases, &node).await {
-                        tracing::debug!(node = %node.name_any(), error = %e, "lease renewal failed");
-                    }
-                }
+                let ours = ctx.state.nodes.state().into_iter().filter(|node| {
+                    node.annotations().contains_key(SIMULATED_ANNOTATION)
+                        && node.metadata.deletion_timestamp.is_none()
+                });
+                stream::iter(ours)
+                    .for_each_concurrent(RENEWALS_AT_ONCE, |node| {
+                        let leases = &leases;
+                        async move {
+                            if let Err(e) = renew_lease(leases, &node).await {
+                                tracing::debug!(node = %node.name_any(), error = %e, "lease renewal failed");
+                            }
+                        }
+                    })
+                    .await;
             }
         };
         guarded_pass("kubelet", &ctx, pass).await;
