@@ -449,9 +449,15 @@ fn a_business_hours_budget_blocks_drift_inside_the_window_only() {
     assert_eq!(cmd.replacements.len(), 1, "replacement first");
 }
 
-#[test]
-fn drift_replaces_one_node_at_a_time_oldest_first() {
-    let drifted = nodepool("default", "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{nodes: \"100%\"}]", "").replace("team: blue", "team: green");
+/// Three drifted nodes of a pool whose budget is `budget`, each running a small pod, the
+/// oldest first; settled round after round.
+fn drifted_three(budget: &str) -> (Vec<String>, Report) {
+    let drifted = nodepool(
+        "default",
+        &format!("    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{{nodes: \"{budget}\"}}]"),
+        "",
+    )
+    .replace("team: blue", "team: green");
     let docs = vec![
         NODECLASS.to_string(),
         drifted,
@@ -462,11 +468,6 @@ fn drift_replaces_one_node_at_a_time_oldest_first() {
         pod("b", "old", "100m", "", ""),
         pod("c", "middle", "100m", "", ""),
     ];
-    let r = run(&docs);
-    let cmds = commands(&r);
-    assert_eq!(cmds.len(), 1);
-    assert_eq!(cmds[0].candidates, ["old"]);
-    // Settling rolls them all, one per round, oldest first, each replaced before removal.
     let text = docs.join("\n---\n");
     let parsed = manifest::parse_str(&text, Path::new("test.yaml")).unwrap();
     let c = manifest::load(&parsed, monday_10()).unwrap();
@@ -478,20 +479,90 @@ fn drift_replaces_one_node_at_a_time_oldest_first() {
         monday_10(),
         Some(std::time::Duration::from_secs(15)),
     );
-    let order: Vec<&str> = settled
-        .disruptions
+    (docs, settled)
+}
+
+fn candidates_of(r: &Report) -> Vec<&str> {
+    r.disruptions
         .as_ref()
         .unwrap()
         .iter()
         .map(|c| c.candidates[0].as_str())
-        .collect();
-    assert_eq!(order, ["old", "middle", "young"]);
+        .collect()
+}
+
+#[test]
+fn drift_replaces_one_node_at_a_time_oldest_first_under_a_budget_of_one() {
+    let (docs, settled) = drifted_three("1");
+    let r = run(&docs);
+    assert_eq!(candidates_of(&r), ["old"]);
+    // Settling rolls them all, one per round, oldest first, each replaced before removal.
+    assert_eq!(candidates_of(&settled), ["old", "middle", "young"]);
+    let log = settled.round_log.as_ref().unwrap();
+    assert!(log.iter().all(|round| round.commands <= 1), "{log:?}");
     let cmds = settled.disruptions.as_ref().unwrap();
     assert!(cmds.iter().all(|c| c.candidates.len() == 1), "{cmds:#?}");
     // The first two nodes' pods fit on the others; the last one's need a replacement.
     assert!(cmds[0].replacements.is_empty() && cmds[1].replacements.is_empty());
     assert_eq!(cmds[2].replacements.len(), 1);
     assert!(settled.unschedulable.is_empty());
+}
+
+/// Upstream's drift decides one command per pass and counts on the next pass for the next node;
+/// ours decides as many as the budget allows in one, each on the state the ones before it leave
+/// (see the next test). A node an earlier command plans pods onto waits for a later pass: taken
+/// at once, it would be tainted before those pods arrive, and they would wait for its
+/// replacement instead of moving.
+#[test]
+fn drift_takes_as_many_nodes_in_one_pass_as_the_budget_allows_oldest_first() {
+    let (docs, settled) = drifted_three("100%");
+    let r = run(&docs);
+    let taken = candidates_of(&r);
+    assert_eq!(taken.len(), 2, "{:#?}", commands(&r));
+    assert_eq!(taken[0], "old");
+    let cmds = commands(&r);
+    assert!(cmds.iter().all(|c| c.candidates.len() == 1), "{cmds:#?}");
+    let left = ["middle", "young"]
+        .into_iter()
+        .find(|n| !taken.contains(n))
+        .unwrap();
+    assert!(
+        blocked_reason(&r, left).contains("planned onto it; it goes in a later pass"),
+        "{}",
+        blocked_reason(&r, left)
+    );
+    let log = settled.round_log.as_ref().unwrap();
+    assert_eq!(log[0].commands, 2, "{log:?}");
+    assert_eq!(settled.disruptions.as_ref().unwrap().len(), 3);
+    assert!(settled.unschedulable.is_empty());
+    let two = drifted_three("1").1;
+    assert_eq!(two.round_log.as_ref().unwrap()[0].commands, 1);
+}
+
+/// A later drift command of the same pass does not plan its pods into room an earlier one's
+/// pods take: two drifted nodes each run a pod of 1200m, and a node of another pool has room
+/// for one of them. The first command moves its pod there; the second needs a replacement.
+/// Decided on the pass's state alone, both would count on that room and one pod would wait.
+#[test]
+fn a_later_drift_command_of_a_pass_does_not_count_on_room_an_earlier_one_takes() {
+    let quiet = "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{nodes: \"100%\"}]";
+    let drifted = nodepool("default", quiet, "").replace("team: blue", "team: green");
+    let docs = vec![
+        NODECLASS.to_string(),
+        drifted,
+        nodepool("spare", quiet, ""),
+        node("old", "default", "m5.large", "on-demand", 200, ""),
+        node("young", "default", "m5.large", "on-demand", 2, ""),
+        node("room", "spare", "m5.large", "on-demand", 1, ""),
+        pod("a", "old", "1200m", "", ""),
+        pod("b", "young", "1200m", "", ""),
+    ];
+    let r = run(&docs);
+    assert_eq!(candidates_of(&r), ["old", "young"], "{:#?}", r.blocked);
+    let cmds = commands(&r);
+    assert!(cmds[0].replacements.is_empty(), "{cmds:#?}");
+    assert_eq!(cmds[1].replacements.len(), 1, "{cmds:#?}");
+    assert_eq!(cmds[1].replacements[0].pods, ["default/b"]);
 }
 
 #[test]

@@ -111,13 +111,7 @@ pub fn candidates(
             ));
             continue;
         }
-        let pods: Vec<usize> = state
-            .pods
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.node == Some(n) && p.reschedulable())
-            .map(|(i, _)| i)
-            .collect();
+        let pods = state.reschedulable_on(n);
         let mut protected = None;
         if node
             .annotations

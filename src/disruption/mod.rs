@@ -3,7 +3,8 @@
 //! Each evaluation runs upstream Karpenter's methods in order — expiration (forceful, outside
 //! budgets), then emptiness, drift, multi-node and single-node consolidation, of which only the
 //! first that finds something acts — and returns commands (what to delete, what to launch
-//! instead, what it saves) plus, for every node left alone, the reason.
+//! instead, what it saves) plus, for every node left alone, the reason. Drift may return several
+//! commands, as many as its budget allows, each decided on the state the ones before leave.
 
 pub mod budgets;
 pub mod candidates;
@@ -288,8 +289,22 @@ fn reschedule(
     excluded: &[usize],
     pods: Vec<crate::scheduling::pod::Pod>,
 ) -> Reschedule {
+    reschedule_placed(state, excluded, pods).0
+}
+
+/// Where a simulation put the candidates' pods that go to existing nodes: (position among the
+/// pods given, index into `State::nodes`).
+type Moves = Vec<(usize, usize)>;
+
+/// [`reschedule`], with where the pods that go to existing nodes go: what a later command of
+/// the same pass must count as taken ([`State::start`]).
+fn reschedule_placed(
+    state: &State,
+    excluded: &[usize],
+    pods: Vec<crate::scheduling::pod::Pod>,
+) -> (Reschedule, Moves) {
     if pods.is_empty() {
-        return Reschedule::Delete;
+        return (Reschedule::Delete, Vec::new());
     }
     let own = pods.len();
     let mut all = pods;
@@ -297,10 +312,13 @@ fn reschedule(
     let input = state.scheduler_input(excluded, all);
     let outcome = scheduler::solve(&input);
     if let Some((i, reason)) = outcome.errors.iter().find(|(i, _)| *i < own) {
-        return Reschedule::No(format!(
-            "pod {} could not be rescheduled: {reason}",
-            input.pods[*i].key()
-        ));
+        return (
+            Reschedule::No(format!(
+                "pod {} could not be rescheduled: {reason}",
+                input.pods[*i].key()
+            )),
+            Vec::new(),
+        );
     }
     // A node not initialized yet may never be: the candidates' pods do not count on it (the
     // displaced pods may; they are moving anyway).
@@ -309,17 +327,32 @@ fn reschedule(
         _ => None,
     });
     if let Some(node) = early {
-        return Reschedule::No(format!(
-            "its pods would go to node {}, which is not initialized yet",
-            node.name
-        ));
+        return (
+            Reschedule::No(format!(
+                "its pods would go to node {}, which is not initialized yet",
+                node.name
+            )),
+            Vec::new(),
+        );
     }
+    let moves = outcome.placements[..own]
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match p {
+            Some(Placement::Existing(k)) => {
+                let name = &input.existing.get(*k)?.name;
+                let n = state.nodes.iter().position(|n| n.name == *name)?;
+                Some((i, n))
+            }
+            _ => None,
+        })
+        .collect();
     let mut needed: Vec<PlannedNodeClaim> = outcome
         .nodeclaims
         .into_iter()
         .filter(|c| c.pods.iter().any(|&p| (p as usize) < own))
         .collect();
-    match needed.len() {
+    let decided = match needed.len() {
         0 => Reschedule::Delete,
         1 => match needed.pop() {
             Some(claim) => {
@@ -334,7 +367,17 @@ fn reschedule(
             None => Reschedule::No("the simulation lost its NodeClaim".into()),
         },
         n => Reschedule::No(format!("its pods would need {n} new nodes")),
-    }
+    };
+    (decided, moves)
+}
+
+/// [`reschedule`] of the pods `indices` (into `State::pods`) off the nodes `excluded`, with
+/// where those that go to existing nodes go, by index into `State::pods`.
+fn reschedule_on(state: &State, excluded: &[usize], indices: Vec<usize>) -> (Reschedule, Moves) {
+    let pods = indices.iter().map(|&p| state.pods[p].pod.clone()).collect();
+    let (decided, moves) = reschedule_placed(state, excluded, pods);
+    let moves = moves.into_iter().map(|(i, n)| (indices[i], n)).collect();
+    (decided, moves)
 }
 
 /// Why a nominated node (see [`State::nominated`]) is no candidate.
@@ -354,8 +397,7 @@ pub fn evaluate(state: &State, now: DateTime<Utc>, options: Options) -> Decision
 
 /// A wrapper around each voluntary method's computation (see [`evaluate_with`]): it gets the
 /// method and the computation, and must return what the computation returns.
-pub type Around<'a> =
-    dyn FnMut(Method, &mut dyn FnMut() -> Option<Command>) -> Option<Command> + 'a;
+pub type Around<'a> = dyn FnMut(Method, &mut dyn FnMut() -> Vec<Command>) -> Vec<Command> + 'a;
 
 /// Evaluates disruption once, handing each voluntary method's computation to `around`, which
 /// must call it and return its result: the controller times each method there (upstream's
@@ -410,11 +452,8 @@ impl<'a> Engine<'a> {
 
     fn reschedule(&self, nodes: &[&Candidate]) -> Reschedule {
         let excluded: Vec<usize> = nodes.iter().map(|c| c.node).collect();
-        let pods: Vec<_> = nodes
-            .iter()
-            .flat_map(|c| c.pods.iter().map(|&p| self.state.pods[p].pod.clone()))
-            .collect();
-        reschedule(self.state, &excluded, pods)
+        let pods = nodes.iter().flat_map(|c| c.pods.iter().copied()).collect();
+        reschedule_on(self.state, &excluded, pods).0
     }
 
     /// The replacement `new` asks for, launched as one of `options` (a subset of its claim's).
@@ -613,21 +652,25 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|&m| (m, live.iter().filter(|c| self.eligible(c, m)).count()))
             .collect();
-        let mut voluntary = None;
+        let mut voluntary = Vec::new();
         for method in Method::VOLUNTARY {
             let mut compute = || match method {
-                Method::Emptiness => self.emptiness(&live, &mut why),
+                Method::Emptiness => self.emptiness(&live, &mut why).into_iter().collect(),
                 Method::Drift => self.drift(&live, &mut why),
-                Method::MultiNodeConsolidation => self.multi_node(&live, &mut why),
-                Method::SingleNodeConsolidation => self.single_node(&live, &mut why),
-                Method::Expiration => None,
+                Method::MultiNodeConsolidation => {
+                    self.multi_node(&live, &mut why).into_iter().collect()
+                }
+                Method::SingleNodeConsolidation => {
+                    self.single_node(&live, &mut why).into_iter().collect()
+                }
+                Method::Expiration => Vec::new(),
             };
             voluntary = around(method, &mut compute);
-            if voluntary.is_some() {
+            if !voluntary.is_empty() {
                 break;
             }
         }
-        if let Some(cmd) = voluntary {
+        for cmd in voluntary {
             for name in &cmd.candidates {
                 if let Some(i) = self
                     .state
@@ -711,7 +754,7 @@ impl<'a> Engine<'a> {
         })
     }
 
-    fn drift(&self, live: &[&Candidate], why: &mut Reasons) -> Option<Command> {
+    fn drift(&self, live: &[&Candidate], why: &mut Reasons) -> Vec<Command> {
         let mut drifted: Vec<&Candidate> = Vec::new();
         for c in live {
             if let DriftVerdict::Drifted(_, _) = &c.drift {
@@ -733,7 +776,7 @@ impl<'a> Engine<'a> {
         let (statics, drifted): (Vec<&Candidate>, Vec<&Candidate>) =
             drifted.into_iter().partition(|c| c.is_static);
         if let Some(cmd) = self.static_drift(&statics, why) {
-            return Some(cmd);
+            return vec![cmd];
         }
         let reason_of = drift_reason;
         // Empty drifted nodes go together, within budget.
@@ -760,16 +803,28 @@ impl<'a> Engine<'a> {
             empty.push(*c);
         }
         if !empty.is_empty() {
-            return Some(Command {
+            return vec![Command {
                 method: Method::Drift,
                 reason: reason_of(empty[0]),
                 savings: empty.iter().map(|c| c.price).sum(),
                 candidates: empty.iter().map(|c| self.name(c)).collect(),
                 replacements: vec![],
-            });
+            }];
         }
+        // The others one command each, oldest first, as many as the budget allows. Each is
+        // decided on the state the ones before it leave (their candidates disrupting, their
+        // replacements on their way), as the next pass would see it: one command per pass made
+        // a 437-node roll take two hours with each pass's evaluation taking seconds.
+        let mut commands: Vec<Command> = Vec::new();
+        let mut moved: Vec<Moves> = Vec::new();
+        // Nodes an earlier command of the pass plans pods onto stay for a later pass: taken now,
+        // those pods would find them tainted and wait for a replacement instead of moving.
+        let mut destinations: BTreeSet<usize> = BTreeSet::new();
+        let mut working: Option<State> = None;
+        let mut started = 0;
         for c in drifted.iter().filter(|c| !c.pods.is_empty()) {
-            let allowance = self.allowance(&c.nodepool, DisruptionReason::Drifted, 0);
+            let n = taken.get(c.nodepool.as_str()).copied().unwrap_or(0);
+            let allowance = self.allowance(&c.nodepool, DisruptionReason::Drifted, n);
             if allowance.remaining == 0 {
                 why.set(
                     c.node,
@@ -782,36 +837,61 @@ impl<'a> Engine<'a> {
                 );
                 continue;
             }
-            match self.reschedule(&[c]) {
+            if destinations.contains(&c.node) {
+                why.set(
+                    c.node,
+                    Cause::NotCandidate,
+                    format!(
+                        "drifted ({}), but pods of a node drifting in the same pass are planned onto it; it goes in a later pass",
+                        reason_of(c)
+                    ),
+                );
+                continue;
+            }
+            if commands.len() > started {
+                let w = working.get_or_insert_with(|| self.state.clone());
+                for (cmd, moves) in commands[started..].iter().zip(&moved[started..]) {
+                    w.start(cmd, moves, |k| {
+                        format!("{}-replacement-{k}", cmd.candidates.join("-"))
+                    });
+                }
+                started = commands.len();
+            }
+            let state = working.as_ref().unwrap_or(self.state);
+            let (decided, moves) = reschedule_on(state, &[c.node], c.pods.clone());
+            let cmd = match decided {
                 Reschedule::No(reason) => {
                     why.set(
                         c.node,
                         Cause::NotWorthIt,
                         format!("drifted ({}), but {reason}", reason_of(c)),
                     );
+                    continue;
                 }
-                Reschedule::Delete => {
-                    return Some(Command {
-                        method: Method::Drift,
-                        reason: reason_of(c),
-                        candidates: vec![self.name(c)],
-                        replacements: vec![],
-                        savings: c.price,
-                    });
-                }
+                Reschedule::Delete => Command {
+                    method: Method::Drift,
+                    reason: reason_of(c),
+                    candidates: vec![self.name(c)],
+                    replacements: vec![],
+                    savings: c.price,
+                },
                 Reschedule::Replace(new) => {
                     let r = self.replacement(&new, &new.claim.instance_types);
-                    return Some(Command {
+                    Command {
                         method: Method::Drift,
                         reason: reason_of(c),
                         candidates: vec![self.name(c)],
                         savings: c.price - r.price,
                         replacements: vec![r],
-                    });
+                    }
                 }
-            }
+            };
+            *taken.entry(c.nodepool.as_str()).or_default() += 1;
+            destinations.extend(moves.iter().map(|&(_, n)| n));
+            commands.push(cmd);
+            moved.push(moves);
         }
-        None
+        commands
     }
 
     /// A drifted static node is replaced before it goes, so its pool keeps `spec.replicas`

@@ -177,6 +177,16 @@ impl State {
         self.pods.iter().filter(move |p| p.node == Some(n))
     }
 
+    /// The pods that need a new home if node `n` goes (indices into `pods`).
+    pub fn reschedulable_on(&self, n: usize) -> Vec<usize> {
+        self.pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.node == Some(n) && p.reschedulable())
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     /// The pods that need room besides a command's candidates' (`excluded`): those still on
     /// nodes being disrupted, and the pending ones.
     pub fn displaced_pods(&self, excluded: &[usize]) -> Vec<Pod> {
@@ -270,6 +280,89 @@ impl State {
             pods,
             options: self.options,
         }
+    }
+}
+
+impl State {
+    /// The state once `cmd` has started: its candidates are disrupting, its replacements are
+    /// NodeClaims on their way (named by `name_of`: the k-th replacement's NodeClaim name) with
+    /// the pods the command planned onto them, and the pods `moved` lists (index into `pods`,
+    /// index into `nodes`, of this state) are bound where the command planned them. The
+    /// candidates' other pods need room elsewhere. Several drift commands of one pass are each
+    /// decided, and validated, on the state the ones before them leave: otherwise two would plan
+    /// their pods into the same room.
+    pub fn start(
+        &mut self,
+        cmd: &super::Command,
+        moved: &[(usize, usize)],
+        name_of: impl Fn(usize) -> String,
+    ) {
+        let mut candidates = BTreeSet::new();
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if cmd
+                .candidates
+                .iter()
+                .any(|c| c.as_str() == node.name.as_ref())
+            {
+                node.disrupting = true;
+                candidates.insert(i);
+            }
+        }
+        for &(p, n) in moved {
+            if n < self.nodes.len()
+                && let Some(pod) = self.pods.get_mut(p)
+            {
+                pod.node = Some(n);
+            }
+        }
+        for (k, r) in cmd.replacements.iter().enumerate() {
+            let Some(mut node) = self.replacement_in_flight(r, name_of(k)) else {
+                continue;
+            };
+            // Its pods ride on it now; unbound, they are neither on a node nor pending.
+            for p in self.pods.iter_mut().filter(|p| {
+                p.node.is_some_and(|n| candidates.contains(&n)) && r.pods.contains(&p.pod.key())
+            }) {
+                node.requested.add(&p.pod.requests);
+                node.pods.push(p.pod.clone());
+                p.node = None;
+            }
+            self.waiting.in_flight.push(node);
+        }
+    }
+
+    /// A replacement as the capacity it will be before its Node registers, as a NodeClaim on its
+    /// way is counted (`snapshot::scheduling_input`): the least allocatable of its options, its
+    /// pool's taints and DaemonSet overhead, not initialized. `None` when its pool or options
+    /// are unknown: the pods then count on no room there.
+    fn replacement_in_flight(&self, r: &super::Replacement, name: String) -> Option<ExistingNode> {
+        let template = self
+            .templates
+            .iter()
+            .chain(&self.static_templates)
+            .find(|t| *t.name == *r.node_pool)?;
+        let options: BTreeSet<&str> = r.instance_type_options.iter().map(String::as_str).collect();
+        let allocatable = template
+            .instance_types
+            .iter()
+            .filter(|it| options.contains(it.name.as_ref()))
+            .map(|it| &it.allocatable)
+            .fold(None, |least: Option<Resources>, a| {
+                Some(least.map_or_else(|| a.clone(), |l| l.min(a)))
+            })?;
+        let mut labels_ = r.requirements.labels();
+        labels_.insert(labels::NODEPOOL.into(), r.node_pool.clone());
+        labels_.insert(labels::HOSTNAME.into(), name.clone());
+        Some(ExistingNode {
+            name: Arc::from(name),
+            labels: labels_,
+            taints: template.taints.clone(),
+            allocatable,
+            requested: template.daemon_overhead.clone(),
+            pods: Vec::new(),
+            initialized: false,
+            volume_limits: Default::default(),
+        })
     }
 }
 

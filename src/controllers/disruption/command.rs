@@ -117,42 +117,76 @@ pub(super) async fn delete_claim(api: &Api<NodeClaim>, name: &str) -> Result<(),
     }
 }
 
-/// Starts one voluntary command: re-validate it (after the validation delay where its method
-/// waits one), taint the candidates, launch the replacements, then hand it to `queue`, which
-/// [`complete`]s it beside the next passes. Returns whether it started.
-pub(super) async fn execute(
-    ctx: &Arc<Context>,
-    plan: &Planned<'_>,
-    queue: &mut Queue,
-) -> Result<bool, Error> {
-    let cmd = plan.cmd;
-    if !plan.claimed {
-        tracing::warn!(controller = "disruption", command = ?cmd.candidates, "a candidate has no NodeClaim; skipping the command");
-        return Ok(false);
-    }
-    if cmd.method.waits_validation_delay() {
+/// Starts the voluntary commands of one pass (all of one method; several only for drift):
+/// wait the validation delay where the method waits one, take one fresh view, then re-validate
+/// each command on it and [`start`] those that hold, each judged on the view the ones before it
+/// leave ([`State::start`]), as the engine decided them. Returns whether any started.
+pub(super) async fn execute(ctx: &Arc<Context>, plans: &[&Planned<'_>], queue: &mut Queue) -> bool {
+    let plans: Vec<&Planned<'_>> = plans
+        .iter()
+        .copied()
+        .filter(|plan| {
+            if !plan.claimed {
+                tracing::warn!(controller = "disruption", command = ?plan.cmd.candidates, "a candidate has no NodeClaim; skipping the command");
+            }
+            plan.claimed
+        })
+        .collect();
+    let Some(first) = plans.first() else {
+        return false;
+    };
+    if first.cmd.method.waits_validation_delay() {
         tokio::time::sleep(ctx.intervals.validation_delay).await;
-    } else if cmd.method == Method::Drift {
-        wait_drift_shown(ctx, cmd).await;
+    } else if first.cmd.method == Method::Drift {
+        wait_drift_shown(ctx, plans.iter().flat_map(|p| &p.cmd.candidates)).await;
     }
     let (fresh_cluster, mut fresh) = current_state(ctx).await;
     queue.mark(&mut fresh);
+    let mut acted = false;
+    for plan in plans {
+        match start(ctx, plan, &fresh_cluster, &fresh, queue).await {
+            Ok(Some(launched)) => {
+                // Where its pods go on existing nodes is not known here: they need room, which
+                // is the cautious side (a later command may be dropped, never overcommitted).
+                fresh.start(plan.cmd, &[], |k| {
+                    launched.get(k).cloned().unwrap_or_default()
+                });
+                acted = true;
+            }
+            Ok(None) => {}
+            Err(e) => super::report_failure(plan.cmd, &e),
+        }
+    }
+    acted
+}
+
+/// Starts one voluntary command if it still holds on `fresh` (the state of `fresh_cluster` with
+/// the pass's earlier commands started): taint the candidates, launch the replacements, then
+/// hand it to `queue`, which [`complete`]s it beside the next passes. Returns the replacements
+/// launched when it started.
+async fn start(
+    ctx: &Arc<Context>,
+    plan: &Planned<'_>,
+    fresh_cluster: &Snapshot,
+    fresh: &State,
+    queue: &mut Queue,
+) -> Result<Option<Vec<String>>, Error> {
+    let cmd = plan.cmd;
     let validated = validation::validate(
-        &fresh,
+        fresh,
         cmd,
         &plan.pods_before,
         ctx.clock.now(),
         Stage::Decided,
     );
-    drop(fresh);
     if let Err(why) = validated {
         METRICS
             .voluntary_disruption_failed_validations_total
             .with_label_values(&[cmd.method.consolidation_type()])
             .inc();
         // Nothing was tainted or launched yet: there is nothing to undo.
-        report_dropped(ctx, &fresh_cluster, cmd, &why).await;
-        return Ok(false);
+        report_dropped(ctx, fresh_cluster, cmd, &why).await;
+        return Ok(None);
     }
     tracing::info!(
         controller = "disruption",
@@ -175,7 +209,7 @@ pub(super) async fn execute(
         .candidates
         .iter()
         .filter_map(|n| {
-            claim_of(&fresh_cluster, n)?
+            claim_of(fresh_cluster, n)?
                 .labels()
                 .get(labels::NODEPOOL)
                 .cloned()
@@ -193,7 +227,7 @@ pub(super) async fn execute(
             .inc();
     }
     // Tainted before the replacements launch, so no pod lands on a candidate meanwhile.
-    taint_candidates(ctx, &fresh_cluster, cmd).await?;
+    taint_candidates(ctx, fresh_cluster, cmd).await?;
     let marker = serde_json::to_string(&CommandMarker {
         method: cmd.method,
         reason: cmd.reason.clone(),
@@ -210,7 +244,7 @@ pub(super) async fn execute(
             .find(|p| p.metadata.name.as_deref() == Some(&r.node_pool))
         else {
             rollback(ctx, cmd, &launched).await;
-            return Ok(false);
+            return Ok(None);
         };
         let mut claim = crate::controllers::provisioning::replacement_nodeclaim(
             pool,
@@ -239,7 +273,7 @@ pub(super) async fn execute(
         for node in &cmd.candidates {
             event_on(
                 ctx,
-                &fresh_cluster,
+                fresh_cluster,
                 node,
                 EventType::Normal,
                 "DisruptionLaunching",
@@ -252,9 +286,8 @@ pub(super) async fn execute(
             .await;
         }
     }
-    drop(fresh_cluster);
-    queue.start(ctx, cmd.clone(), launched, marker);
-    Ok(true)
+    queue.start(ctx, cmd.clone(), launched.clone(), marker);
+    Ok(Some(launched))
 }
 
 /// Taints the candidates `karpenter.sh/disrupted:NoSchedule` and records the reason on their
@@ -437,17 +470,18 @@ pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) 
     cleared
 }
 
-/// Waits until the NodeClaim of every candidate of drift command `cmd` shows `Drifted=True`,
-/// at most the validation delay. Upstream takes a node for drift only once its NodeClaim says
+/// Waits until the NodeClaim of every candidate of the pass's drift commands shows
+/// `Drifted=True`, at most the validation delay. Upstream takes a node for drift only once its NodeClaim says
 /// so; the engine detects drift itself (so `simulate` and `explain` see it) and the status loop
 /// writes the condition within seconds, so this is usually a few seconds, and users see why a
 /// node goes before it goes. A drift the status loop does not write waits the full delay, as
 /// every command did before.
-async fn wait_drift_shown(ctx: &Context, cmd: &Command) {
+async fn wait_drift_shown<'a>(ctx: &Context, candidates: impl Iterator<Item = &'a String>) {
+    let candidates: Vec<&String> = candidates.collect();
     let start = tokio::time::Instant::now();
     while start.elapsed() < ctx.intervals.validation_delay {
         let claims = ctx.state.nodeclaims.state();
-        let shown = cmd.candidates.iter().all(|node| {
+        let shown = candidates.iter().all(|node| {
             claims.iter().any(|c| {
                 c.status.as_ref().is_some_and(|s| {
                     s.node_name.as_deref() == Some(node.as_str())

@@ -250,22 +250,24 @@ pub async fn once(
     // Carrying a command out waits (the validation delay, the replacements' initialization) and
     // looks again at a fresh view; the view the commands were decided on is not held meanwhile.
     drop((cluster, state));
+    let (forced, voluntary): (Vec<&Planned>, Vec<&Planned>) = planned
+        .iter()
+        .partition(|plan| plan.cmd.method == Method::Expiration);
     let mut acted = false;
-    for plan in &planned {
-        let result = if plan.cmd.method == Method::Expiration {
-            expire(ctx, plan).await
-        } else {
-            execute(ctx, plan, queue).await
-        };
-        match result {
+    for plan in forced {
+        match expire(ctx, plan).await {
             Ok(done) => acted |= done,
-            Err(e) => {
-                queue_failure(plan.cmd, decision_label(plan.cmd));
-                tracing::warn!(controller = "disruption", command = ?plan.cmd.candidates, error = %e, "disruption command failed")
-            }
+            Err(e) => report_failure(plan.cmd, &e),
         }
     }
+    acted |= execute(ctx, &voluntary, queue).await;
     Ok(acted)
+}
+
+/// Counts and logs a command that failed while being carried out.
+fn report_failure(cmd: &Command, e: &Error) {
+    queue_failure(cmd, decision_label(cmd));
+    tracing::warn!(controller = "disruption", command = ?cmd.candidates, error = %e, "disruption command failed");
 }
 
 /// `delete` when a command only removes nodes, `replace` when it launches replacements.
