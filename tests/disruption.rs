@@ -535,8 +535,8 @@ fn drift_takes_as_many_nodes_in_one_pass_as_the_budget_allows_oldest_first() {
     assert_eq!(log[0].commands, 2, "{log:?}");
     assert_eq!(settled.disruptions.as_ref().unwrap().len(), 3);
     assert!(settled.unschedulable.is_empty());
-    let two = drifted_three("1").1;
-    assert_eq!(two.round_log.as_ref().unwrap()[0].commands, 1);
+    let budget_of_one = drifted_three("1").1;
+    assert_eq!(budget_of_one.round_log.as_ref().unwrap()[0].commands, 1);
 }
 
 /// A later drift command of the same pass does not plan its pods into room an earlier one's

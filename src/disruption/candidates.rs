@@ -111,7 +111,13 @@ pub fn candidates(
             ));
             continue;
         }
-        let pods = state.reschedulable_on(n);
+        let pods: Vec<usize> = state
+            .pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.node == Some(n) && p.reschedulable())
+            .map(|(i, _)| i)
+            .collect();
         let mut protected = None;
         if node
             .annotations

@@ -372,7 +372,7 @@ fn reschedule_placed(
 }
 
 /// [`reschedule`] of the pods `indices` (into `State::pods`) off the nodes `excluded`, with
-/// where those that go to existing nodes go, by index into `State::pods`.
+/// where those that go to existing nodes go: (index into `State::pods`, into `State::nodes`).
 fn reschedule_on(state: &State, excluded: &[usize], indices: Vec<usize>) -> (Reschedule, Moves) {
     let pods = indices.iter().map(|&p| state.pods[p].pod.clone()).collect();
     let (decided, moves) = reschedule_placed(state, excluded, pods);

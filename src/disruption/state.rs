@@ -177,16 +177,6 @@ impl State {
         self.pods.iter().filter(move |p| p.node == Some(n))
     }
 
-    /// The pods that need a new home if node `n` goes (indices into `pods`).
-    pub fn reschedulable_on(&self, n: usize) -> Vec<usize> {
-        self.pods
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.node == Some(n) && p.reschedulable())
-            .map(|(i, _)| i)
-            .collect()
-    }
-
     /// The pods that need room besides a command's candidates' (`excluded`): those still on
     /// nodes being disrupted, and the pending ones.
     pub fn displaced_pods(&self, excluded: &[usize]) -> Vec<Pod> {
