@@ -1343,3 +1343,56 @@ fn a_replacement_asks_only_for_the_pods_it_takes() {
         );
     }
 }
+
+/// A replacement is sized for its candidates' pods alone, never for pods placed beside them:
+/// here `moving`, displaced from a node being disrupted, needs a node of its own, and the
+/// simulation used to put `web` on that node and launch it as `big`'s replacement, sized for
+/// both. `moving` then went to its own command's replacement (or the provisioner's), and the
+/// room kept for it stayed empty: a 5,000-pod drift roll ended with a dearer fleet than it
+/// started with.
+#[test]
+fn a_replacement_is_sized_for_its_candidates_pods_alone() {
+    const DND: &str = "  annotations: {karpenter.sh/do-not-disrupt: \"true\"}";
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", CONSOLIDATE, ""),
+        node("big", "default", "m5.8xlarge", "on-demand", 24, ""),
+        pod("web", "big", "500m", "", ""),
+        node("leaving", "default", "m5.xlarge", "on-demand", 24, ""),
+        // Only an m5.xlarge holds it, so `big` is not where it is about to go (see
+        // `an_empty_node_that_waiting_pods_are_about_to_take_is_left_alone`).
+        pod(
+            "moving",
+            "leaving",
+            "3",
+            DND,
+            "  nodeSelector: {node.kubernetes.io/instance-type: m5.xlarge}",
+        ),
+    ];
+    let state = disrupting(state_of(&docs), "leaving");
+    let cmd = command_for(&state, "big").expect("big is consolidated");
+    let [r] = cmd.replacements.as_slice() else {
+        panic!("one replacement: {cmd:#?}");
+    };
+    assert_eq!(r.pods, ["default/web"], "{cmd:#?}");
+    assert!(
+        (500..1500).contains(&r.requests.cpu),
+        "web's 500m and the DaemonSet overhead, not moving's 3 CPU too: {:?}",
+        r.requests
+    );
+    let pool = state
+        .templates
+        .iter()
+        .find(|t| *t.name == *r.node_pool)
+        .expect("the replacement's pool");
+    let cheapest = pool
+        .instance_types
+        .iter()
+        .find(|it| *it.name == *r.instance_type)
+        .expect("its type");
+    assert!(
+        cheapest.allocatable.cpu < 3000,
+        "{} could hold moving too: the replacement is larger than web needs",
+        r.instance_type
+    );
+}

@@ -75,10 +75,11 @@ pub struct Replacement {
     /// The candidates' pods it takes (`namespace/name`); the simulation put the others on
     /// existing nodes.
     pub pods: Vec<String>,
-    /// What it must fit: the requests of every pod the simulation put on it and the DaemonSet
-    /// overhead, as a provisioned NodeClaim's `spec.resources.requests`. The candidates' pods
-    /// alone would both miss the overhead and count pods that go elsewhere: a replacement
-    /// sized for half of ten nodes' pods fits none of its options with all of them.
+    /// What it must fit: the requests of the pods the simulation put on it (the candidates'
+    /// pods it takes, never pods placed beside them: see `scheduler::Options::apart_from`) and
+    /// the DaemonSet overhead, as a provisioned NodeClaim's `spec.resources.requests`. The
+    /// candidates' pods alone would both miss the overhead and count pods that go elsewhere: a
+    /// replacement sized for half of ten nodes' pods fits none of its options with all of them.
     #[serde(skip)]
     pub requests: Resources,
     /// The requirements the simulation gave it (the zone a topology spread chose, say): launched
@@ -309,7 +310,11 @@ fn reschedule_placed(
     let own = pods.len();
     let mut all = pods;
     all.extend(state.displaced_pods(excluded));
-    let input = state.scheduler_input(excluded, all);
+    let mut input = state.scheduler_input(excluded, all);
+    // A replacement is sized for the candidates' pods alone: the others go to nodes of their
+    // own (their command's replacement, the provisioner's), and the room a replacement kept for
+    // them would stay empty.
+    input.options.apart_from = Some(own);
     let outcome = scheduler::solve(&input);
     if let Some((i, reason)) = outcome.errors.iter().find(|(i, _)| *i < own) {
         return (

@@ -201,6 +201,14 @@ pub struct Options {
     /// a multi-node consolidation may launch at most one replacement (upstream's rule), and
     /// sizing that replacement by cost would split it in several and block the merge.
     pub every_fitting_type: bool,
+    /// Pods from this index on (into `Input::pods`) never share a new NodeClaim with the pods
+    /// before it. The disruption engine puts the candidates' pods first and the pods it places
+    /// beside them after (pending ones, those of nodes already going): those may take room on
+    /// existing nodes the candidates' pods would otherwise use, but a replacement is launched
+    /// for the candidates' pods alone. Sized for both, it came up larger than its own pods need
+    /// while the others went to nodes of their own (their command's replacement, or the
+    /// provisioner's).
+    pub apart_from: Option<usize>,
 }
 
 /// Everything the solver reads.
@@ -362,6 +370,8 @@ struct Claim {
     best_per_pod: f64,
     /// The shape of the pod that opened it (`Solver::shapes`): the typical pod it is sized for.
     shape: u32,
+    /// Whether its pods are at or past `Options::apart_from` (see `Solver::apart`).
+    apart: bool,
 }
 
 struct Existing<'a> {
@@ -456,9 +466,9 @@ struct Solver<'a> {
     shapes: ResourceShapes,
     /// How new NodeClaims are sized and which a pod may join.
     sizing: Sizing,
-    /// The key a pod's NodeClaim skip list is kept under (with its relaxation): its class, or
-    /// with [`Sizing::ByShape`] its class and shape, since a pod never joins another shape's
-    /// NodeClaims there.
+    /// The key a pod's NodeClaim skip list is kept under (with its relaxation): its class, with
+    /// [`Sizing::ByShape`] its shape too, and its side of `Options::apart_from`, since a pod
+    /// never joins those NodeClaims of another (`Solver::routes`).
     route_of: Vec<u32>,
     /// How `Solver::worth_growing` measures the room a larger type adds.
     yardstick: Yardstick,
@@ -1034,9 +1044,8 @@ impl<'a> Solver<'a> {
             .collect();
 
         let shapes = ResourceShapes::whole_round(&input.pods);
-        let route_of = class_of.clone();
 
-        Self {
+        let mut solver = Self {
             input,
             pools,
             pool_order,
@@ -1051,13 +1060,39 @@ impl<'a> Solver<'a> {
             allow_well_known: AllowUndefined::well_known_labels(),
             shapes,
             sizing: Sizing::WholeRound,
-            route_of,
+            route_of: Vec::new(),
             yardstick: Yardstick::Pile,
             growth_slack: COST_SLACK,
             capped: false,
             close_call: Cell::new(false),
             holds: Holds::default(),
+        };
+        solver.route_of = solver.routes();
+        solver
+    }
+
+    /// Whether pod `i` is at or past `Options::apart_from`: it joins only NodeClaims opened by
+    /// such pods, and they only NodeClaims opened by it and its like.
+    fn apart(&self, i: usize) -> bool {
+        self.input.options.apart_from.is_some_and(|from| i >= from)
+    }
+
+    /// Each pod's NodeClaim skip-list key (`Solver::route_of`).
+    fn routes(&self) -> Vec<u32> {
+        let by_shape = self.sizing == Sizing::ByShape;
+        if !by_shape && self.input.options.apart_from.is_none() {
+            return self.class_of.clone();
         }
+        let mut routes: HashMap<(u32, u32, bool), u32> = HashMap::new();
+        (0..self.class_of.len())
+            .map(|i| {
+                let shape = if by_shape { self.shapes.of[i] } else { 0 };
+                let next = routes.len() as u32;
+                *routes
+                    .entry((self.class_of[i], shape, self.apart(i)))
+                    .or_insert(next)
+            })
+            .collect()
     }
 
     /// Sizes new NodeClaims for the typical pod of their opening pod's shape and keeps each pod
@@ -1067,19 +1102,7 @@ impl<'a> Solver<'a> {
     fn size_by_shape(&mut self, sizing: Sizing) {
         self.shapes = ResourceShapes::by_ratio(&self.input.pods);
         self.sizing = sizing;
-        if sizing == Sizing::FillByShape {
-            return;
-        }
-        let mut routes: HashMap<(u32, u32), u32> = HashMap::new();
-        self.route_of = self
-            .class_of
-            .iter()
-            .zip(&self.shapes.of)
-            .map(|(&class, &shape)| {
-                let next = routes.len() as u32;
-                *routes.entry((class, shape)).or_insert(next)
-            })
-            .collect();
+        self.route_of = self.routes();
     }
 
     fn run(&mut self) -> Outcome {
@@ -1814,7 +1837,14 @@ impl<'a> Solver<'a> {
         let mut best: Option<(usize, ClaimUpdate, f64)> = None;
         let mut fitting = 0;
         let shape = self.shapes.of[i];
+        let apart = self.apart(i);
         while c < len {
+            // Its route holds no NodeClaim of the other side of `Options::apart_from`.
+            if self.claims[c].apart != apart {
+                skip.kill(c);
+                c = skip.find(c + 1, len);
+                continue;
+            }
             // Sized by shape, a pod keeps to its own shape's NodeClaims (`Sizing::ByShape`), or
             // joins another shape's where it adds nothing to its cost, which ends the search like
             // any such claim (`Sizing::FillByShape`).
@@ -2502,6 +2532,7 @@ impl<'a> Solver<'a> {
             prices: Arc::default(),
             best_per_pod: f64::INFINITY,
             shape: self.shapes.of[i],
+            apart: self.apart(i),
         };
         if pod
             .host_ports
@@ -2576,6 +2607,7 @@ impl<'a> Solver<'a> {
             prices,
             best_per_pod,
             shape: self.shapes.of[i],
+            apart: self.apart(i),
         })
     }
 
