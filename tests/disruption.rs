@@ -1396,3 +1396,50 @@ fn a_replacement_is_sized_for_its_candidates_pods_alone() {
         r.instance_type
     );
 }
+
+/// A drifted node whose pods need several new nodes is replaced by them all, as upstream's
+/// drift launches every NodeClaim its simulation needs (consolidation launches at most one):
+/// here the NodePool now allows only m5.xlarge, which holds one of `big`'s 3-CPU pods. Before,
+/// such a node was left drifted for good ("its pods would need 2 new nodes"), so a NodePool
+/// whose requirements were narrowed to cap node sizes never finished its roll.
+#[test]
+fn a_drifted_node_whose_pods_need_several_new_nodes_is_replaced_by_them_all() {
+    use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
+    let quiet = "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{nodes: \"100%\"}]";
+    let only_xlarge =
+        "        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.xlarge]}";
+    let docs = vec![
+        NODECLASS.to_string(),
+        nodepool("default", quiet, only_xlarge),
+        node("big", "default", "m5.4xlarge", "on-demand", 24, ""),
+        pod("a", "big", "3", "", ""),
+        pod("b", "big", "3", "", ""),
+    ];
+    let r = run(&docs);
+    let [cmd] = commands(&r) else {
+        panic!("one command: {:#?} {:#?}", commands(&r), r.blocked);
+    };
+    assert_eq!(cmd.method, Method::Drift);
+    assert_eq!(cmd.candidates, ["big"]);
+    assert_eq!(cmd.replacements.len(), 2, "{cmd:#?}");
+    let mut pods: Vec<&str> = Vec::new();
+    for replacement in &cmd.replacements {
+        assert_eq!(replacement.instance_type, "m5.xlarge", "{cmd:#?}");
+        pods.extend(replacement.pods.iter().map(String::as_str));
+    }
+    pods.sort_unstable();
+    assert_eq!(pods, ["default/a", "default/b"]);
+
+    // Re-validated on an unchanged state, the plan still asks for both.
+    let state = state_of(&docs);
+    let before = pods_to_move(&state, cmd);
+    assert_eq!(
+        validate(&state, cmd, &before, monday_10(), Stage::Decided),
+        Ok(())
+    );
+    let mut one_short = cmd.clone();
+    one_short.replacements.pop();
+    let err = validate(&state, &one_short, &before, monday_10(), Stage::Decided)
+        .expect_err("one replacement cannot hold both pods");
+    assert!(err.contains("would now need 2 new nodes"), "{err}");
+}

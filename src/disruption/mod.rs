@@ -268,11 +268,14 @@ enum Reschedule {
     Delete,
     /// Everything fits with exactly one new node.
     Replace(Box<NewNode>),
+    /// Everything fits with several new nodes. Only drift launches them all (upstream's drift
+    /// launches every NodeClaim its simulation needs); consolidation launches at most one.
+    ReplaceMany(Vec<NewNode>),
     /// Not possible, with the reason.
     No(String),
 }
 
-/// The one new node a rescheduling needs.
+/// A new node a rescheduling needs.
 struct NewNode {
     /// The simulation's NodeClaim; its `instance_types` are the options that fit.
     claim: PlannedNodeClaim,
@@ -352,28 +355,35 @@ fn reschedule_placed(
             _ => None,
         })
         .collect();
-    let mut needed: Vec<PlannedNodeClaim> = outcome
+    let mut needed: Vec<NewNode> = outcome
         .nodeclaims
         .into_iter()
         .filter(|c| c.pods.iter().any(|&p| (p as usize) < own))
+        .map(|claim| {
+            let takes = claim
+                .pods
+                .iter()
+                .filter(|&&p| (p as usize) < own)
+                .map(|&p| input.pods[p as usize].key())
+                .collect();
+            NewNode { claim, takes }
+        })
         .collect();
-    let decided = match needed.len() {
-        0 => Reschedule::Delete,
-        1 => match needed.pop() {
-            Some(claim) => {
-                let takes = claim
-                    .pods
-                    .iter()
-                    .filter(|&&p| (p as usize) < own)
-                    .map(|&p| input.pods[p as usize].key())
-                    .collect();
-                Reschedule::Replace(Box::new(NewNode { claim, takes }))
-            }
-            None => Reschedule::No("the simulation lost its NodeClaim".into()),
-        },
-        n => Reschedule::No(format!("its pods would need {n} new nodes")),
+    let decided = if needed.len() > 1 {
+        Reschedule::ReplaceMany(needed)
+    } else {
+        match needed.pop() {
+            Some(new) => Reschedule::Replace(Box::new(new)),
+            None => Reschedule::Delete,
+        }
     };
     (decided, moves)
+}
+
+/// Why consolidation does not launch `news`: upstream's consolidation replaces nodes with at
+/// most one.
+fn too_many(news: &[NewNode]) -> String {
+    format!("its pods would need {} new nodes", news.len())
 }
 
 /// [`reschedule`] of the pods `indices` (into `State::pods`) off the nodes `excluded`, with
@@ -497,6 +507,7 @@ impl<'a> Engine<'a> {
         let names = nodes.iter().map(|c| self.name(c)).collect();
         match self.reschedule(nodes) {
             Reschedule::No(why) => Err(why),
+            Reschedule::ReplaceMany(news) => Err(too_many(&news)),
             Reschedule::Delete => Ok(Command {
                 method,
                 reason: DisruptionReason::Underutilized.to_string(),
@@ -623,8 +634,13 @@ impl<'a> Engine<'a> {
                     replacements: vec![],
                     savings: c.price,
                 };
-                if let Reschedule::Replace(new) = self.reschedule(&[c]) {
-                    let r = self.replacement(&new, &new.claim.instance_types);
+                let news = match self.reschedule(&[c]) {
+                    Reschedule::Replace(new) => vec![*new],
+                    Reschedule::ReplaceMany(news) => news,
+                    Reschedule::Delete | Reschedule::No(_) => Vec::new(),
+                };
+                for new in &news {
+                    let r = self.replacement(new, &new.claim.instance_types);
                     cmd.savings -= r.price;
                     cmd.replacements.push(r);
                 }
@@ -880,16 +896,8 @@ impl<'a> Engine<'a> {
                     replacements: vec![],
                     savings: c.price,
                 },
-                Reschedule::Replace(new) => {
-                    let r = self.replacement(&new, &new.claim.instance_types);
-                    Command {
-                        method: Method::Drift,
-                        reason: reason_of(c),
-                        candidates: vec![self.name(c)],
-                        savings: c.price - r.price,
-                        replacements: vec![r],
-                    }
-                }
+                Reschedule::Replace(new) => self.drift_replace(c, &[*new]),
+                Reschedule::ReplaceMany(news) => self.drift_replace(c, &news),
             };
             *taken.entry(c.nodepool.as_str()).or_default() += 1;
             destinations.extend(moves.iter().map(|&(_, n)| n));
@@ -897,6 +905,21 @@ impl<'a> Engine<'a> {
             moved.push(moves);
         }
         commands
+    }
+
+    /// Drifted node `c` replaced by `news`, launched first.
+    fn drift_replace(&self, c: &Candidate, news: &[NewNode]) -> Command {
+        let replacements: Vec<Replacement> = news
+            .iter()
+            .map(|new| self.replacement(new, &new.claim.instance_types))
+            .collect();
+        Command {
+            method: Method::Drift,
+            reason: drift_reason(c),
+            candidates: vec![self.name(c)],
+            savings: c.price - replacements.iter().map(|r| r.price).sum::<f64>(),
+            replacements,
+        }
     }
 
     /// A drifted static node is replaced before it goes, so its pool keeps `spec.replicas`
@@ -1329,6 +1352,10 @@ pub fn explain(
                     saves.abs()
                 )
             }
+            Reschedule::ReplaceMany(news) => format!(
+                "its pods need {} new nodes: drift would launch them all, consolidation launches at most one",
+                news.len()
+            ),
             Reschedule::No(why) => format!("it cannot be removed: {why}"),
         };
     }

@@ -18,7 +18,7 @@ use super::budgets;
 use super::candidates::candidates;
 use super::drift::DriftVerdict;
 use super::state::State;
-use super::{Command, Method, Reschedule, reschedule};
+use super::{Command, Method, Replacement, Reschedule, reschedule};
 
 /// Where the command stands when it is validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,10 +165,12 @@ fn within_budgets(
 }
 
 /// A fresh simulation without the candidates still asks for what `cmd` launches: nothing for a
-/// deletion; for a replacement, one node whose instance types include all the command's (the
-/// simulation does not filter by price, so it may offer more). A consolidation whose pods now
-/// fit without its replacement is re-decided rather than paid for; a drifted node is replaced
-/// even if its pods now fit elsewhere (it goes either way, and its replacement is capacity).
+/// deletion; for replacements, as many new nodes, each matched by one of them in the same
+/// NodePool whose instance types include all of that replacement's (the simulation does not
+/// filter by price, so it may offer more). A consolidation whose pods now fit without its
+/// replacement is re-decided rather than paid for; a drifted node is replaced even if its pods
+/// now fit elsewhere or on fewer new nodes (it goes either way, and its replacements are
+/// capacity).
 fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
     let excluded: Vec<usize> = fresh
         .nodes
@@ -183,41 +185,73 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
         .filter(|p| p.node.is_some_and(|n| excluded.contains(&n)) && p.reschedulable())
         .map(|p| p.pod.clone())
         .collect();
-    let planned = cmd.replacements.first();
-    match (reschedule(fresh, &excluded, pods), planned) {
-        (Reschedule::No(why), _) => Err(format!("the candidates' pods no longer fit: {why}")),
-        (Reschedule::Delete, None) => Ok(()),
-        (Reschedule::Delete, Some(_)) if cmd.method == Method::Drift => Ok(()),
-        (Reschedule::Delete, Some(_)) => Err(
+    let needed = match reschedule(fresh, &excluded, pods) {
+        Reschedule::No(why) => return Err(format!("the candidates' pods no longer fit: {why}")),
+        Reschedule::Delete => Vec::new(),
+        Reschedule::Replace(new) => vec![*new],
+        Reschedule::ReplaceMany(news) => news,
+    };
+    let planned = &cmd.replacements;
+    if needed.is_empty() && !planned.is_empty() && cmd.method != Method::Drift {
+        return Err(
             "the candidates' pods now fit on the remaining nodes without a replacement; the command is decided afresh".into(),
-        ),
-        (Reschedule::Replace(_), None) => Err(
-            "the candidates' pods no longer fit on the remaining nodes (they would need a new node)".into(),
-        ),
-        (Reschedule::Replace(boxed), Some(r)) => {
-            let claim = &boxed.claim;
-            let template = &fresh.templates[claim.nodepool];
-            let fitting: Vec<&str> = claim
-                .instance_types
-                .iter()
-                .map(|&t| template.instance_types[t as usize].name.as_ref())
-                .collect();
-            let missing = r
-                .instance_type_options
-                .iter()
-                .find(|t| !fitting.contains(&t.as_str()));
-            match missing {
-                _ if *template.name != *r.node_pool => Err(format!(
+        );
+    }
+    if needed.len() > planned.len() {
+        return Err(match planned.len() {
+            0 => "the candidates' pods no longer fit on the remaining nodes (they would need a new node)".into(),
+            n => format!(
+                "the candidates' pods would now need {} new nodes, the command launches {n}",
+                needed.len()
+            ),
+        });
+    }
+    if needed.len() < planned.len() && cmd.method != Method::Drift {
+        return Err(format!(
+            "the candidates' pods would now need {} new nodes, the command launches {}; the command is decided afresh",
+            needed.len(),
+            planned.len()
+        ));
+    }
+    // Each new node the fresh plan needs takes one of the command's replacements.
+    let mut unmatched: Vec<&Replacement> = planned.iter().collect();
+    for new in &needed {
+        let claim = &new.claim;
+        let template = &fresh.templates[claim.nodepool];
+        let fitting: Vec<&str> = claim
+            .instance_types
+            .iter()
+            .map(|&t| template.instance_types[t as usize].name.as_ref())
+            .collect();
+        let covers = |r: &Replacement| {
+            *template.name == *r.node_pool
+                && r.instance_type_options
+                    .iter()
+                    .all(|t| fitting.contains(&t.as_str()))
+        };
+        let Some(k) = unmatched.iter().position(|r| covers(r)) else {
+            // Said of the first replacement left: with one, what made it not match.
+            let missing = unmatched.first().and_then(|r| {
+                r.instance_type_options
+                    .iter()
+                    .find(|t| !fitting.contains(&t.as_str()))
+            });
+            return Err(match (unmatched.first(), missing) {
+                (Some(r), _) if *template.name != *r.node_pool => format!(
                     "the candidates' pods would now go to NodePool {}, not {}",
                     template.name, r.node_pool
-                )),
-                Some(t) => Err(format!(
-                    "the replacement's instance type {t} no longer fits the candidates' pods"
-                )),
-                None => Ok(()),
-            }
-        }
+                ),
+                (_, Some(t)) => {
+                    format!(
+                        "the replacement's instance type {t} no longer fits the candidates' pods"
+                    )
+                }
+                _ => "the replacements no longer match the candidates' pods".into(),
+            });
+        };
+        unmatched.swap_remove(k);
     }
+    Ok(())
 }
 
 /// How many pods each of the command's candidates must move, recorded when the command is
