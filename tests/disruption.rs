@@ -1297,6 +1297,35 @@ fn an_empty_node_that_waiting_pods_are_about_to_take_is_left_alone() {
     assert_eq!(blocked(&planned), disruption::NOMINATED);
 }
 
+/// The one replacement of the command `state` decides for node `name` alone.
+fn sole_replacement(
+    state: &karpenter_rs::disruption::state::State,
+    name: &str,
+) -> disruption::Replacement {
+    let cmd = command_for(state, name).unwrap_or_else(|| panic!("{name} is consolidated"));
+    let [r] = cmd.replacements.as_slice() else {
+        panic!("one replacement: {cmd:#?}");
+    };
+    r.clone()
+}
+
+/// Instance type `name` of replacement `r`'s NodePool, as `state` knows it.
+fn instance_type<'a>(
+    state: &'a karpenter_rs::disruption::state::State,
+    r: &disruption::Replacement,
+    name: &str,
+) -> &'a karpenter_rs::scheduling::instance_type::InstanceType {
+    let pool = state
+        .templates
+        .iter()
+        .find(|t| *t.name == *r.node_pool)
+        .expect("the replacement's pool");
+    pool.instance_types
+        .iter()
+        .find(|it| *it.name == *name)
+        .unwrap_or_else(|| panic!("{name} is not a type of NodePool {}", r.node_pool))
+}
+
 /// A replacement asks for what the simulation put on it, not for every pod of its candidates:
 /// here `small` goes to `spare` and only `wide` to the new node. Launched with both pods'
 /// requests, a multi-node consolidation's replacement fitted none of its options (sized for the
@@ -1315,27 +1344,15 @@ fn a_replacement_asks_only_for_the_pods_it_takes() {
         pod("tiny", "spare", "100m", DND, ""),
     ];
     let state = state_of(&docs);
-    let cmd = command_for(&state, "big").expect("big is consolidated");
-    let [r] = cmd.replacements.as_slice() else {
-        panic!("one replacement: {cmd:#?}");
-    };
-    assert_eq!(r.pods, ["default/wide"], "{cmd:#?}");
+    let r = sole_replacement(&state, "big");
+    assert_eq!(r.pods, ["default/wide"], "{r:#?}");
     assert!(
         (3000..4500).contains(&r.requests.cpu),
         "wide's 3 CPU and the DaemonSet overhead, not small's too: {:?}",
         r.requests
     );
-    let pool = state
-        .templates
-        .iter()
-        .find(|t| *t.name == *r.node_pool)
-        .expect("the replacement's pool");
     for option in &r.instance_type_options {
-        let it = pool
-            .instance_types
-            .iter()
-            .find(|it| *it.name == **option)
-            .expect("an option of the pool");
+        let it = instance_type(&state, &r, option);
         assert!(
             r.requests.fits(&it.allocatable),
             "{option} cannot hold the requests {:?}",
@@ -1370,26 +1387,14 @@ fn a_replacement_is_sized_for_its_candidates_pods_alone() {
         ),
     ];
     let state = disrupting(state_of(&docs), "leaving");
-    let cmd = command_for(&state, "big").expect("big is consolidated");
-    let [r] = cmd.replacements.as_slice() else {
-        panic!("one replacement: {cmd:#?}");
-    };
-    assert_eq!(r.pods, ["default/web"], "{cmd:#?}");
+    let r = sole_replacement(&state, "big");
+    assert_eq!(r.pods, ["default/web"], "{r:#?}");
     assert!(
         (500..1500).contains(&r.requests.cpu),
         "web's 500m and the DaemonSet overhead, not moving's 3 CPU too: {:?}",
         r.requests
     );
-    let pool = state
-        .templates
-        .iter()
-        .find(|t| *t.name == *r.node_pool)
-        .expect("the replacement's pool");
-    let cheapest = pool
-        .instance_types
-        .iter()
-        .find(|it| *it.name == *r.instance_type)
-        .expect("its type");
+    let cheapest = instance_type(&state, &r, &r.instance_type);
     assert!(
         cheapest.allocatable.cpu < 3000,
         "{} could hold moving too: the replacement is larger than web needs",
