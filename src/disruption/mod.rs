@@ -380,12 +380,6 @@ fn reschedule_placed(
     (decided, moves)
 }
 
-/// Why consolidation does not launch `news`: upstream's consolidation replaces nodes with at
-/// most one.
-fn too_many(news: &[NewNode]) -> String {
-    format!("its pods would need {} new nodes", news.len())
-}
-
 /// [`reschedule`] of the pods `indices` (into `State::pods`) off the nodes `excluded`, with
 /// where those that go to existing nodes go: (index into `State::pods`, into `State::nodes`).
 fn reschedule_on(state: &State, excluded: &[usize], indices: Vec<usize>) -> (Reschedule, Moves) {
@@ -507,7 +501,10 @@ impl<'a> Engine<'a> {
         let names = nodes.iter().map(|c| self.name(c)).collect();
         match self.reschedule(nodes) {
             Reschedule::No(why) => Err(why),
-            Reschedule::ReplaceMany(news) => Err(too_many(&news)),
+            // Upstream's consolidation launches at most one replacement.
+            Reschedule::ReplaceMany(news) => {
+                Err(format!("its pods would need {} new nodes", news.len()))
+            }
             Reschedule::Delete => Ok(Command {
                 method,
                 reason: DisruptionReason::Underutilized.to_string(),

@@ -230,13 +230,14 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
                     .all(|t| fitting.contains(&t.as_str()))
         };
         let Some(k) = unmatched.iter().position(|r| covers(r)) else {
-            // Said of the first replacement left: with one, what made it not match.
-            let missing = unmatched.first().and_then(|r| {
+            // No replacement left covers this node: say why the first one does not.
+            let first = unmatched.first();
+            let missing = first.and_then(|r| {
                 r.instance_type_options
                     .iter()
                     .find(|t| !fitting.contains(&t.as_str()))
             });
-            return Err(match (unmatched.first(), missing) {
+            return Err(match (first, missing) {
                 (Some(r), _) if *template.name != *r.node_pool => format!(
                     "the candidates' pods would now go to NodePool {}, not {}",
                     template.name, r.node_pool

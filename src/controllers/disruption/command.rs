@@ -474,8 +474,8 @@ pub(super) async fn rollback(ctx: &Context, cmd: &Command, launched: &[String]) 
 /// `Drifted=True`, at most the validation delay. Upstream takes a node for drift only once its
 /// NodeClaim says so; the engine detects drift itself (so `simulate` and `explain` see it) and
 /// the status loop writes the condition within seconds, so this is usually a few seconds, and
-/// users see why a node goes before it goes. A drift the status loop does not write waits the full delay, as
-/// every command did before.
+/// users see why a node goes before it goes. A drift the status loop does not write waits the
+/// full delay, as every command did before.
 async fn wait_drift_shown<'a>(ctx: &Context, candidates: impl Iterator<Item = &'a String>) {
     let candidates: Vec<&String> = candidates.collect();
     let start = tokio::time::Instant::now();
