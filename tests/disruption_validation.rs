@@ -104,8 +104,8 @@ fn an_empty_node_still_empty_passes_despite_its_own_taint() {
     assert!(s.nodes[0].disrupting, "the taint marks it disrupting");
     let cmd = command(Method::Emptiness);
     assert_eq!(
-        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
-        Ok(())
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided).map(|v| v.moves),
+        Ok(vec![])
     );
 }
 
@@ -120,8 +120,8 @@ fn a_pod_that_arrived_aborts_emptiness_and_consolidation() {
     let cmd = command(Method::SingleNodeConsolidation);
     assert!(validate(&s, &cmd, &pods_to_move(&empty, &cmd), now(), Stage::Decided).is_err());
     assert_eq!(
-        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
-        Ok(())
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided).map(|v| v.moves),
+        Ok(vec![(0, 1)]),
     );
 }
 
@@ -146,8 +146,8 @@ fn a_budget_used_up_meanwhile_aborts() {
     assert!(err.contains("budget for Empty"), "{err}");
     let s = state_with(vec![], &[("n2", false), ("n3", false)], "1");
     assert_eq!(
-        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
-        Ok(())
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided).map(|v| v.moves),
+        Ok(vec![])
     );
 }
 
@@ -161,8 +161,8 @@ fn pods_that_no_longer_fit_abort_consolidation() {
     assert!(err.contains("no longer fit"), "{err}");
     let s = state_with(vec![pod("p", json!({}))], &[("n2", false)], "10");
     assert_eq!(
-        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided),
-        Ok(())
+        validate(&s, &cmd, &pods_to_move(&s, &cmd), now(), Stage::Decided).map(|v| v.moves),
+        Ok(vec![(0, 1)]),
     );
 }
 
@@ -209,8 +209,9 @@ fn a_static_nodes_drift_goes_ahead_where_its_pods_fit_nowhere_else() {
             &pods_to_move(&fixed, &cmd),
             now(),
             Stage::Decided
-        ),
-        Ok(())
+        )
+        .map(|v| v.moves),
+        Ok(vec![])
     );
 }
 

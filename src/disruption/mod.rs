@@ -283,25 +283,18 @@ struct NewNode {
     takes: Vec<String>,
 }
 
+/// Where a simulation put the candidates' pods that go to existing nodes: (position among the
+/// pods given, or index into `State::pods` where the caller names pods by index, and index into
+/// `State::nodes`).
+pub type Moves = Vec<(usize, usize)>;
+
 /// Simulates `pods` rescheduling on the nodes of `state` but `excluded`: the one simulation both
 /// the decision and its re-validation make, so a command is re-checked by the rule that chose it.
 /// The pods of nodes already being disrupted and the pending pods are placed beside them, as
 /// upstream's simulation does, so the candidates' pods are not planned into room those need;
-/// only what the candidates' own pods need decides (the provisioner launches the rest).
-fn reschedule(
-    state: &State,
-    excluded: &[usize],
-    pods: Vec<crate::scheduling::pod::Pod>,
-) -> Reschedule {
-    reschedule_placed(state, excluded, pods).0
-}
-
-/// Where a simulation put the candidates' pods that go to existing nodes: (position among the
-/// pods given, index into `State::nodes`).
-type Moves = Vec<(usize, usize)>;
-
-/// [`reschedule`], with where the pods that go to existing nodes go: what a later command of
-/// the same pass must count as taken ([`State::start`]).
+/// only what the candidates' own pods need decides (the provisioner launches the rest). Also
+/// returns where the pods that go to existing nodes go: what a later command of the same pass
+/// must count as taken ([`State::start`]).
 fn reschedule_placed(
     state: &State,
     excluded: &[usize],
@@ -380,13 +373,36 @@ fn reschedule_placed(
     (decided, moves)
 }
 
-/// [`reschedule`] of the pods `indices` (into `State::pods`) off the nodes `excluded`, with
+/// [`reschedule_placed`] of the pods `indices` (into `State::pods`) off the nodes `excluded`, with
 /// where those that go to existing nodes go: (index into `State::pods`, into `State::nodes`).
 fn reschedule_on(state: &State, excluded: &[usize], indices: Vec<usize>) -> (Reschedule, Moves) {
     let pods = indices.iter().map(|&p| state.pods[p].pod.clone()).collect();
     let (decided, moves) = reschedule_placed(state, excluded, pods);
     let moves = moves.into_iter().map(|(i, n)| (indices[i], n)).collect();
     (decided, moves)
+}
+
+/// The replacement `new` asks for, launched as one of `options` (a subset of its claim's).
+fn replacement(state: &State, new: &NewNode, options: &[u32]) -> Replacement {
+    let claim = &new.claim;
+    let pool = &state.templates[claim.nodepool];
+    let first = options.first().map(|&t| &pool.instance_types[t as usize]);
+    let offering = first.and_then(|it| scheduler::launch_offering(it, &claim.requirements));
+    Replacement {
+        node_pool: pool.name.to_string(),
+        instance_type: first.map(|it| it.name.to_string()).unwrap_or_default(),
+        capacity_type: offering
+            .map(|o| o.capacity_type.label().to_string())
+            .unwrap_or_default(),
+        price: offering.map_or(0.0, |o| o.price),
+        instance_type_options: options
+            .iter()
+            .map(|&t| pool.instance_types[t as usize].name.to_string())
+            .collect(),
+        pods: new.takes.clone(),
+        requests: claim.requests.clone(),
+        requirements: claim.requirements.clone(),
+    }
 }
 
 /// Why a nominated node (see [`State::nominated`]) is no candidate.
@@ -463,29 +479,6 @@ impl<'a> Engine<'a> {
         let excluded: Vec<usize> = nodes.iter().map(|c| c.node).collect();
         let pods = nodes.iter().flat_map(|c| c.pods.iter().copied()).collect();
         reschedule_on(self.state, &excluded, pods).0
-    }
-
-    /// The replacement `new` asks for, launched as one of `options` (a subset of its claim's).
-    fn replacement(&self, new: &NewNode, options: &[u32]) -> Replacement {
-        let claim = &new.claim;
-        let pool = &self.state.templates[claim.nodepool];
-        let first = options.first().map(|&t| &pool.instance_types[t as usize]);
-        let offering = first.and_then(|it| scheduler::launch_offering(it, &claim.requirements));
-        Replacement {
-            node_pool: pool.name.to_string(),
-            instance_type: first.map(|it| it.name.to_string()).unwrap_or_default(),
-            capacity_type: offering
-                .map(|o| o.capacity_type.label().to_string())
-                .unwrap_or_default(),
-            price: offering.map_or(0.0, |o| o.price),
-            instance_type_options: options
-                .iter()
-                .map(|&t| pool.instance_types[t as usize].name.to_string())
-                .collect(),
-            pods: new.takes.clone(),
-            requests: claim.requests.clone(),
-            requirements: claim.requirements.clone(),
-        }
     }
 
     fn pod_names(&self, nodes: &[&Candidate]) -> Vec<String> {
@@ -585,7 +578,7 @@ impl<'a> Engine<'a> {
                     cheaper.truncate(MIN_SPOT_TO_SPOT_TYPES);
                 }
                 let cheaper_options: Vec<u32> = cheaper.iter().map(|(t, _)| *t).collect();
-                let replacement = self.replacement(&new, &cheaper_options);
+                let replacement = replacement(self.state, &new, &cheaper_options);
                 Ok(Command {
                     method,
                     reason: DisruptionReason::Underutilized.to_string(),
@@ -637,7 +630,7 @@ impl<'a> Engine<'a> {
                     Reschedule::Delete | Reschedule::No(_) => Vec::new(),
                 };
                 for new in &news {
-                    let r = self.replacement(new, &new.claim.instance_types);
+                    let r = replacement(self.state, new, &new.claim.instance_types);
                     cmd.savings -= r.price;
                     cmd.replacements.push(r);
                 }
@@ -908,7 +901,7 @@ impl<'a> Engine<'a> {
     fn drift_replace(&self, c: &Candidate, news: &[NewNode]) -> Command {
         let replacements: Vec<Replacement> = news
             .iter()
-            .map(|new| self.replacement(new, &new.claim.instance_types))
+            .map(|new| replacement(self.state, new, &new.claim.instance_types))
             .collect();
         Command {
             method: Method::Drift,
@@ -1337,7 +1330,7 @@ pub fn explain(
                 c.price
             ),
             Reschedule::Replace(new) => {
-                let r = engine.replacement(&new, &new.claim.instance_types);
+                let r = replacement(engine.state, &new, &new.claim.instance_types);
                 let saves = c.price - r.price;
                 format!(
                     "its pods need one new node: cheapest {} ({}) at ${:.4}/hour vs ${:.4}/hour now, {} ${:.4}/hour",

@@ -6,7 +6,9 @@
 //! budgets still allow it, and a fresh scheduling simulation without the candidates still asks
 //! for what the command launches (nothing, or one node among the same instance types), as
 //! upstream's validation does. Validating before the launch, not after, means a command that
-//! no longer holds costs nothing: no replacement is paid for and then thrown away.
+//! no longer holds costs nothing: no replacement is paid for and then thrown away. Drift is the
+//! exception on the plan (upstream does not re-validate it): a drifted node goes either way, so
+//! where its pods now need other replacements it is replaced by those rather than dropped.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +20,7 @@ use super::budgets;
 use super::candidates::candidates;
 use super::drift::DriftVerdict;
 use super::state::State;
-use super::{Command, Method, Replacement, Reschedule, reschedule};
+use super::{Command, Method, Moves, NewNode, Replacement, Reschedule, replacement, reschedule_on};
 
 /// Where the command stands when it is validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,17 +32,29 @@ pub enum Stage {
     Launched,
 }
 
+/// How a command that still holds goes ahead.
+#[derive(Debug, Default)]
+pub struct Validated {
+    /// Where the fresh simulation puts the candidates' pods that go to existing nodes, for
+    /// [`State::start`]: a later command of the same pass is validated on the view this one
+    /// leaves, as the engine decided it.
+    pub moves: Moves,
+    /// A drift command's replacements as the fresh simulation asks for them, to launch instead
+    /// of the planned ones, which no longer hold its pods.
+    pub replanned: Option<Vec<Replacement>>,
+}
+
 /// Checks `cmd` against a fresh `state`. Candidates carrying the disruption taint (a resumed
 /// command put it on them) are judged as if they did not. `pods_before` holds, per candidate,
 /// how many pods had to move when the command was decided: a consolidation whose candidate
-/// gained pods is stale. Returns why the command must be abandoned.
+/// gained pods is stale. Returns how the command goes ahead, or why it must be abandoned.
 pub fn validate(
     state: &State,
     cmd: &Command,
     pods_before: &BTreeMap<String, usize>,
     now: DateTime<Utc>,
     stage: Stage,
-) -> Result<(), String> {
+) -> Result<Validated, String> {
     let mut fresh = state.clone();
     for node in fresh
         .nodes
@@ -104,9 +118,9 @@ pub fn validate(
         within_budgets(&fresh, cmd, reason, now)?;
     }
     if stage == Stage::Decided && cmd.method != Method::Expiration && !static_drift(&fresh, cmd) {
-        same_plan(&fresh, cmd)?;
+        return same_plan(&fresh, cmd);
     }
-    Ok(())
+    Ok(Validated::default())
 }
 
 /// Whether `cmd` replaces drifted nodes of static NodePools. Their replacement is built from the
@@ -170,8 +184,10 @@ fn within_budgets(
 /// filter by price, so it may offer more). A consolidation whose pods now fit without its
 /// replacement is re-decided rather than paid for; a drifted node is replaced even if its pods
 /// now fit elsewhere or on fewer new nodes (it goes either way, and its replacements are
-/// capacity).
-fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
+/// capacity), and where its replacements no longer hold its pods (it gained pods meanwhile,
+/// say) it is replaced by what the fresh simulation asks for, as upstream's drift launches what
+/// its simulation asks for when it acts.
+fn same_plan(fresh: &State, cmd: &Command) -> Result<Validated, String> {
     let excluded: Vec<usize> = fresh
         .nodes
         .iter()
@@ -179,26 +195,57 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
         .filter(|(_, n)| cmd.candidates.iter().any(|c| c.as_str() == n.name.as_ref()))
         .map(|(i, _)| i)
         .collect();
-    let pods: Vec<_> = fresh
+    let pods: Vec<usize> = fresh
         .pods
         .iter()
-        .filter(|p| p.node.is_some_and(|n| excluded.contains(&n)) && p.reschedulable())
-        .map(|p| p.pod.clone())
+        .enumerate()
+        .filter(|(_, p)| p.node.is_some_and(|n| excluded.contains(&n)) && p.reschedulable())
+        .map(|(i, _)| i)
         .collect();
-    let needed = match reschedule(fresh, &excluded, pods) {
+    let (decided, moves) = reschedule_on(fresh, &excluded, pods);
+    let needed = match decided {
         Reschedule::No(why) => return Err(format!("the candidates' pods no longer fit: {why}")),
         Reschedule::Delete => Vec::new(),
         Reschedule::Replace(new) => vec![*new],
         Reschedule::ReplaceMany(news) => news,
     };
     let planned = &cmd.replacements;
-    if needed.is_empty() && !planned.is_empty() && cmd.method != Method::Drift {
+    if cmd.method == Method::Drift {
+        let replanned = uncovered(fresh, &needed, planned).map(|_| {
+            needed
+                .iter()
+                .map(|new| replacement(fresh, new, &new.claim.instance_types))
+                .collect()
+        });
+        return Ok(Validated { moves, replanned });
+    }
+    if needed.is_empty() && !planned.is_empty() {
         return Err(
             "the candidates' pods now fit on the remaining nodes without a replacement; the command is decided afresh".into(),
         );
     }
+    if needed.len() < planned.len() {
+        return Err(format!(
+            "the candidates' pods would now need {} new nodes, the command launches {}; the command is decided afresh",
+            needed.len(),
+            planned.len()
+        ));
+    }
+    match uncovered(fresh, &needed, planned) {
+        Some(why) => Err(why),
+        None => Ok(Validated {
+            moves,
+            replanned: None,
+        }),
+    }
+}
+
+/// Why the `planned` replacements do not hold what the fresh simulation says the candidates'
+/// pods need: more new nodes than planned, or a needed node that no replacement left matches
+/// (same NodePool, options among those that fit). `None` when every needed node takes one.
+fn uncovered(fresh: &State, needed: &[NewNode], planned: &[Replacement]) -> Option<String> {
     if needed.len() > planned.len() {
-        return Err(match planned.len() {
+        return Some(match planned.len() {
             0 => "the candidates' pods no longer fit on the remaining nodes (they would need a new node)".into(),
             n => format!(
                 "the candidates' pods would now need {} new nodes, the command launches {n}",
@@ -206,16 +253,8 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
             ),
         });
     }
-    if needed.len() < planned.len() && cmd.method != Method::Drift {
-        return Err(format!(
-            "the candidates' pods would now need {} new nodes, the command launches {}; the command is decided afresh",
-            needed.len(),
-            planned.len()
-        ));
-    }
-    // Each new node the fresh plan needs takes one of the command's replacements.
     let mut unmatched: Vec<&Replacement> = planned.iter().collect();
-    for new in &needed {
+    for new in needed {
         let claim = &new.claim;
         let template = &fresh.templates[claim.nodepool];
         let fitting: Vec<&str> = claim
@@ -237,7 +276,7 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
                     .iter()
                     .find(|t| !fitting.contains(&t.as_str()))
             });
-            return Err(match (first, missing) {
+            return Some(match (first, missing) {
                 (Some(r), _) if *template.name != *r.node_pool => format!(
                     "the candidates' pods would now go to NodePool {}, not {}",
                     template.name, r.node_pool
@@ -252,7 +291,7 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<(), String> {
         };
         unmatched.swap_remove(k);
     }
-    Ok(())
+    None
 }
 
 /// How many pods each of the command's candidates must move, recorded when the command is

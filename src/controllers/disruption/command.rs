@@ -21,7 +21,7 @@ use crate::apis::{NodeClaim, labels};
 use crate::controllers::nodeclaim::termination;
 use crate::disruption::state::State;
 use crate::disruption::validation::{self, Stage};
-use crate::disruption::{Command, Method};
+use crate::disruption::{Command, Method, Replacement};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
 use crate::snapshot::Snapshot;
@@ -144,16 +144,8 @@ pub(super) async fn execute(ctx: &Arc<Context>, plans: &[&Planned<'_>], queue: &
     queue.mark(&mut fresh);
     let mut acted = false;
     for plan in plans {
-        match start(ctx, plan, &fresh_cluster, &fresh, queue).await {
-            Ok(Some(launched)) => {
-                // Where its pods go on existing nodes is not known here: they need room, which
-                // is the cautious side (a later command may be dropped, never overcommitted).
-                fresh.start(plan.cmd, &[], |k| {
-                    launched.get(k).cloned().unwrap_or_default()
-                });
-                acted = true;
-            }
-            Ok(None) => {}
+        match start(ctx, plan, &fresh_cluster, &mut fresh, queue).await {
+            Ok(started) => acted |= started,
             Err(e) => super::report_failure(plan.cmd, &e),
         }
     }
@@ -162,32 +154,52 @@ pub(super) async fn execute(ctx: &Arc<Context>, plans: &[&Planned<'_>], queue: &
 
 /// Starts one voluntary command if it still holds on `fresh` (the state of `fresh_cluster` with
 /// the pass's earlier commands started): taint the candidates, launch the replacements, then
-/// hand it to `queue`, which [`complete`]s it beside the next passes. Returns the replacements
-/// launched when it started.
+/// hand it to `queue`, which [`complete`]s it beside the next passes. A started command is
+/// started on `fresh` too ([`State::start`], with its pods where validation moved them), so the
+/// next command of the pass is validated on the view it leaves, as the engine decided them.
+/// Returns whether it started.
 async fn start(
     ctx: &Arc<Context>,
     plan: &Planned<'_>,
     fresh_cluster: &Snapshot,
-    fresh: &State,
+    fresh: &mut State,
     queue: &mut Queue,
-) -> Result<Option<Vec<String>>, Error> {
-    let cmd = plan.cmd;
+) -> Result<bool, Error> {
     let validated = validation::validate(
         fresh,
-        cmd,
+        plan.cmd,
         &plan.pods_before,
         ctx.clock.now(),
         Stage::Decided,
     );
-    if let Err(why) = validated {
-        METRICS
-            .voluntary_disruption_failed_validations_total
-            .with_label_values(&[cmd.method.consolidation_type()])
-            .inc();
-        // Nothing was tainted or launched yet: there is nothing to undo.
-        report_dropped(ctx, fresh_cluster, cmd, &why).await;
-        return Ok(None);
-    }
+    let validated = match validated {
+        Ok(validated) => validated,
+        Err(why) => {
+            METRICS
+                .voluntary_disruption_failed_validations_total
+                .with_label_values(&[plan.cmd.method.consolidation_type()])
+                .inc();
+            // Nothing was tainted or launched yet: there is nothing to undo.
+            report_dropped(ctx, fresh_cluster, plan.cmd, &why).await;
+            return Ok(false);
+        }
+    };
+    let replanned = validated.replanned.map(|replacements| {
+        tracing::info!(
+            controller = "disruption",
+            candidates = ?plan.cmd.candidates,
+            planned = ?plan.cmd.replacements.iter().map(|r| &r.instance_type).collect::<Vec<_>>(),
+            now = ?replacements.iter().map(|r| &r.instance_type).collect::<Vec<_>>(),
+            "the drifted node's pods changed since the decision; launching what they need now"
+        );
+        let price = |rs: &[Replacement]| rs.iter().map(|r| r.price).sum::<f64>();
+        Command {
+            savings: plan.cmd.savings + price(&plan.cmd.replacements) - price(&replacements),
+            replacements,
+            ..plan.cmd.clone()
+        }
+    });
+    let cmd = replanned.as_ref().unwrap_or(plan.cmd);
     tracing::info!(
         controller = "disruption",
         method = ?cmd.method,
@@ -244,7 +256,7 @@ async fn start(
             .find(|p| p.metadata.name.as_deref() == Some(&r.node_pool))
         else {
             rollback(ctx, cmd, &launched).await;
-            return Ok(None);
+            return Ok(false);
         };
         let mut claim = crate::controllers::provisioning::replacement_nodeclaim(
             pool,
@@ -287,7 +299,10 @@ async fn start(
         }
     }
     queue.start(ctx, cmd.clone(), launched.clone(), marker);
-    Ok(Some(launched))
+    fresh.start(cmd, &validated.moves, |k| {
+        launched.get(k).cloned().unwrap_or_default()
+    });
+    Ok(true)
 }
 
 /// Taints the candidates `karpenter.sh/disrupted:NoSchedule` and records the reason on their
