@@ -539,15 +539,12 @@ fn drift_takes_as_many_nodes_in_one_pass_as_the_budget_allows_oldest_first() {
     assert_eq!(budget_of_one.round_log.as_ref().unwrap()[0].commands, 1);
 }
 
-/// A later drift command of the same pass does not plan its pods into room an earlier one's
-/// pods take: two drifted nodes each run a pod of 1200m, and a node of another pool has room
-/// for one of them. The first command moves its pod there; the second needs a replacement.
-/// Decided on the pass's state alone, both would count on that room and one pod would wait.
-#[test]
-fn a_later_drift_command_of_a_pass_does_not_count_on_room_an_earlier_one_takes() {
+/// Two drifted m5.large of pool `default` (`old`, then `young`), each with a 1.2-CPU pod, and
+/// `room`, an m5.large of another pool with room for one of those pods.
+fn two_drifted_and_room_for_one() -> Vec<String> {
     let quiet = "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{nodes: \"100%\"}]";
     let drifted = nodepool("default", quiet, "").replace("team: blue", "team: green");
-    let docs = vec![
+    vec![
         NODECLASS.to_string(),
         drifted,
         nodepool("spare", quiet, ""),
@@ -556,8 +553,16 @@ fn a_later_drift_command_of_a_pass_does_not_count_on_room_an_earlier_one_takes()
         node("room", "spare", "m5.large", "on-demand", 1, ""),
         pod("a", "old", "1200m", "", ""),
         pod("b", "young", "1200m", "", ""),
-    ];
-    let r = run(&docs);
+    ]
+}
+
+/// A later drift command of the same pass does not plan its pods into room an earlier one's
+/// pods take: two drifted nodes each run a pod of 1200m, and a node of another pool has room
+/// for one of them. The first command moves its pod there; the second needs a replacement.
+/// Decided on the pass's state alone, both would count on that room and one pod would wait.
+#[test]
+fn a_later_drift_command_of_a_pass_does_not_count_on_room_an_earlier_one_takes() {
+    let r = run(&two_drifted_and_room_for_one());
     assert_eq!(candidates_of(&r), ["old", "young"], "{:#?}", r.blocked);
     let cmds = commands(&r);
     assert!(cmds[0].replacements.is_empty(), "{cmds:#?}");
@@ -573,18 +578,7 @@ fn a_later_drift_command_of_a_pass_does_not_count_on_room_an_earlier_one_takes()
 #[test]
 fn each_validated_drift_command_leaves_its_moved_pods_bound_for_the_next() {
     use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
-    let quiet = "    consolidationPolicy: WhenEmpty\n    consolidateAfter: Never\n    budgets: [{nodes: \"100%\"}]";
-    let drifted = nodepool("default", quiet, "").replace("team: blue", "team: green");
-    let docs = vec![
-        NODECLASS.to_string(),
-        drifted,
-        nodepool("spare", quiet, ""),
-        node("old", "default", "m5.large", "on-demand", 200, ""),
-        node("young", "default", "m5.large", "on-demand", 2, ""),
-        node("room", "spare", "m5.large", "on-demand", 1, ""),
-        pod("a", "old", "1200m", "", ""),
-        pod("b", "young", "1200m", "", ""),
-    ];
+    let docs = two_drifted_and_room_for_one();
     let cmds = commands(&run(&docs)).to_vec();
     let [deletion, replacement] = cmds.as_slice() else {
         panic!("two drift commands: {cmds:#?}");
