@@ -8,7 +8,10 @@
 //!   option still holds it, else the cheapest upgrade among the first [`PLACEMENT_WINDOW`] that
 //!   fit, in creation order) instead of re-sorting them by pod count before every pod; with the
 //!   per-class skip cursors below this makes a pod's cost independent of how many full
-//!   NodeClaims precede it (upstream: O(pods × NodeClaims));
+//!   NodeClaims precede it (upstream: O(pods × NodeClaims)). When that plan leaves a NodeClaim
+//!   dearer than the blast-radius target, `plan` also solves with the NodeClaims kept ordered by
+//!   load (fewest pods, as upstream, or cheapest first; `Placing`), a pod reading a bounded
+//!   number of them;
 //! * a NodeClaim that receives a pod counted by a topology group on a key other than hostname is
 //!   narrowed to one domain of that key, so spread counts are exact rather than deferred;
 //! * a new NodeClaim grows only within the instance types that are cost-efficient for the round's
@@ -86,6 +89,17 @@ const BLAST_RADIUS: f64 = 4.0;
 /// How many planned NodeClaims that fit a pod are compared for the least added cost (see
 /// `Solver::try_claims`): a bound, so a pod's work stays independent of the number of NodeClaims.
 const PLACEMENT_WINDOW: usize = 8;
+
+/// The most pods a round may have for `plan` to try placing by load ([`Placing`]). Its three
+/// solves cost as much as any other: 10,000 diverse pods (`benches/gen-diverse-manifest.py`) took
+/// 3.8 s of CPU with them against 2.5 s without, for the same plan; 3,000 took 1.0 s against
+/// 0.7 s.
+const LOAD_SOLVE_MAX_PODS: usize = 5_000;
+
+/// How many planned NodeClaims a pod steps over in load order (`Solver::by_load`) before it falls
+/// back to the creation-order search: a bound, so a pod that many lightly loaded NodeClaims turn
+/// away (topology, requirements) still costs a bounded amount of work.
+const LOAD_SCAN: usize = 32;
 
 /// A NodePool ready for scheduling: its template flattened and its instance types resolved.
 #[derive(Clone, Debug)]
@@ -472,6 +486,14 @@ struct Solver<'a> {
     route_of: Vec<u32>,
     /// How `Solver::worth_growing` measures the room a larger type adds.
     yardstick: Yardstick,
+    /// In which order a pod considers the planned NodeClaims.
+    placing: Placing,
+    /// Unless [`Placing::Window`], the planned NodeClaims by load (`Solver::load_of`), then
+    /// index, each under the key it was last filed at (`Solver::loads`): kept ordered as pods
+    /// arrive, so a pod reads the least loaded without a pass over every NodeClaim.
+    by_load: BTreeSet<(u64, u32)>,
+    /// Each planned NodeClaim's key in `by_load`.
+    loads: Vec<u64>,
     /// How much more per typical pod than the best price `Solver::worth_growing` lets the room
     /// a larger type adds cost: [`COST_SLACK`] or [`TIGHT_GROWTH_SLACK`].
     growth_slack: f64,
@@ -605,6 +627,24 @@ enum Sizing {
     FillByShape,
 }
 
+/// In which order a pod considers the planned NodeClaims that may take it (see
+/// `Solver::try_claims`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placing {
+    /// Creation order: the least added cost among the first [`PLACEMENT_WINDOW`] that fit.
+    Window,
+    /// Fewest pods first, as upstream tries planned NodeClaims, then least loaded (the largest
+    /// share of its cheapest option's allocatable its pods take); the least added cost among the
+    /// first [`PLACEMENT_WINDOW`] that fit. In creation order the first eight NodeClaims take
+    /// every pod and grow into the largest types while those opened by pods that need a node of
+    /// their own (hostname anti-affinity, hostname spread) run nearly empty on room already
+    /// paid for.
+    FewestPods,
+    /// As [`Placing::FewestPods`], but the NodeClaim whose cheapest option costs least first:
+    /// small NodeClaims grow a step at a time, each filled before the next grows.
+    Cheapest,
+}
+
 /// Runs the solver.
 pub fn solve(input: &Input) -> Outcome {
     plan(input).1
@@ -616,14 +656,65 @@ pub fn solve(input: &Input) -> Outcome {
 /// change. Sizing by shape is tried with one setting, the one that won on every row of
 /// `benches/gen-cost.py` where it won (in one it tied with the pile at [`COST_SLACK`]): a solve
 /// more per setting would cost a 3,000-pod round another fifth of its time each. It is tried
-/// strictly and filling (the last): neither alone is as cheap as the two on every row.
-const STRATEGIES: [(Sizing, Yardstick, f64); 6] = [
-    (Sizing::WholeRound, Yardstick::Pile, COST_SLACK),
-    (Sizing::WholeRound, Yardstick::EmptyNode, COST_SLACK),
-    (Sizing::WholeRound, Yardstick::Pile, TIGHT_GROWTH_SLACK),
-    (Sizing::WholeRound, Yardstick::EmptyNode, TIGHT_GROWTH_SLACK),
-    (Sizing::ByShape, Yardstick::Pile, TIGHT_GROWTH_SLACK),
-    (Sizing::FillByShape, Yardstick::Pile, TIGHT_GROWTH_SLACK),
+/// strictly and filling: neither alone is as cheap as the two on every row. The last three place
+/// pods by load ([`Placing`]), the settings that won on `benches/gen-cost.py`'s constrained rows
+/// (100 pods with hostname anti-affinity among 2,600): fewest pods first at both growth bounds,
+/// cheapest NodeClaim first at [`COST_SLACK`].
+const STRATEGIES: [(Sizing, Yardstick, f64, Placing); 9] = [
+    (
+        Sizing::WholeRound,
+        Yardstick::Pile,
+        COST_SLACK,
+        Placing::Window,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::EmptyNode,
+        COST_SLACK,
+        Placing::Window,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::Pile,
+        TIGHT_GROWTH_SLACK,
+        Placing::Window,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::EmptyNode,
+        TIGHT_GROWTH_SLACK,
+        Placing::Window,
+    ),
+    (
+        Sizing::ByShape,
+        Yardstick::Pile,
+        TIGHT_GROWTH_SLACK,
+        Placing::Window,
+    ),
+    (
+        Sizing::FillByShape,
+        Yardstick::Pile,
+        TIGHT_GROWTH_SLACK,
+        Placing::Window,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::Pile,
+        COST_SLACK,
+        Placing::FewestPods,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::Pile,
+        TIGHT_GROWTH_SLACK,
+        Placing::FewestPods,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::Pile,
+        COST_SLACK,
+        Placing::Cheapest,
+    ),
 ];
 
 /// Solves once measuring the room NodeClaims gain by growing against their piles
@@ -637,20 +728,24 @@ const STRATEGIES: [(Sizing, Yardstick, f64); 6] = [
 /// milliseconds, so all are tried. Without a cap or a close call the solves would be the same.
 /// A plan of [`Sizing::FillByShape`] that breaks the [`BLAST_RADIUS`] target does not replace a
 /// plan that keeps it, however cheaper: the other strategies' plans are compared on placed pods
-/// and cost alone, as before.
+/// and cost alone, as before. Placing by load is tried only while the best plan breaks that
+/// target, and in rounds of at most [`LOAD_SOLVE_MAX_PODS`] pods: it exists to spread pods over
+/// NodeClaims that creation order leaves nearly empty, and a round whose plan keeps the target
+/// pays nothing for it.
 ///
 /// Only one plan is held at a time: each is scored and dropped, and the winner solved again
 /// unless it was the last (solves are deterministic). Holding two cost a 20,000-pod `simulate`
 /// 13 MB.
 fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     let placed = |o: &Outcome| o.placements.iter().filter(|p| p.is_some()).count();
-    let solve_with = |(sizing, yardstick, slack): (Sizing, Yardstick, f64)| {
+    let solve_with = |(sizing, yardstick, slack, placing): (Sizing, Yardstick, f64, Placing)| {
         let mut solver = Solver::new(input);
         if sizing != Sizing::WholeRound {
             solver.size_by_shape(sizing);
         }
         solver.yardstick = yardstick;
         solver.growth_slack = slack;
+        solver.placing = placing;
         let outcome = solver.run();
         (solver, outcome)
     };
@@ -660,18 +755,15 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     if !retry {
         return (solver, outcome);
     }
-    let tried = if !tight {
-        2
-    } else if ResourceShapes::by_ratio(&input.pods).typical.len() > 1 {
-        STRATEGIES.len()
-    } else {
-        // With one shape, sizing by shape is sizing for the round.
-        STRATEGIES.len() - 2
-    };
-    // Only a round that tries filling by shape (the last strategy) needs the blast radius.
-    let contained = |solver: &Solver<'_>, outcome: &Outcome| {
-        tried < STRATEGIES.len() || solver.within_blast_radius(outcome)
-    };
+    // With one shape, sizing by shape is sizing for the round.
+    let shapes = ResourceShapes::by_ratio(&input.pods).typical.len() > 1;
+    let by_load = input.pods.len() <= LOAD_SOLVE_MAX_PODS;
+    let tried: Vec<usize> = (1..STRATEGIES.len())
+        .filter(|&k| k < 2 || (tight && (STRATEGIES[k].0 == Sizing::WholeRound || shapes)))
+        .filter(|&k| by_load || STRATEGIES[k].3 == Placing::Window)
+        .collect();
+    let contained =
+        |solver: &Solver<'_>, outcome: &Outcome| !tight || solver.within_blast_radius(outcome);
     let mut best = (
         0,
         placed(&outcome),
@@ -679,7 +771,12 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
         contained(&solver, &outcome),
     );
     drop((solver, outcome));
-    for (k, &strategy) in STRATEGIES.iter().enumerate().take(tried).skip(1) {
+    for (n, &k) in tried.iter().enumerate() {
+        let strategy = STRATEGIES[k];
+        // Placing by load only serves a plan that breaks the blast-radius target.
+        if strategy.3 != Placing::Window && best.3 {
+            continue;
+        }
         let (solver, outcome) = solve_with(strategy);
         let contained = contained(&solver, &outcome);
         // Filling by shape never trades the blast-radius target for cost.
@@ -694,7 +791,7 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
             .is_gt()
         {
             best = (k, score.0, score.1, contained);
-            if k + 1 == tried {
+            if n + 1 == tried.len() {
                 return (solver, outcome);
             }
         }
@@ -1062,6 +1159,9 @@ impl<'a> Solver<'a> {
             sizing: Sizing::WholeRound,
             route_of: Vec::new(),
             yardstick: Yardstick::Pile,
+            placing: Placing::Window,
+            by_load: BTreeSet::new(),
+            loads: Vec::new(),
             growth_slack: COST_SLACK,
             capped: false,
             close_call: Cell::new(false),
@@ -1831,6 +1931,13 @@ impl<'a> Solver<'a> {
     ) -> Option<Placement> {
         let key = (self.route_of[i], relax);
         let mut skip = self.claim_skip.remove(&key).unwrap_or_default();
+        if self.placing != Placing::Window
+            && let Some((c, update)) = self.claim_by_load(i, relax, reqs, &mut skip)
+        {
+            self.claim_skip.insert(key, skip);
+            self.commit_claim(i, c, relax, update);
+            return Some(Placement::NodeClaim(c));
+        }
         let len = self.claims.len();
         let mut c = skip.find(0, len);
         // The fitting NodeClaim where the pod adds the least cost so far, with that cost.
@@ -1906,6 +2013,118 @@ impl<'a> Solver<'a> {
         let (c, update, _) = best?;
         self.commit_claim(i, c, relax, update);
         Some(Placement::NodeClaim(c))
+    }
+
+    /// Unless [`Placing::Window`]: the planned NodeClaim where pod `i` adds the least cost among
+    /// the first [`PLACEMENT_WINDOW`] that fit, visited in load order; the first that
+    /// holds it at no added cost ends the search. Gives up (`None`) after [`LOAD_SCAN`]
+    /// NodeClaims, and the creation-order search, which reaches every NodeClaim the pod's skip
+    /// list leaves, decides instead.
+    fn claim_by_load(
+        &mut self,
+        i: usize,
+        relax: Relaxation,
+        reqs: &Arc<Requirements>,
+        skip: &mut SkipList,
+    ) -> Option<(usize, ClaimUpdate)> {
+        let mut best: Option<(usize, ClaimUpdate, f64)> = None;
+        let (mut fitting, mut visited) = (0, 0);
+        let shape = self.shapes.of[i];
+        let apart = self.apart(i);
+        let mut next = self.by_load.first().copied();
+        while let Some((load, index)) = next {
+            if visited >= LOAD_SCAN || fitting >= PLACEMENT_WINDOW {
+                break;
+            }
+            visited += 1;
+            next = self.by_load.range((load, index + 1)..).next().copied();
+            let c = index as usize;
+            if !skip.live(c) || self.claims[c].shape != shape {
+                continue;
+            }
+            if self.claims[c].apart != apart {
+                skip.kill(c);
+                continue;
+            }
+            if let Some((_, _, least)) = &best
+                && self
+                    .added_cost_floor(i, c)
+                    .is_some_and(|floor| floor >= *least)
+            {
+                fitting += 1;
+                continue;
+            }
+            match self.check_claim(i, c, relax, reqs) {
+                Verdict::Fits(update) => {
+                    let added = self.added_cost(c, &update);
+                    if best.as_ref().is_none_or(|(_, _, least)| added < *least) {
+                        best = Some((c, update, added));
+                    }
+                    fitting += 1;
+                    if added <= 0.0 {
+                        break;
+                    }
+                }
+                Verdict::Never => skip.kill(c),
+                Verdict::NotNow => {}
+                Verdict::Capped => {
+                    // Visit the capped claim again: its load is unchanged (capping keeps the
+                    // cheapest option), so it is still next.
+                    self.cap_claim(c);
+                    next = Some((load, index));
+                }
+            }
+        }
+        best.map(|(c, update, _)| (c, update))
+    }
+
+    /// The key planned NodeClaim `c` is filed under in `Solver::by_load`: its pod count
+    /// ([`Placing::FewestPods`]) or its cheapest option's price in millionths of a dollar
+    /// ([`Placing::Cheapest`]), then the largest share of that option's allocatable (CPU, memory,
+    /// pod slots, ephemeral storage) its pods and DaemonSets take, in millionths.
+    fn load_of(&self, c: usize) -> u64 {
+        let claim = &self.claims[c];
+        let pool = &self.pools[claim.nodepool];
+        let Some(t) = claim.options.types(&pool.by_price).next() else {
+            return u64::MAX;
+        };
+        let a = &pool.template.instance_types[t as usize].allocatable;
+        let used = &claim.requests;
+        let share = |used: i64, allocatable: i64| {
+            if allocatable > 0 {
+                used as f64 / allocatable as f64
+            } else if used > 0 {
+                1.0
+            } else {
+                0.0
+            }
+        };
+        let load = share(used.cpu, a.cpu)
+            .max(share(used.memory, a.memory))
+            .max(share(used.pods, a.pods))
+            .max(share(used.ephemeral_storage, a.ephemeral_storage));
+        // Below 2^20, so the first key's bits sit above it.
+        let load = (load.clamp(0.0, 1.0) * 1e6) as u64;
+        let first = match self.placing {
+            Placing::Cheapest => (claim.prices[t as usize] * 1e6) as u64,
+            _ => claim.pods.len() as u64,
+        };
+        first.min(u64::MAX >> 20) << 20 | load
+    }
+
+    /// Files planned NodeClaim `c` under its current load, unless [`Placing::Window`].
+    fn refile(&mut self, c: usize) {
+        if self.placing == Placing::Window {
+            return;
+        }
+        let load = self.load_of(c);
+        if let Some(&old) = self.loads.get(c) {
+            self.by_load.remove(&(old, c as u32));
+            self.loads[c] = load;
+        } else {
+            self.loads.push(load);
+        }
+        self.by_load.insert((load, c as u32));
     }
 
     /// The least pod `i` can add to planned NodeClaim `c`'s cost (`added_cost`), from its
@@ -2235,6 +2454,7 @@ impl<'a> Solver<'a> {
         claim.min_values_relaxed |= update.min_values_relaxed;
         claim.headroom = headroom(&claim.max_allocatable, &claim.requests);
         self.record_on_claim(i, c);
+        self.refile(c);
     }
 
     /// Counts pod `i`, just placed on planned NodeClaim `c`, in its topology groups.
@@ -2293,6 +2513,7 @@ impl<'a> Solver<'a> {
                     let c = self.claims.len() - 1;
                     self.record_on_claim(i, c);
                     self.consume_limits(p, c);
+                    self.refile(c);
                     return Ok(Placement::NodeClaim(c));
                 }
                 Err(rejection) => rejected.push((p, Some(rejection.reason))),
@@ -2791,6 +3012,11 @@ impl SkipList {
             i = parent;
         }
         len
+    }
+
+    /// Whether index `i` may still be usable.
+    fn live(&self, i: usize) -> bool {
+        self.link(i) == i
     }
 
     /// Marks index `i` as never usable again.
