@@ -417,6 +417,19 @@ enum NodeBlocker {
     Topology,
 }
 
+/// How a planned NodeClaim weighs for a pod ([`Solver::weigh_claim`]).
+enum Weighed {
+    /// It holds the pod, or may and could not beat the best so far anyway; `free` when its
+    /// cheapest option still holds it (nothing beats that).
+    Fits { free: bool },
+    /// As [`Verdict::Never`].
+    Never,
+    /// As [`Verdict::NotNow`].
+    NotNow,
+    /// As [`Verdict::Capped`].
+    Capped,
+}
+
 /// A candidate's verdict for a pod.
 enum Verdict<T> {
     Fits(T),
@@ -1971,36 +1984,16 @@ impl<'a> Solver<'a> {
                 c = skip.find(c + 1, len);
                 continue;
             }
-            // A claim that cannot beat the best so far even if it takes the pod is passed over
-            // without the full check (topology, requirements): with every fitting claim adding
-            // cost, that check made the window cost eight times a placement.
-            if let Some((_, _, least)) = &best
-                && self
-                    .added_cost_floor(i, c)
-                    .is_some_and(|floor| floor >= *least)
-            {
-                fitting += 1;
-                if fitting >= PLACEMENT_WINDOW {
-                    break;
-                }
-                c = skip.find(c + 1, len);
-                continue;
-            }
-            match self.check_claim(i, c, relax, reqs) {
-                Verdict::Fits(update) => {
-                    let added = self.added_cost(c, &update);
-                    if best.as_ref().is_none_or(|(_, _, least)| added < *least) {
-                        best = Some((c, update, added));
-                    }
+            match self.weigh_claim(i, c, relax, reqs, &mut best) {
+                Weighed::Fits { free } => {
                     fitting += 1;
-                    // Nothing beats a NodeClaim whose cheapest option still holds the pod.
-                    if added <= 0.0 || fitting >= PLACEMENT_WINDOW {
+                    if free || fitting >= PLACEMENT_WINDOW {
                         break;
                     }
                 }
-                Verdict::Never => skip.kill(c),
-                Verdict::NotNow => {}
-                Verdict::Capped => {
+                Weighed::Never => skip.kill(c),
+                Weighed::NotNow => {}
+                Weighed::Capped => {
                     self.cap_claim(c);
                     // Visit the capped claim again: a smaller option may still hold the pod,
                     // and otherwise its headroom now says whether the class is done with it.
@@ -2013,6 +2006,40 @@ impl<'a> Solver<'a> {
         let (c, update, _) = best?;
         self.commit_claim(i, c, relax, update);
         Some(Placement::NodeClaim(c))
+    }
+
+    /// Weighs planned NodeClaim `c` for pod `i` against `best`, the fitting NodeClaim where the
+    /// pod adds the least cost so far (with that cost), and makes `c` the best if it beats it.
+    /// A claim that cannot beat the best even if it takes the pod counts as fitting without the
+    /// full check (topology, requirements): with every fitting claim adding cost, that check made
+    /// a window of eight cost eight times a placement.
+    fn weigh_claim(
+        &mut self,
+        i: usize,
+        c: usize,
+        relax: Relaxation,
+        reqs: &Arc<Requirements>,
+        best: &mut Option<(usize, ClaimUpdate, f64)>,
+    ) -> Weighed {
+        if let Some((_, _, least)) = best
+            && self
+                .added_cost_floor(i, c)
+                .is_some_and(|floor| floor >= *least)
+        {
+            return Weighed::Fits { free: false };
+        }
+        match self.check_claim(i, c, relax, reqs) {
+            Verdict::Fits(update) => {
+                let added = self.added_cost(c, &update);
+                if best.as_ref().is_none_or(|(_, _, least)| added < *least) {
+                    *best = Some((c, update, added));
+                }
+                Weighed::Fits { free: added <= 0.0 }
+            }
+            Verdict::Never => Weighed::Never,
+            Verdict::NotNow => Weighed::NotNow,
+            Verdict::Capped => Weighed::Capped,
+        }
     }
 
     /// Unless [`Placing::Window`]: the planned NodeClaim where pod `i` adds the least cost among
@@ -2046,28 +2073,16 @@ impl<'a> Solver<'a> {
                 skip.kill(c);
                 continue;
             }
-            if let Some((_, _, least)) = &best
-                && self
-                    .added_cost_floor(i, c)
-                    .is_some_and(|floor| floor >= *least)
-            {
-                fitting += 1;
-                continue;
-            }
-            match self.check_claim(i, c, relax, reqs) {
-                Verdict::Fits(update) => {
-                    let added = self.added_cost(c, &update);
-                    if best.as_ref().is_none_or(|(_, _, least)| added < *least) {
-                        best = Some((c, update, added));
-                    }
+            match self.weigh_claim(i, c, relax, reqs, &mut best) {
+                Weighed::Fits { free } => {
                     fitting += 1;
-                    if added <= 0.0 {
+                    if free {
                         break;
                     }
                 }
-                Verdict::Never => skip.kill(c),
-                Verdict::NotNow => {}
-                Verdict::Capped => {
+                Weighed::Never => skip.kill(c),
+                Weighed::NotNow => {}
+                Weighed::Capped => {
                     // Visit the capped claim again: its load is unchanged (capping keeps the
                     // cheapest option), so it is still next.
                     self.cap_claim(c);
