@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone, Utc};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_rs::metrics::PublishedGauges;
-use karpenter_rs::metrics::cluster_state::PodTransitions;
+use karpenter_rs::metrics::cluster_state::{PodTransitions, node_gauges};
 use karpenter_rs::metrics::pod_scheduling::{PodKey, PodSchedulingTimes};
 use karpenter_rs::metrics::pods;
 use karpenter_rs::snapshot::ClusterPod;
@@ -163,5 +163,31 @@ fn following_20000_pods_allocates_no_key_per_pod() {
     assert!(
         allocations < 200,
         "{allocations} allocations to follow 20,000 pods"
+    );
+}
+
+/// What the node families cost a metrics pass on 1,000 nodes with 20,000 pods: each node's label
+/// values are made once and shared by its series (about 30: six resource families over five
+/// resources, and the lifetime), not copied per series.
+#[test]
+fn the_node_families_share_each_nodes_label_values() {
+    let _counting = heap::exclusive();
+    let now: DateTime<Utc> = Utc
+        .with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
+        .single()
+        .expect("time");
+    let nodes: Vec<Arc<Node>> = (0..1000).map(node).collect();
+    let pods: Vec<Arc<ClusterPod>> = (0..20000).map(pod).collect();
+    let pass = heap::Mark::now();
+    let gauges = node_gauges(&nodes, &pods, now);
+    let allocations = pass.allocations();
+    let peak = pass.peak();
+    drop(gauges);
+    println!("node families of 1,000 nodes: {allocations} allocations, peak {peak} B");
+    // Copied per series: 363,220 allocations and a 9.9 MB peak; shared: 210,420 and 5.7 MB.
+    assert!(
+        allocations < 280 * nodes.len(),
+        "{allocations} allocations for the node families of {} nodes",
+        nodes.len()
     );
 }
