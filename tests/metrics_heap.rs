@@ -51,18 +51,26 @@ fn pod(i: usize) -> Arc<ClusterPod> {
     Arc::new(p)
 }
 
+/// 1,000 nodes and 20,000 pods on them, 100 s after they were created.
+fn cluster() -> (DateTime<Utc>, Vec<Arc<Node>>, Vec<Arc<ClusterPod>>) {
+    let now = Utc
+        .with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
+        .single()
+        .expect("time");
+    (
+        now,
+        (0..1000).map(node).collect(),
+        (0..20000).map(pod).collect(),
+    )
+}
+
 /// The bytes a metrics pass and a scrape of the per-pod families hold over 20,000 pods on
 /// 1,000 nodes: the pass holds nothing for them (they read the cache when scraped), and a
 /// scrape holds a row per pod and a piece of text, not a series per pod.
 #[test]
 fn the_pod_families_hold_no_series_between_scrapes_and_little_during_one() {
     let _counting = heap::exclusive();
-    let now: DateTime<Utc> = Utc
-        .with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
-        .single()
-        .expect("time");
-    let nodes: Vec<Arc<Node>> = (0..1000).map(node).collect();
-    let pods: Vec<Arc<ClusterPod>> = (0..20000).map(pod).collect();
+    let (now, nodes, pods) = cluster();
     let families = [
         PublishedGauges::new("karpenter_pods_state", "h", &pods::STATE_LABELS),
         PublishedGauges::new(
@@ -172,12 +180,7 @@ fn following_20000_pods_allocates_no_key_per_pod() {
 #[test]
 fn the_node_families_share_each_nodes_label_values() {
     let _counting = heap::exclusive();
-    let now: DateTime<Utc> = Utc
-        .with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
-        .single()
-        .expect("time");
-    let nodes: Vec<Arc<Node>> = (0..1000).map(node).collect();
-    let pods: Vec<Arc<ClusterPod>> = (0..20000).map(pod).collect();
+    let (now, nodes, pods) = cluster();
     let pass = heap::Mark::now();
     let gauges = node_gauges(&nodes, &pods, now);
     let allocations = pass.allocations();
