@@ -1513,5 +1513,5 @@ fn a_drifted_node_whose_pods_need_several_new_nodes_is_replaced_by_them_all() {
         .expect("a drifted node goes either way")
         .replanned
         .expect("one replacement cannot hold both pods");
-    one_each(&replanned);
+    one_each(&replanned.replacements);
 }

@@ -39,9 +39,10 @@ pub struct Validated {
     /// [`State::start`]: a later command of the same pass is validated on the view this one
     /// leaves, as the engine decided it.
     pub moves: Moves,
-    /// A drift command's replacements as the fresh simulation asks for them, to launch instead
-    /// of the planned ones, which no longer hold its pods.
-    pub replanned: Option<Vec<Replacement>>,
+    /// A drift command with its replacements as the fresh simulation asks for them (and its
+    /// savings accordingly), to start instead of the planned one, whose replacements no longer
+    /// hold its pods.
+    pub replanned: Option<Command>,
 }
 
 /// Checks `cmd` against a fresh `state`. Candidates carrying the disruption taint (a resumed
@@ -212,10 +213,16 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<Validated, String> {
     let planned = &cmd.replacements;
     if cmd.method == Method::Drift {
         let replanned = uncovered(fresh, &needed, planned).map(|_| {
-            needed
+            let replacements: Vec<Replacement> = needed
                 .iter()
                 .map(|new| replacement(fresh, new, &new.claim.instance_types))
-                .collect()
+                .collect();
+            let price = |rs: &[Replacement]| rs.iter().map(|r| r.price).sum::<f64>();
+            Command {
+                savings: cmd.savings + price(planned) - price(&replacements),
+                replacements,
+                ..cmd.clone()
+            }
         });
         return Ok(Validated { moves, replanned });
     }

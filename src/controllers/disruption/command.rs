@@ -21,7 +21,7 @@ use crate::apis::{NodeClaim, labels};
 use crate::controllers::nodeclaim::termination;
 use crate::disruption::state::State;
 use crate::disruption::validation::{self, Stage};
-use crate::disruption::{Command, Method, Replacement};
+use crate::disruption::{Command, Method};
 use crate::metrics::METRICS;
 use crate::runtime::{Context, Error};
 use crate::snapshot::Snapshot;
@@ -184,22 +184,22 @@ async fn start(
             return Ok(false);
         }
     };
-    let replanned = validated.replanned.map(|replacements| {
+    if let Some(replanned) = &validated.replanned {
+        let types = |c: &Command| {
+            c.replacements
+                .iter()
+                .map(|r| r.instance_type.clone())
+                .collect::<Vec<_>>()
+        };
         tracing::info!(
             controller = "disruption",
             candidates = ?plan.cmd.candidates,
-            planned = ?plan.cmd.replacements.iter().map(|r| &r.instance_type).collect::<Vec<_>>(),
-            now = ?replacements.iter().map(|r| &r.instance_type).collect::<Vec<_>>(),
+            planned = ?types(plan.cmd),
+            now = ?types(replanned),
             "the drifted node's pods changed since the decision; launching what they need now"
         );
-        let price = |rs: &[Replacement]| rs.iter().map(|r| r.price).sum::<f64>();
-        Command {
-            savings: plan.cmd.savings + price(&plan.cmd.replacements) - price(&replacements),
-            replacements,
-            ..plan.cmd.clone()
-        }
-    });
-    let cmd = replanned.as_ref().unwrap_or(plan.cmd);
+    }
+    let cmd = validated.replanned.as_ref().unwrap_or(plan.cmd);
     tracing::info!(
         controller = "disruption",
         method = ?cmd.method,
