@@ -263,6 +263,39 @@ async fn a_drain_waits_for_the_pdb_then_the_node_and_instance_go() {
     );
     assert!(env.get::<Node>(&node_name).await.is_none());
     assert_eq!(instance_state(&env, &claim), InstanceState::Terminated);
+    assert_eq!(
+        env.api.lists("pods"),
+        1,
+        "the passes read the pod cache; the API server is asked once, to confirm the node drained"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_the_cache_has_not_seen_yet_is_evicted_before_its_node_counts_as_drained() {
+    let env = Env::new().await;
+    let (claim, node) = env.running(&builders::nodeclaim("default-late")).await;
+    let node_name = node.name_any();
+    // Bound just before the drain starts; the controller's pod watch has not delivered it.
+    env.api.stall_watch("pods");
+    env.create_namespaced(&builders::pod("late", &node_name))
+        .await;
+    env.delete_claim("default-late").await;
+
+    env.reconcile("default-late").await;
+    assert!(
+        env.get_namespaced::<Pod>("late").await.is_none(),
+        "evicted on the API server's word though the cache shows an empty node"
+    );
+    let claim_now = env.claim("default-late").await;
+    assert!(
+        !has_condition(&claim_now, DRAINED, TRUE),
+        "not drained while a pod was on the node"
+    );
+    assert_eq!(instance_state(&env, &claim), InstanceState::Running);
+
+    env.api.resume_watch("pods");
+    env.reconcile_until_gone("default-late", 5).await;
+    assert_eq!(instance_state(&env, &claim), InstanceState::Terminated);
 }
 
 #[tokio::test]

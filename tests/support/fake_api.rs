@@ -155,10 +155,20 @@ struct Inner {
     writes: BTreeMap<(String, String), usize>,
     /// Writes to fail once each, as (method, resource, text the request body contains).
     failing: Vec<(String, String, String)>,
+    /// LISTs answered so far, by resource, so tests can hold the controllers to reading their
+    /// caches.
+    lists: BTreeMap<String, usize>,
+    /// Resources whose watch is behind: the changes their stores have not been given yet, in
+    /// order (see [`FakeApi::stall_watch`]).
+    stalled: HashMap<String, Vec<(Key, Value, bool)>>,
 }
 
 impl Inner {
     fn reflect(&mut self, key: &Key, object: &Value, deleted: bool) {
+        if let Some(held) = self.stalled.get_mut(&key.resource) {
+            held.push((key.clone(), object.clone(), deleted));
+            return;
+        }
         if let Some(store) = self
             .stores
             .get_mut(&(key.api.clone(), key.resource.clone()))
@@ -371,6 +381,8 @@ impl FakeApi {
                 uids: 0,
                 writes: BTreeMap::new(),
                 failing: Vec::new(),
+                lists: BTreeMap::new(),
+                stalled: HashMap::new(),
             })),
             clock,
         };
@@ -385,6 +397,25 @@ impl FakeApi {
             .get(&(method.to_string(), resource.to_string()))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// How many LISTs of `resource` (the plural, e.g. `pods`) were answered so far.
+    pub fn lists(&self, resource: &str) -> usize {
+        self.lock().lists.get(resource).copied().unwrap_or(0)
+    }
+
+    /// Holds back the changes to `resource` from the controller's cache, as a watch that has
+    /// fallen behind the API server does, until [`FakeApi::resume_watch`].
+    pub fn stall_watch(&self, resource: &str) {
+        self.lock().stalled.entry(resource.to_string()).or_default();
+    }
+
+    /// Delivers the changes [`FakeApi::stall_watch`] held back, in order.
+    pub fn resume_watch(&self, resource: &str) {
+        let mut inner = self.lock();
+        for (key, object, deleted) in inner.stalled.remove(resource).unwrap_or_default() {
+            inner.reflect(&key, &object, deleted);
+        }
     }
 
     /// Makes the next `method` request on `resource` whose body contains `text` fail with a 500
@@ -477,7 +508,8 @@ impl FakeApi {
                 "label selectors are not modelled by the fake API server",
             );
         }
-        let inner = self.lock();
+        let mut inner = self.lock();
+        *inner.lists.entry(target.resource.clone()).or_default() += 1;
         let mut items = Vec::new();
         for (key, object) in &inner.objects {
             if key.api != target.api
