@@ -1668,6 +1668,57 @@ async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pas
     );
 }
 
+/// A command whose candidate could not be deleted once its replacement was up keeps the
+/// replacement: the next pass resumes the command from its marker and deletes the candidate.
+#[tokio::test(start_paused = true)]
+async fn a_command_whose_candidate_could_not_be_deleted_keeps_its_replacement_and_is_finished_next_pass()
+ {
+    let env = Env::new().await;
+    oversized_node(&env).await;
+    env.api.fail_once("DELETE", "nodeclaims", "");
+    let mut reported = BlockedEvents::default();
+    let mut queue = Queue::default();
+    let stand_in_kubelet = async {
+        let replacement = loop {
+            if let Some(r) = replacements(&env).await.into_iter().next() {
+                break r.name_any();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        bring_up(&env, &replacement).await;
+        replacement
+    };
+    let pass = async {
+        let acted = once(&env.ctx, &mut reported, &mut queue).await;
+        queue.settle().await;
+        acted
+    };
+    let (acted, replacement) = tokio::join!(pass, stand_in_kubelet);
+    assert!(acted.expect("pass"));
+    assert!(
+        !deleting(&env.claim("default-big").await),
+        "the failed deletion left the candidate"
+    );
+    let kept = env.claim(&replacement).await;
+    assert!(!deleting(&kept), "the replacement is not rolled back");
+    assert!(kept.annotations().contains_key(COMMAND_ANNOTATION));
+
+    once(&env.ctx, &mut reported, &mut queue)
+        .await
+        .expect("pass");
+    queue.settle().await;
+    assert!(
+        deleting(&env.claim("default-big").await),
+        "the next pass deleted the candidate"
+    );
+    let kept = env.claim(&replacement).await;
+    assert!(!deleting(&kept), "the replacement stays");
+    assert!(
+        !kept.annotations().contains_key(COMMAND_ANNOTATION),
+        "the command is over"
+    );
+}
+
 /// A node of NodeClaim `name` whose `karpenter.sh/nodepool-hash` no longer matches its NodePool's
 /// (so the engine finds it drifted), running a pod; its NodeClaim shows `Drifted=True` when
 /// `shown`, as the status loop writes it. Returns the Node's name.

@@ -89,10 +89,18 @@ type Resp = hyper::Response<Box<DynBody>>;
 const SEEDS: [u64; 3] = [0x5eed_0001, 0x5eed_0002, 0x5eed_0003];
 /// Steps with faults and workload changes per seed.
 const CHAOS_STEPS: usize = 680;
-/// Most steps the settle phase may take before the run counts as stuck.
-const SETTLE_STEPS: usize = 400;
+/// Most steps the settle phase may take before the run counts as stuck. Settling includes
+/// rolling every node the last template change drifted, one at a time in pool `a`: on a quiet
+/// machine that takes 20-320 steps, and a loaded one stretches each step's controller work, so
+/// the bound is generous; a controller that stops converging still fails it.
+const SETTLE_STEPS: usize = 1200;
 /// Wall time between two steps' observations.
 const STEP: Duration = Duration::from_millis(100);
+/// How long after scaling a pool's Deployment the runaway check leaves the pool alone: a
+/// provisioning round that started before the scale (or before the ReplicaSet controller
+/// deleted the pods) creates NodeClaims for pods that are gone by then, and on a loaded machine
+/// its creations come seconds later.
+const SCALE_QUIET: Duration = Duration::from_secs(15);
 /// Share of the controller's API writes that fail, in percent.
 const FAULT_PERCENT: u64 = 10;
 /// The workload's namespace.
@@ -316,10 +324,20 @@ async fn check_creation(obs: &Observer, body: &[u8]) {
                 .and_then(|s| s.node_name.as_deref())
                 .is_none_or(|n| !hosting.contains(n))
         })
-        .count();
-    if in_flight > need {
+        .map(|c| {
+            let launched = c
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Launched"))
+                .map_or_else(|| "-".to_string(), |c| format!("{} {}", c.status, c.reason));
+            format!("{} (Launched: {launched})", c.name_any())
+        })
+        .collect::<Vec<_>>();
+    if in_flight.len() > need {
         obs.violation(format!(
-            "runaway launch: a NodeClaim for pool {pool} created while {in_flight} are in flight and {pending} pending pods need {need}"
+            "runaway launch: a NodeClaim for pool {pool} created while {} are in flight ({}) and {pending} pending pods need {need}",
+            in_flight.len(),
+            in_flight.join(", ")
         ));
     }
 }
@@ -1163,7 +1181,7 @@ impl Run {
                     .quiet_until
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(pool.to_string(), Instant::now() + Duration::from_secs(5));
+                    .insert(pool.to_string(), Instant::now() + SCALE_QUIET);
                 let replicas = self.rng.below(max + 1) as i64;
                 let _ = deployments
                     .patch(
@@ -1440,6 +1458,7 @@ async fn run_seed(client: &Client, seed: u64) -> (Run, usize) {
         snap = run.step().await;
     }
     // Settle: faults off, capacity back; everything must converge.
+    tracing::info!(seed = %format!("{seed:#x}"), step = run.steps, "harness: settle phase starts (faults off, capacity back)");
     obs.enabled.store(false, Ordering::Relaxed);
     for key in run.exhausted.drain(..) {
         cloud.restore(&key);

@@ -375,10 +375,11 @@ pub(super) async fn complete(
             &format!("Disrupting Node: {}/{:?}", cmd.reason, cmd.method),
         )
         .await;
-        if let Err(e) = delete_claim(&api, &claim.name_any()).await {
-            rollback(ctx, cmd, launched).await;
-            return Err(e);
-        }
+        // A failed deletion leaves the command to the next pass, which resumes it from the
+        // replacements' marker and deletes what is left, or, when a deletion that seemed to
+        // fail did happen, finds the command complete. Rolling back here would throw away
+        // replacements that are up, and with them the capacity a deleted candidate's pods need.
+        delete_claim(&api, &claim.name_any()).await?;
         let pods = moving.get(node).copied().unwrap_or(0);
         count_disrupted(&cluster, cmd.method, claim, pods);
     }
