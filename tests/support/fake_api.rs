@@ -33,6 +33,7 @@ use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_rs::clock::{Clock, FakeClock};
 use karpenter_rs::snapshot::ClusterPod;
 use karpenter_rs::state::ClusterState;
+use karpenter_rs::state::trim;
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -105,7 +106,30 @@ trait Reflect: Send {
     fn reflect(&mut self, object: &Value, deleted: bool);
 }
 
-impl<K> Reflect for Writer<K>
+/// A store's writer, with what the controller's watch does to each object as it arrives
+/// (`state::trim`): the reconcilers read objects in the form `run` keeps them, so code that
+/// reads a field the cache drops fails here too.
+struct Trimmed<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    writer: Writer<K>,
+    trim: Box<dyn FnMut(&mut K) + Send>,
+}
+
+impl<K> Trimmed<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn by(mut self, trim: impl FnMut(&mut K) + Send + 'static) -> Self {
+        self.trim = Box::new(trim);
+        self
+    }
+}
+
+impl<K> Reflect for Trimmed<K>
 where
     K: Resource + Clone + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -113,18 +137,20 @@ where
     /// An object that does not read as its kind leaves the store, as the controller's lenient
     /// watch (`state::lenient`) leaves it out.
     fn reflect(&mut self, object: &Value, deleted: bool) {
-        let Ok(typed) = serde_json::from_value::<K>(object.clone()) else {
+        let Ok(mut typed) = serde_json::from_value::<K>(object.clone()) else {
             let meta = &object["metadata"];
-            let stale = self.as_reader().state().into_iter().find(|k| {
+            let stale = self.writer.as_reader().state().into_iter().find(|k| {
                 k.meta().name.as_deref() == meta["name"].as_str()
                     && k.meta().namespace.as_deref() == meta["namespace"].as_str()
             });
             if let Some(stale) = stale {
-                self.apply_watcher_event(&Event::Delete((*stale).clone()));
+                self.writer
+                    .apply_watcher_event(&Event::Delete((*stale).clone()));
             }
             return;
         };
-        self.apply_watcher_event(&if deleted {
+        (self.trim)(&mut typed);
+        self.writer.apply_watcher_event(&if deleted {
             Event::Delete(typed)
         } else {
             Event::Apply(typed)
@@ -133,7 +159,7 @@ where
 }
 
 /// A new store marked synced (listed, empty), and its writer.
-fn synced_store<K>(dyntype: K::DynamicType) -> (reflector::Store<K>, Writer<K>)
+fn synced_store<K>(dyntype: K::DynamicType) -> (reflector::Store<K>, Trimmed<K>)
 where
     K: Resource + Clone + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -141,7 +167,14 @@ where
     let mut writer = Writer::new(dyntype);
     writer.apply_watcher_event(&Event::Init);
     writer.apply_watcher_event(&Event::InitDone);
-    (writer.as_reader(), writer)
+    let reader = writer.as_reader();
+    (
+        reader,
+        Trimmed {
+            writer,
+            trim: Box::new(|_| {}),
+        },
+    )
 }
 
 struct Inner {
@@ -328,9 +361,10 @@ impl FakeApi {
             stores.insert((api.to_string(), resource.to_string()), writer);
         };
         let (nodes, w) = synced_store::<Node>(());
-        add("api/v1", "nodes", Box::new(w));
+        add("api/v1", "nodes", Box::new(w.by(trim::node)));
         let (pods, w) = synced_store::<ClusterPod>(());
-        add("api/v1", "pods", Box::new(w));
+        let mut specs = trim::SharedSpecs::default();
+        add("api/v1", "pods", Box::new(w.by(move |p| specs.trim(p))));
         let (pvs, w) = synced_store::<PersistentVolume>(());
         add("api/v1", "persistentvolumes", Box::new(w));
         let (pvcs, w) = synced_store::<PersistentVolumeClaim>(());

@@ -16,7 +16,7 @@
 //! conditions. Everything it needs after a crash is on the objects: the taint, the annotation,
 //! the conditions, the pods' deletion timestamps.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,24 +126,32 @@ impl DrainPod {
     /// asked to stay to the end).
     pub fn from_pod(pod: &Pod) -> Option<Self> {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        Self::from_parts(&pod.metadata, pod.spec.as_ref()?, phase)
+        Self::from_parts(
+            &pod.metadata,
+            pod.metadata.annotations.as_ref(),
+            pod.spec.as_ref()?,
+            phase,
+        )
     }
 
-    /// [`DrainPod::from_pod`] for a pod from the controller's cache.
+    /// [`DrainPod::from_pod`] for a pod from the controller's cache, whose annotations are
+    /// read through [`ClusterPod::annotations`]: the cache keeps them with the converted pod,
+    /// not in its metadata.
     pub fn from_cached(pod: &ClusterPod) -> Option<Self> {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        Self::from_parts(&pod.metadata, &pod.spec, phase)
+        Self::from_parts(&pod.metadata, Some(pod.annotations()), &pod.spec, phase)
     }
 
-    fn from_parts(meta: &ObjectMeta, spec: &PodSpec, phase: Option<&str>) -> Option<Self> {
+    fn from_parts(
+        meta: &ObjectMeta,
+        annotations: Option<&BTreeMap<String, String>>,
+        spec: &PodSpec,
+        phase: Option<&str>,
+    ) -> Option<Self> {
         if matches!(phase, Some("Succeeded" | "Failed")) {
             return None;
         }
-        if meta
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
-        {
+        if annotations.is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION)) {
             return None;
         }
         let taint = disrupted_taint();
@@ -169,9 +177,7 @@ impl DrainPod {
                 .as_deref()
                 .is_some_and(|c| CRITICAL_PRIORITY_CLASSES.contains(&c)),
             daemon: crate::snapshot::is_daemon_pod(meta),
-            do_not_disrupt: meta
-                .annotations
-                .as_ref()
+            do_not_disrupt: annotations
                 .and_then(|a| a.get(labels::DO_NOT_DISRUPT))
                 .is_some_and(|v| v == "true"),
             grace_seconds: spec.termination_grace_period_seconds.unwrap_or(30),
@@ -916,6 +922,42 @@ mod tests {
             do_not_disrupt: false,
             grace_seconds: 30,
             deleting: None,
+        }
+    }
+
+    /// The drain reads cached pods as the cache keeps them: trimmed, their labels and
+    /// annotations moved to the converted pod. A do-not-disrupt, mirror, critical or DaemonSet
+    /// pod must read the same from the cache as from the API server.
+    #[test]
+    fn a_cached_pod_reads_as_the_api_servers() {
+        let pods = [
+            json!({"metadata": {"name": "dnd", "namespace": "default", "uid": "u1",
+                "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r",
+                    "uid": "rs", "controller": true}]},
+                "spec": {"nodeName": "n", "terminationGracePeriodSeconds": 45,
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                "status": {"phase": "Running"}}),
+            json!({"metadata": {"name": "static", "namespace": "kube-system",
+                "annotations": {MIRROR_POD_ANNOTATION: "x"}},
+                "spec": {"nodeName": "n", "containers": [{"name": "c"}]}}),
+            json!({"metadata": {"name": "agent", "namespace": "kube-system",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d",
+                    "uid": "ds", "controller": true}]},
+                "spec": {"nodeName": "n", "priorityClassName": "system-node-critical",
+                    "containers": [{"name": "c"}]}}),
+        ];
+        let mut shared = crate::state::trim::SharedSpecs::default();
+        for value in pods {
+            let pod: Pod = serde_json::from_value(value).expect("pod");
+            let mut cached = ClusterPod::from(pod.clone());
+            shared.trim(&mut cached);
+            assert_eq!(
+                DrainPod::from_cached(&cached),
+                DrainPod::from_pod(&pod),
+                "{}",
+                pod.name_any()
+            );
         }
     }
 
