@@ -1617,24 +1617,27 @@ async fn a_replacing_consolidation_validates_then_taints_then_launches_then_dele
     );
 }
 
-/// A command whose last write fails (clearing its replacement's marker, after the candidate's
-/// deletion) is finished by the next pass from that marker, as a dead controller's would be:
-/// the marker does not stay on the replacement, keeping it out of every later decision.
-#[tokio::test(start_paused = true)]
-async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pass() {
-    let env = Env::new().await;
-    oversized_node(&env).await;
-    env.api.fail_once("PATCH", "nodeclaims", COMMAND_ANNOTATION);
+/// One pass over the oversized node's consolidation, the stand-in kubelet bringing its
+/// replacement up, with the next `method` request on NodeClaims whose body contains `text`
+/// failing once. Returns the replacement's name and the pass's event book and queue, for the
+/// next pass.
+async fn consolidate_with_a_failed_write(
+    env: &Env,
+    method: &str,
+    text: &str,
+) -> (String, BlockedEvents, Queue) {
+    oversized_node(env).await;
+    env.api.fail_once(method, "nodeclaims", text);
     let mut reported = BlockedEvents::default();
     let mut queue = Queue::default();
     let stand_in_kubelet = async {
         let replacement = loop {
-            if let Some(r) = replacements(&env).await.into_iter().next() {
+            if let Some(r) = replacements(env).await.into_iter().next() {
                 break r.name_any();
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         };
-        bring_up(&env, &replacement).await;
+        bring_up(env, &replacement).await;
         replacement
     };
     let pass = async {
@@ -1644,6 +1647,39 @@ async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pas
     };
     let (acted, replacement) = tokio::join!(pass, stand_in_kubelet);
     assert!(acted.expect("pass"));
+    (replacement, reported, queue)
+}
+
+/// The pass after [`consolidate_with_a_failed_write`] finishes the command: the candidate goes,
+/// the replacement stays and its marker is gone.
+async fn next_pass_finishes_the_command(
+    env: &Env,
+    replacement: &str,
+    reported: &mut BlockedEvents,
+    queue: &mut Queue,
+) {
+    once(&env.ctx, reported, queue).await.expect("pass");
+    queue.settle().await;
+    assert!(
+        deleting(&env.claim("default-big").await),
+        "the candidate goes"
+    );
+    let kept = env.claim(replacement).await;
+    assert!(!deleting(&kept), "the replacement stays");
+    assert!(
+        !kept.annotations().contains_key(COMMAND_ANNOTATION),
+        "the next pass finished the command"
+    );
+}
+
+/// A command whose last write fails (clearing its replacement's marker, after the candidate's
+/// deletion) is finished by the next pass from that marker, as a dead controller's would be:
+/// the marker does not stay on the replacement, keeping it out of every later decision.
+#[tokio::test(start_paused = true)]
+async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pass() {
+    let env = Env::new().await;
+    let (replacement, mut reported, mut queue) =
+        consolidate_with_a_failed_write(&env, "PATCH", COMMAND_ANNOTATION).await;
     assert!(
         deleting(&env.claim("default-big").await),
         "the candidate goes"
@@ -1655,17 +1691,7 @@ async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pas
             .contains_key(COMMAND_ANNOTATION),
         "the failed write left the marker"
     );
-
-    once(&env.ctx, &mut reported, &mut queue)
-        .await
-        .expect("pass");
-    queue.settle().await;
-    let kept = env.claim(&replacement).await;
-    assert!(!deleting(&kept), "the replacement stays");
-    assert!(
-        !kept.annotations().contains_key(COMMAND_ANNOTATION),
-        "the next pass finished the command"
-    );
+    next_pass_finishes_the_command(&env, &replacement, &mut reported, &mut queue).await;
 }
 
 /// A command whose candidate could not be deleted once its replacement was up keeps the
@@ -1674,27 +1700,8 @@ async fn a_command_whose_marker_could_not_be_cleared_is_finished_by_the_next_pas
 async fn a_command_whose_candidate_could_not_be_deleted_keeps_its_replacement_and_is_finished_next_pass()
  {
     let env = Env::new().await;
-    oversized_node(&env).await;
-    env.api.fail_once("DELETE", "nodeclaims", "");
-    let mut reported = BlockedEvents::default();
-    let mut queue = Queue::default();
-    let stand_in_kubelet = async {
-        let replacement = loop {
-            if let Some(r) = replacements(&env).await.into_iter().next() {
-                break r.name_any();
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        };
-        bring_up(&env, &replacement).await;
-        replacement
-    };
-    let pass = async {
-        let acted = once(&env.ctx, &mut reported, &mut queue).await;
-        queue.settle().await;
-        acted
-    };
-    let (acted, replacement) = tokio::join!(pass, stand_in_kubelet);
-    assert!(acted.expect("pass"));
+    let (replacement, mut reported, mut queue) =
+        consolidate_with_a_failed_write(&env, "DELETE", "").await;
     assert!(
         !deleting(&env.claim("default-big").await),
         "the failed deletion left the candidate"
@@ -1702,21 +1709,7 @@ async fn a_command_whose_candidate_could_not_be_deleted_keeps_its_replacement_an
     let kept = env.claim(&replacement).await;
     assert!(!deleting(&kept), "the replacement is not rolled back");
     assert!(kept.annotations().contains_key(COMMAND_ANNOTATION));
-
-    once(&env.ctx, &mut reported, &mut queue)
-        .await
-        .expect("pass");
-    queue.settle().await;
-    assert!(
-        deleting(&env.claim("default-big").await),
-        "the next pass deleted the candidate"
-    );
-    let kept = env.claim(&replacement).await;
-    assert!(!deleting(&kept), "the replacement stays");
-    assert!(
-        !kept.annotations().contains_key(COMMAND_ANNOTATION),
-        "the command is over"
-    );
+    next_pass_finishes_the_command(&env, &replacement, &mut reported, &mut queue).await;
 }
 
 /// A node of NodeClaim `name` whose `karpenter.sh/nodepool-hash` no longer matches its NodePool's
