@@ -126,6 +126,40 @@ fn tainted_manifests(pools: usize, pods: usize) -> String {
     out
 }
 
+/// The scale bench's drift roll, one pass: `nodes` m5.4xlarge nodes (three zones, one NodePool,
+/// budget 10%) whose NodeClaims carry a NodePool hash the template no longer has, so every node
+/// is drifted, each running `per_node` pods (200m, 512Mi) of 100 Deployments, a third of them
+/// spread over zones. Every drift command of the pass simulates its candidate's pods against
+/// the whole cluster.
+fn drifted_manifests(nodes: usize, per_node: usize) -> String {
+    let mut out = String::from(NODECLASS);
+    out.push_str("---\napiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: pool}\nspec:\n  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s, budgets: [{nodes: \"10%\"}]}\n  template:\n    spec:\n      expireAfter: Never\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n        - {key: kubernetes.io/arch, operator: In, values: [amd64]}\n        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n");
+    let zones = ["us-east-1a", "us-east-1b", "us-east-1c"];
+    for n in 0..nodes {
+        let zone = zones[n % zones.len()];
+        let _ = write!(
+            out,
+            "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: node-{n}\n  creationTimestamp: \"2026-11-01T00:00:00Z\"\n  labels: {{kubernetes.io/hostname: node-{n}, kubernetes.io/arch: amd64, kubernetes.io/os: linux, topology.kubernetes.io/zone: {zone}, node.kubernetes.io/instance-type: m5.4xlarge, karpenter.sh/capacity-type: on-demand, karpenter.sh/nodepool: pool, karpenter.sh/initialized: \"true\", karpenter.k8s.aws/instance-category: m}}\nspec:\n  providerID: aws:///{zone}/i-{n}\nstatus:\n  allocatable: {{cpu: \"15890m\", memory: \"57632Mi\", pods: \"234\"}}\n  conditions: [{{type: Ready, status: \"True\"}}]\n---\napiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata:\n  name: node-{n}\n  creationTimestamp: \"2026-11-01T00:00:00Z\"\n  labels: {{karpenter.sh/nodepool: pool}}\n  annotations: {{karpenter.sh/nodepool-hash: \"a-template-since-changed\", karpenter.sh/nodepool-hash-version: \"{version}\"}}\nspec:\n  requirements: [{{key: karpenter.sh/nodepool, operator: In, values: [pool]}}]\n  nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}\nstatus:\n  nodeName: node-{n}\n  providerID: aws:///{zone}/i-{n}\n",
+            version = karpenter_rs::apis::hash::NODEPOOL_HASH_VERSION
+        );
+        for k in 0..per_node {
+            let app = (n * per_node + k) % 100;
+            let spread = if app.is_multiple_of(3) {
+                format!(
+                    "\n  topologySpreadConstraints: [{{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: a{app}}}}}}}]"
+                )
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                out,
+                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p-{n}-{k}, namespace: default, labels: {{app: a{app}}}, ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: rs-{app}, uid: rs-{app}, controller: true}}]}}\nspec:\n  nodeName: node-{n}{spread}\n  containers: [{{name: c, image: i, resources: {{requests: {{cpu: 200m, memory: 512Mi}}}}}}]\nstatus: {{phase: Running}}\n"
+            );
+        }
+    }
+    out
+}
+
 fn state(manifests: &str, catalog: &Catalog) -> State {
     let now = Utc.with_ymd_and_hms(2026, 11, 23, 10, 0, 0).unwrap();
     let docs =
@@ -167,6 +201,23 @@ fn bench(c: &mut Criterion) {
         }
         group.finish();
     }
+    let mut group = c.benchmark_group("disruption/drifted");
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    for (nodes, per_node) in [(100, 20), (300, 67)] {
+        let s = state(&drifted_manifests(nodes, per_node), &catalog);
+        let pods = nodes * per_node;
+        report(&format!("drifted/{nodes}x{pods}"), &s, now);
+        group.bench_with_input(
+            BenchmarkId::from_parameter(format!("{nodes}-nodes-{pods}-pods")),
+            &s,
+            |b, s| {
+                b.iter(|| black_box(disruption::evaluate(s, now, disruption::Options::default())))
+            },
+        );
+    }
+    group.finish();
     let mut group = c.benchmark_group("disruption/tainted_pools");
     group.sampling_mode(SamplingMode::Flat);
     group.sample_size(10);
