@@ -1909,58 +1909,55 @@ fn capped_growth_is_never_dearer_than_sizing_by_fit() {
     }
 }
 
+/// `benches/gen-cost.py`'s constrained Deployments: (CPU millicores, memory MiB, the topology key
+/// of their spread, if any) of each, in the generator's order.
+const CONSTRAINED: [(u32, u32, &str); 30] = [
+    (500, 2048, "topology.kubernetes.io/zone"),
+    (750, 256, ""),
+    (750, 1024, ""),
+    (500, 256, "topology.kubernetes.io/zone"),
+    (500, 1024, ""),
+    (1000, 1024, "kubernetes.io/hostname"),
+    (750, 2048, "topology.kubernetes.io/zone"),
+    (250, 1024, ""),
+    (500, 512, ""),
+    (1000, 256, "topology.kubernetes.io/zone"),
+    (250, 512, "kubernetes.io/hostname"),
+    (500, 512, ""),
+    (250, 512, "topology.kubernetes.io/zone"),
+    (500, 2048, ""),
+    (1000, 2048, ""),
+    (500, 1024, "topology.kubernetes.io/zone"),
+    (500, 1024, ""),
+    (500, 2048, ""),
+    (500, 512, "topology.kubernetes.io/zone"),
+    (250, 256, ""),
+    (750, 512, "kubernetes.io/hostname"),
+    (250, 512, "topology.kubernetes.io/zone"),
+    (1000, 1024, ""),
+    (750, 2048, ""),
+    (750, 2048, "topology.kubernetes.io/zone"),
+    (500, 256, "kubernetes.io/hostname"),
+    (250, 2048, ""),
+    (500, 2048, "topology.kubernetes.io/zone"),
+    (500, 1024, ""),
+    (250, 1024, ""),
+];
+
 /// `benches/gen-cost.py`'s constrained workload (30 Deployments of 83-84 web-sized replicas, every
 /// third spread over zones, every fifth other one over hostnames, and 100 replicas with hostname
-/// anti-affinity to each other, which force 100 nodes) on its narrow pool at kubelet `maxPods:
-/// 110`. Visiting planned NodeClaims in creation order, every pod went to the first eight, which
-/// grew into m6a.16xlarge while most of the 100 forced nodes ran nearly empty: $65.86/h, the
-/// dearest NodeClaim 18.1x the median. Visited fewest pods first, the pods fill the forced nodes:
-/// $63.96/h, the dearest 4.5x the median.
-#[test]
-fn pods_fill_the_nodes_anti_affinity_forces_before_any_grows_large() {
-    // (CPU millicores, memory MiB, the constraint's topology key) per Deployment, in the
-    // generator's order.
-    const APPS: [(u32, u32, &str); 30] = [
-        (500, 2048, "topology.kubernetes.io/zone"),
-        (750, 256, ""),
-        (750, 1024, ""),
-        (500, 256, "topology.kubernetes.io/zone"),
-        (500, 1024, ""),
-        (1000, 1024, "kubernetes.io/hostname"),
-        (750, 2048, "topology.kubernetes.io/zone"),
-        (250, 1024, ""),
-        (500, 512, ""),
-        (1000, 256, "topology.kubernetes.io/zone"),
-        (250, 512, "kubernetes.io/hostname"),
-        (500, 512, ""),
-        (250, 512, "topology.kubernetes.io/zone"),
-        (500, 2048, ""),
-        (1000, 2048, ""),
-        (500, 1024, "topology.kubernetes.io/zone"),
-        (500, 1024, ""),
-        (500, 2048, ""),
-        (500, 512, "topology.kubernetes.io/zone"),
-        (250, 256, ""),
-        (750, 512, "kubernetes.io/hostname"),
-        (250, 512, "topology.kubernetes.io/zone"),
-        (1000, 1024, ""),
-        (750, 2048, ""),
-        (750, 2048, "topology.kubernetes.io/zone"),
-        (500, 256, "kubernetes.io/hostname"),
-        (250, 2048, ""),
-        (500, 2048, "topology.kubernetes.io/zone"),
-        (500, 1024, ""),
-        (250, 1024, ""),
-    ];
+/// anti-affinity to each other, which force 100 nodes) on its narrow on-demand pool, with
+/// `kubelet` (a line of the node class) if not empty.
+fn constrained_case(kubelet: &str) -> Vec<String> {
     let mut docs = vec![
-        format!("{NODECLASS}  kubelet: {{maxPods: 110}}\n"),
+        format!("{NODECLASS}{kubelet}"),
         nodepool(
             "default",
             "",
             "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
         ),
     ];
-    for (d, (cpu, memory, key)) in APPS.into_iter().enumerate() {
+    for (d, (cpu, memory, key)) in CONSTRAINED.into_iter().enumerate() {
         let name = format!("app-{d}");
         let replicas = if d < 10 { 84 } else { 83 };
         let constraint = if key.is_empty() {
@@ -1971,10 +1968,34 @@ fn pods_fill_the_nodes_anti_affinity_forces_before_any_grows_large() {
         docs.push(sized_deployment(&name, replicas, cpu, memory, &constraint));
     }
     docs.push(solo(100, 750));
-    let report = run_placing_all(&docs, 2600);
+    docs
+}
+
+/// The constrained workload at kubelet `maxPods: 110`. Visiting planned NodeClaims in creation
+/// order, every pod went to the first eight, which grew into m6a.16xlarge while most of the 100
+/// forced nodes ran nearly empty: $65.86/h, the dearest NodeClaim 18.1x the median. Visited
+/// fewest pods first, the pods fill the forced nodes: $63.96/h, the dearest 4.5x the median.
+#[test]
+fn pods_fill_the_nodes_anti_affinity_forces_before_any_grows_large() {
+    let report = run_placing_all(&constrained_case("  kubelet: {maxPods: 110}\n"), 2600);
     let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
     assert!(cost < 64.5, "${cost:.2}/h");
     assert_no_nodeclaim_above_the_median_times(&report, 5.0);
+}
+
+/// The constrained workload at the default (ENI) pod density. Whichever NodeClaim the pods
+/// visit first, the 1,000m pods built a pile (an m6a.32xlarge, 36.1x the median NodeClaim, for
+/// $63.79/h) before the forced NodeClaims opened, or the pods spread over them evenly, each node
+/// took the round's memory per CPU, a little more than a c6a.4xlarge holds, and nearly all grew
+/// into m6a.4xlarge ($66.16/h). With the forced pods first and the memory-heavy pods last, the
+/// forced nodes fill on CPU and the memory left over grows a few: below $63.5/h, no NodeClaim
+/// above 4x the median.
+#[test]
+fn forced_nodes_open_first_and_memory_heavy_pods_fill_them_last() {
+    let report = run_placing_all(&constrained_case(""), 2600);
+    let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
+    assert!(cost < 63.5, "${cost:.2}/h");
+    assert_no_nodeclaim_above_the_median_times(&report, 4.0);
 }
 
 /// A Deployment whose template names a node stamps pods bound to it (the binding is kept beside

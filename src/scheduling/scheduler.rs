@@ -11,7 +11,8 @@
 //!   NodeClaims precede it (upstream: O(pods × NodeClaims)). When that plan leaves a NodeClaim
 //!   dearer than the blast-radius target, `plan` also solves with the NodeClaims kept ordered by
 //!   load (fewest pods, as upstream, or cheapest first; `Placing`), a pod reading a bounded
-//!   number of them;
+//!   number of them, and when some pods force a node of their own, with those placed first and
+//!   the rest by memory per CPU (`Order`);
 //! * a NodeClaim that receives a pod counted by a topology group on a key other than hostname is
 //!   narrowed to one domain of that key, so spread counts are exact rather than deferred;
 //! * a new NodeClaim grows only within the instance types that are cost-efficient for the round's
@@ -100,6 +101,16 @@ const LOAD_SOLVE_MAX_PODS: usize = 5_000;
 /// back to the creation-order search: a bound, so a pod that many lightly loaded NodeClaims turn
 /// away (topology, requirements) still costs a bounded amount of work.
 const LOAD_SCAN: usize = 32;
+
+/// How many planned NodeClaims a pod steps over in load order, in the solves that place the
+/// pods forcing a node of their own first ([`Order::ForcedFirst`]), looking for one that holds it
+/// at no added cost once [`PLACEMENT_WINDOW`] NodeClaims that fit would all grow. Measured on
+/// `benches/gen-cost.py`'s constrained rows (100 forced NodeClaims): at [`LOAD_SCAN`] the overflow
+/// of memory grew nearly every NodeClaim a step (m6a.4xlarge instead of c6a.4xlarge, $66-70/h
+/// on-demand); 64 and 128 each planned some rows cheaper than the other (64: four rows, 128: the
+/// rows with DaemonSets), and beyond 128 nothing changed. A bound, so a pod's work stays
+/// independent of the number of NodeClaims.
+const FREE_SCAN: usize = 128;
 
 /// A NodePool ready for scheduling: its template flattened and its instance types resolved.
 #[derive(Clone, Debug)]
@@ -507,6 +518,8 @@ struct Solver<'a> {
     by_load: BTreeSet<(u64, u32)>,
     /// Each planned NodeClaim's key in `by_load`.
     loads: Vec<u64>,
+    /// In which order the pods are placed.
+    order: Order,
     /// How much more per typical pod than the best price `Solver::worth_growing` lets the room
     /// a larger type adds cost: [`COST_SLACK`] or [`TIGHT_GROWTH_SLACK`].
     growth_slack: f64,
@@ -658,9 +671,37 @@ enum Placing {
     Cheapest,
 }
 
+/// In which order a solve places the pending pods (see `Solver::run`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Order {
+    /// Largest CPU, then memory, first (upstream's queue order); among equal sizes, pods with
+    /// required anti-affinity first.
+    BySize,
+    /// The pods that force a NodeClaim of their own (required hostname anti-affinity to their
+    /// own replicas) first, then the rest by memory per CPU, least first, each then as
+    /// [`Order::BySize`]; and once [`PLACEMENT_WINDOW`] NodeClaims that fit would all grow, a
+    /// pod reads on up to [`FREE_SCAN`] of them for one that holds it at no added cost. Only with
+    /// placing by load: the forced NodeClaims open first, the CPU-heavy pods spread over them
+    /// and fill their CPU, and the memory-heavy pods come last and fill the memory left, so the
+    /// round's overflow grows a few NodeClaims, whose room the pods after find. By size, the
+    /// 1,000m pods built piles before the forced NodeClaims opened (creation order), or every
+    /// NodeClaim took the round's mix of memory per CPU, a little more than the cheapest type
+    /// holds, and nearly all grew a step (placing by load).
+    ForcedFirst,
+}
+
 /// Runs the solver.
 pub fn solve(input: &Input) -> Outcome {
     plan(input).1
+}
+
+/// Whether `pod` needs a node of its own among its replicas: a required anti-affinity term on
+/// hostname that selects the pod itself.
+fn forces_own_node(pod: &Pod) -> bool {
+    pod.anti_affinity.iter().any(|term| {
+        term.topology_key == labels::HOSTNAME
+            && term.selects(&pod.namespace, &pod.namespace, &pod.labels)
+    })
 }
 
 /// The ways `plan` solves a round: which typical pod new NodeClaims are sized for, how
@@ -669,64 +710,90 @@ pub fn solve(input: &Input) -> Outcome {
 /// change. Sizing by shape is tried with one setting, the one that won on every row of
 /// `benches/gen-cost.py` where it won (in one it tied with the pile at [`COST_SLACK`]): a solve
 /// more per setting would cost a 3,000-pod round another fifth of its time each. It is tried
-/// strictly and filling: neither alone is as cheap as the two on every row. The last three place
+/// strictly and filling: neither alone is as cheap as the two on every row. The next three place
 /// pods by load ([`Placing`]), the settings that won on `benches/gen-cost.py`'s constrained rows
 /// (100 pods with hostname anti-affinity among 2,600): fewest pods first at both growth bounds,
-/// cheapest NodeClaim first at [`COST_SLACK`].
-const STRATEGIES: [(Sizing, Yardstick, f64, Placing); 9] = [
+/// cheapest NodeClaim first at [`COST_SLACK`]. The last two place those orders again with the
+/// pods that force a NodeClaim of their own first ([`Order::ForcedFirst`]), in rounds that have
+/// such pods: each won some of those rows, within the blast-radius target where the others
+/// broke it.
+const STRATEGIES: [(Sizing, Yardstick, f64, Placing, Order); 11] = [
     (
         Sizing::WholeRound,
         Yardstick::Pile,
         COST_SLACK,
         Placing::Window,
+        Order::BySize,
     ),
     (
         Sizing::WholeRound,
         Yardstick::EmptyNode,
         COST_SLACK,
         Placing::Window,
+        Order::BySize,
     ),
     (
         Sizing::WholeRound,
         Yardstick::Pile,
         TIGHT_GROWTH_SLACK,
         Placing::Window,
+        Order::BySize,
     ),
     (
         Sizing::WholeRound,
         Yardstick::EmptyNode,
         TIGHT_GROWTH_SLACK,
         Placing::Window,
+        Order::BySize,
     ),
     (
         Sizing::ByShape,
         Yardstick::Pile,
         TIGHT_GROWTH_SLACK,
         Placing::Window,
+        Order::BySize,
     ),
     (
         Sizing::FillByShape,
         Yardstick::Pile,
         TIGHT_GROWTH_SLACK,
         Placing::Window,
+        Order::BySize,
     ),
     (
         Sizing::WholeRound,
         Yardstick::Pile,
         COST_SLACK,
         Placing::FewestPods,
+        Order::BySize,
     ),
     (
         Sizing::WholeRound,
         Yardstick::Pile,
         TIGHT_GROWTH_SLACK,
         Placing::FewestPods,
+        Order::BySize,
     ),
     (
         Sizing::WholeRound,
         Yardstick::Pile,
         COST_SLACK,
         Placing::Cheapest,
+        Order::BySize,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::Pile,
+        COST_SLACK,
+        Placing::FewestPods,
+        Order::ForcedFirst,
+    ),
+    (
+        Sizing::WholeRound,
+        Yardstick::Pile,
+        COST_SLACK,
+        Placing::Cheapest,
+        Order::ForcedFirst,
     ),
 ];
 
@@ -751,17 +818,19 @@ const STRATEGIES: [(Sizing, Yardstick, f64, Placing); 9] = [
 /// 13 MB.
 fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     let placed = |o: &Outcome| o.placements.iter().filter(|p| p.is_some()).count();
-    let solve_with = |(sizing, yardstick, slack, placing): (Sizing, Yardstick, f64, Placing)| {
-        let mut solver = Solver::new(input);
-        if sizing != Sizing::WholeRound {
-            solver.size_by_shape(sizing);
-        }
-        solver.yardstick = yardstick;
-        solver.growth_slack = slack;
-        solver.placing = placing;
-        let outcome = solver.run();
-        (solver, outcome)
-    };
+    let solve_with =
+        |(sizing, yardstick, slack, placing, order): (Sizing, Yardstick, f64, Placing, Order)| {
+            let mut solver = Solver::new(input);
+            solver.order = order;
+            if sizing != Sizing::WholeRound {
+                solver.size_by_shape(sizing);
+            }
+            solver.yardstick = yardstick;
+            solver.growth_slack = slack;
+            solver.placing = placing;
+            let outcome = solver.run();
+            (solver, outcome)
+        };
     let (solver, outcome) = solve_with(STRATEGIES[0]);
     let tight = input.pods.len() <= TIGHT_SOLVE_MAX_PODS;
     let retry = solver.capped || (tight && solver.close_call.get());
@@ -771,9 +840,13 @@ fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     // With one shape, sizing by shape is sizing for the round.
     let shapes = ResourceShapes::by_ratio(&input.pods).typical.len() > 1;
     let by_load = input.pods.len() <= LOAD_SOLVE_MAX_PODS;
+    // Without pods that force a NodeClaim of their own, the forced-first order is the order by
+    // memory per CPU alone, which only the forced NodeClaims it opens first make pay.
+    let forced = input.pods.iter().any(forces_own_node);
     let tried: Vec<usize> = (1..STRATEGIES.len())
         .filter(|&k| k < 2 || (tight && (STRATEGIES[k].0 == Sizing::WholeRound || shapes)))
         .filter(|&k| by_load || STRATEGIES[k].3 == Placing::Window)
+        .filter(|&k| forced || STRATEGIES[k].4 == Order::BySize)
         .collect();
     let contained =
         |solver: &Solver<'_>, outcome: &Outcome| !tight || solver.within_blast_radius(outcome);
@@ -1175,6 +1248,7 @@ impl<'a> Solver<'a> {
             placing: Placing::Window,
             by_load: BTreeSet::new(),
             loads: Vec::new(),
+            order: Order::BySize,
             growth_slack: COST_SLACK,
             capped: false,
             close_call: Cell::new(false),
@@ -1221,11 +1295,21 @@ impl<'a> Solver<'a> {
     fn run(&mut self) -> Outcome {
         let pods = &self.input.pods;
         let mut order: Vec<usize> = (0..pods.len()).collect();
+        let forced_first = self.order == Order::ForcedFirst;
         order.sort_by(|&a, &b| {
             let (a, b) = (&pods[a], &pods[b]);
-            b.requests
-                .cpu
-                .cmp(&a.requests.cpu)
+            let first = if forced_first {
+                // Memory per CPU compared without dividing (a pod without CPU requests last).
+                let per_cpu =
+                    |p: &Pod, q: &Pod| i128::from(p.requests.memory) * i128::from(q.requests.cpu);
+                forces_own_node(b)
+                    .cmp(&forces_own_node(a))
+                    .then_with(|| per_cpu(a, b).cmp(&per_cpu(b, a)))
+            } else {
+                std::cmp::Ordering::Equal
+            };
+            first
+                .then(b.requests.cpu.cmp(&a.requests.cpu))
                 .then(b.requests.memory.cmp(&a.requests.memory))
                 // Among equal sizes, pods with required anti-affinity first: each needs a node
                 // of its own, and placed late they find every existing NodeClaim filled to the
@@ -2044,9 +2128,10 @@ impl<'a> Solver<'a> {
 
     /// Unless [`Placing::Window`]: the planned NodeClaim where pod `i` adds the least cost among
     /// the first [`PLACEMENT_WINDOW`] that fit, visited in load order; the first that
-    /// holds it at no added cost ends the search. Gives up (`None`) after [`LOAD_SCAN`]
-    /// NodeClaims, and the creation-order search, which reaches every NodeClaim the pod's skip
-    /// list leaves, decides instead.
+    /// holds it at no added cost ends the search, and with [`Order::ForcedFirst`] one found past
+    /// the window wins. Gives up (`None`) after [`LOAD_SCAN`] NodeClaims ([`FREE_SCAN`] with
+    /// [`Order::ForcedFirst`]), and the creation-order search, which reaches every NodeClaim the
+    /// pod's skip list leaves, decides instead.
     fn claim_by_load(
         &mut self,
         i: usize,
@@ -2058,9 +2143,15 @@ impl<'a> Solver<'a> {
         let (mut fitting, mut visited) = (0, 0);
         let shape = self.shapes.of[i];
         let apart = self.apart(i);
+        // Past the window, only a NodeClaim that holds the pod at no added cost is taken.
+        let scan = match self.order {
+            Order::BySize => LOAD_SCAN,
+            Order::ForcedFirst => FREE_SCAN,
+        };
         let mut next = self.by_load.first().copied();
         while let Some((load, index)) = next {
-            if visited >= LOAD_SCAN || fitting >= PLACEMENT_WINDOW {
+            let window_full = fitting >= PLACEMENT_WINDOW;
+            if visited >= scan || (window_full && self.order == Order::BySize) {
                 break;
             }
             visited += 1;
@@ -2071,6 +2162,16 @@ impl<'a> Solver<'a> {
             }
             if self.claims[c].apart != apart {
                 skip.kill(c);
+                continue;
+            }
+            if window_full {
+                if self.added_cost_floor(i, c) == Some(0.0)
+                    && let Verdict::Fits(update) = self.check_claim(i, c, relax, reqs)
+                    && self.added_cost(c, &update) <= 0.0
+                {
+                    best = Some((c, update, 0.0));
+                    break;
+                }
                 continue;
             }
             match self.weigh_claim(i, c, relax, reqs, &mut best) {
