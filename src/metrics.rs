@@ -18,6 +18,7 @@ use crate::apis::labels;
 pub use published::PublishedGauges;
 
 pub mod cluster_state;
+pub mod nodes;
 pub mod pod_scheduling;
 pub mod pods;
 pub mod published;
@@ -153,25 +154,29 @@ const STATUS_KINDS: [&str; 4] = ["nodeclaim", "nodepool", "node", "ec2nodeclass"
 
 /// Label keys of the node metrics (`karpenter_nodes_*`), each with the metric label it becomes:
 /// the key's last segment, lower-cased, `-` → `_` (`karpenter.k8s.aws/instance-cpu` →
-/// `instance_cpu`), as upstream names them. The node metrics controller reads each key from the
-/// Node and passes the value under that label name.
-pub fn node_metric_labels() -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = Vec::new();
-    for key in labels::WELL_KNOWN_LABELS
-        .iter()
-        .chain(labels::AWS_WELL_KNOWN_LABELS)
-    {
-        let name = key
-            .rsplit('/')
-            .next()
-            .unwrap_or(key)
-            .to_lowercase()
-            .replace(['-', '.'], "_");
-        if !out.iter().any(|(_, existing)| *existing == name) {
-            out.push((key, name));
+/// `instance_cpu`), as upstream names them. The node families read each key from the Node and
+/// write the value under that label name. Made once: a scrape of the node families reads the
+/// keys for every label of every series it sorts and writes.
+pub fn node_metric_labels() -> &'static [(&'static str, String)] {
+    static LABELS: LazyLock<Vec<(&'static str, String)>> = LazyLock::new(|| {
+        let mut out: Vec<(&'static str, String)> = Vec::new();
+        for key in labels::WELL_KNOWN_LABELS
+            .iter()
+            .chain(labels::AWS_WELL_KNOWN_LABELS)
+        {
+            let name = key
+                .rsplit('/')
+                .next()
+                .unwrap_or(key)
+                .to_lowercase()
+                .replace(['-', '.'], "_");
+            if !out.iter().any(|(_, existing)| *existing == name) {
+                out.push((key, name));
+            }
         }
-    }
-    out
+        out
+    });
+    &LABELS
 }
 
 /// A Prometheus label name for a Kubernetes label key (`karpenter.sh/nodepool` →
@@ -205,8 +210,8 @@ pub struct StatusMetrics {
 pub struct Metrics {
     registry: Registry,
     /// The families whose series are replaced whole (published by a pass, or served from the
-    /// pod cache when scraped), by name; written to the exposition straight from their series
-    /// (see [`PublishedGauges::text_chunks`]), not through the registry.
+    /// node and pod caches when scraped), by name; written to the exposition straight from
+    /// their series (see [`PublishedGauges::text_chunks`]), not through the registry.
     published: Vec<PublishedGauges>,
     /// Every family's name, whether or not it has series yet (see [`family_names`]).
     families: Vec<String>,
@@ -259,7 +264,8 @@ pub struct Metrics {
     /// `karpenter_pods_drained_total`: reason.
     pub pods_drained_total: CounterVec,
     /// `karpenter_nodes_allocatable`: node labels ([`node_metric_labels`]), node_name, phase,
-    /// managed, resource_type.
+    /// managed, resource_type. Like the other node families, written from the node and pod
+    /// caches when scraped ([`nodes`]).
     pub nodes_allocatable: PublishedGauges,
     /// `karpenter_nodes_total_pod_requests`: as nodes_allocatable.
     pub nodes_total_pod_requests: PublishedGauges,
@@ -597,19 +603,15 @@ impl Metrics {
             families: std::cell::RefCell::new(Vec::new()),
             published: std::cell::RefCell::new(Vec::new()),
         };
-        let node_labels: Vec<String> = node_metric_labels()
-            .into_iter()
-            .map(|(_, name)| name)
-            .collect();
-        let node_resource_labels: Vec<&str> = node_labels
+        let node_lifetime_labels: Vec<&str> = node_metric_labels()
             .iter()
-            .map(String::as_str)
-            .chain(["node_name", "phase", "managed", "resource_type"])
+            .map(|(_, name)| name.as_str())
+            .chain(nodes::NODE_LABELS)
             .collect();
-        let node_lifetime_labels: Vec<&str> = node_labels
+        let node_resource_labels: Vec<&str> = node_lifetime_labels
             .iter()
-            .map(String::as_str)
-            .chain(["node_name", "phase", "managed"])
+            .copied()
+            .chain([nodes::RESOURCE_LABEL])
             .collect();
         let disruption_labels = [
             "reason",
@@ -765,7 +767,7 @@ impl Metrics {
             cluster_utilization_percent: b.published_gauges(
                 "karpenter_cluster_utilization_percent",
                 "Requested share of the allocatable resources of Karpenter's nodes, in percent.",
-                &["resource_type"],
+                &[nodes::RESOURCE_LABEL],
             ),
             nodepools_limit: b.gauge_vec(
                 "karpenter_nodepools_limit",

@@ -21,8 +21,8 @@ struct Documented {
 fn documented() -> BTreeMap<String, Documented> {
     let text = include_str!("fixtures/upstream-metrics-v1.14.txt");
     let node: Vec<String> = node_metric_labels()
-        .into_iter()
-        .map(|(_, name)| name)
+        .iter()
+        .map(|(_, name)| name.clone())
         .collect();
     let mut out = BTreeMap::new();
     for line in text

@@ -1,14 +1,16 @@
 //! The metrics controller: every five seconds it publishes what the cluster looks like now
-//! (nodes, status conditions, NodePool costs, cluster-state sync) and observes the pods that
-//! bound or started since the last pass, and, every minute, the cloud provider's instance
+//! (node count, status conditions, NodePool costs, cluster-state sync) and observes the pods
+//! that bound or started since the last pass, and, every minute, the cloud provider's instance
 //! types and offerings, as upstream's metrics controllers do. The numbers come from the pure
 //! functions in [`crate::metrics::cluster_state`] and [`crate::metrics::status`]; this shell
 //! reads the reflected stores and writes the registry.
 //!
-//! The per-pod gauges (`karpenter_pods_state`, `karpenter_pods_unbound_time_seconds`,
-//! `karpenter_pods_unstarted_time_seconds`, `karpenter_pods_provisioning_*_time_seconds`)
-//! are not published by the pass: once the caches have synced, `serve_pod_families` hands
-//! them the pod and node caches and they are written from those when scraped (see
+//! The per-node gauges (`karpenter_nodes_*` but the counters and histograms,
+//! `karpenter_cluster_utilization_percent`) and the per-pod ones (`karpenter_pods_state`,
+//! `karpenter_pods_unbound_time_seconds`, `karpenter_pods_unstarted_time_seconds`,
+//! `karpenter_pods_provisioning_*_time_seconds`) are not published by the pass: once the
+//! caches have synced, `serve_node_families` and `serve_pod_families` hand them the node and
+//! pod caches and they are written from those when scraped (see [`crate::metrics::nodes`] and
 //! [`crate::metrics::pods`]).
 
 use std::collections::{HashMap, HashSet};
@@ -19,7 +21,7 @@ use crate::metrics::cluster_state::{self, Label, PodTransitions};
 use crate::metrics::status::{
     KindGauges, StatusKind, StatusObject, StatusTracker, StatusUpdate, Transition,
 };
-use crate::metrics::{METRICS, StatusMetrics, pod_scheduling, pods};
+use crate::metrics::{METRICS, StatusMetrics, nodes, pod_scheduling, pods};
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
 
@@ -39,6 +41,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
     METRICS.cluster_state_synced.set(1.0);
     METRICS.cluster_state_unsynced_time_seconds.set(0.0);
     if observe_cluster_state {
+        serve_node_families(&ctx);
         serve_pod_families(&ctx);
     }
     let mut pods = PodTransitions::default();
@@ -54,25 +57,6 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
             METRICS.cluster_state_node_count.set(nodes.len() as f64);
             if observe_cluster_state {
                 let all_pods = ctx.state.pods.state();
-                let g = cluster_state::node_gauges(&nodes, &all_pods, now);
-                METRICS.nodes_allocatable.publish(g.allocatable);
-                METRICS
-                    .nodes_total_pod_requests
-                    .publish(g.total_pod_requests);
-                METRICS.nodes_total_pod_limits.publish(g.total_pod_limits);
-                METRICS
-                    .nodes_total_daemon_requests
-                    .publish(g.total_daemon_requests);
-                METRICS
-                    .nodes_total_daemon_limits
-                    .publish(g.total_daemon_limits);
-                METRICS.nodes_system_overhead.publish(g.system_overhead);
-                METRICS
-                    .nodes_current_lifetime_seconds
-                    .publish(g.current_lifetime_seconds);
-                METRICS
-                    .cluster_utilization_percent
-                    .publish(g.cluster_utilization_percent);
                 let times = &ctx.pod_scheduling;
                 let durations = pods.observe(&all_pods, |k| times.get(k).schedulable);
                 for d in durations.bound {
@@ -177,6 +161,31 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
         guarded_pass("metrics", &ctx, pass).await;
         tokio::time::sleep(INTERVAL).await;
     }
+}
+
+/// Makes the node families read the node and pod caches when scraped (see
+/// [`crate::metrics::nodes`]) rather than be published by each pass.
+fn serve_node_families(ctx: &Context) {
+    let (nodes, pods, clock) = (
+        ctx.state.nodes.clone(),
+        ctx.state.pods.clone(),
+        Arc::clone(&ctx.clock),
+    );
+    let families = nodes::NodeFamilies {
+        allocatable: &METRICS.nodes_allocatable,
+        total_pod_requests: &METRICS.nodes_total_pod_requests,
+        total_pod_limits: &METRICS.nodes_total_pod_limits,
+        total_daemon_requests: &METRICS.nodes_total_daemon_requests,
+        total_daemon_limits: &METRICS.nodes_total_daemon_limits,
+        system_overhead: &METRICS.nodes_system_overhead,
+        current_lifetime_seconds: &METRICS.nodes_current_lifetime_seconds,
+        cluster_utilization_percent: &METRICS.cluster_utilization_percent,
+    };
+    nodes::serve(families, move || pods::PodView {
+        nodes: nodes.state(),
+        pods: pods.state(),
+        now: clock.now(),
+    });
 }
 
 /// Makes the per-pod families read the pod and node caches when scraped (see

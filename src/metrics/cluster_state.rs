@@ -1,29 +1,25 @@
-//! What the cluster-state gauges say about Nodes right now, computed from the reflected
-//! objects: `karpenter_nodes_*`, `karpenter_cluster_utilization_percent`, the cloud
+//! What the cluster-state gauges say right now, computed from the reflected objects: the cloud
 //! provider's instance types and offerings and the NodePools' cost, plus the pods' bound and
 //! startup durations observed when a pod first binds or becomes ready ([`PodTransitions`]).
 //!
 //! Pure: objects and the time in, series out. The metrics controller's pass publishes them
-//! every five seconds (the instance types every minute), as upstream's node metrics controller
-//! does. The per-pod gauges (`karpenter_pods_state`, the pods' unbound and unstarted times and
-//! the `karpenter_pods_provisioning_*_time_seconds` families) are not the pass's: they are
-//! written from the pod cache when scraped ([`super::pods`], handed the caches once by
-//! the metrics controller's `serve_pod_families`), and share the pod helpers here
-//! (`condition_status`, `is_started`, `is_managed`, `seconds_since`).
+//! every five seconds (the instance types every minute), as upstream's metrics controllers do.
+//! The per-node and per-pod gauges (`karpenter_nodes_*`, `karpenter_cluster_utilization_percent`,
+//! `karpenter_pods_state`, the pods' unbound and unstarted times and the
+//! `karpenter_pods_provisioning_*_time_seconds` families) are not the pass's: they are written
+//! from the node and pod caches when scraped ([`super::nodes`], [`super::pods`], handed the
+//! caches once by the metrics controller), and share the helpers here (`condition_status`,
+//! `is_started`, `is_managed`, `seconds_since`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::Node;
 
-use super::node_metric_labels;
 use super::pod_scheduling::{PodKey, seconds_between};
 use crate::apis::labels;
 use crate::scheduling::instance_type::InstanceType;
-use crate::scheduling::pod::requests;
-use crate::scheduling::resources::{Resources, parse_quantity};
 use crate::snapshot::ClusterPod;
 
 /// One gauge series: label values in the family's label order, and the value.
@@ -50,71 +46,6 @@ impl Series {
     }
 }
 
-/// The node families' series (labels: the node labels, node_name, phase, managed, then
-/// resource_type where the family has it).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeGauges {
-    /// `karpenter_nodes_allocatable`.
-    pub allocatable: Vec<Series>,
-    /// `karpenter_nodes_total_pod_requests` (DaemonSet pods included).
-    pub total_pod_requests: Vec<Series>,
-    /// `karpenter_nodes_total_pod_limits`.
-    pub total_pod_limits: Vec<Series>,
-    /// `karpenter_nodes_total_daemon_requests`.
-    pub total_daemon_requests: Vec<Series>,
-    /// `karpenter_nodes_total_daemon_limits`.
-    pub total_daemon_limits: Vec<Series>,
-    /// `karpenter_nodes_system_overhead` (capacity − allocatable).
-    pub system_overhead: Vec<Series>,
-    /// `karpenter_nodes_current_lifetime_seconds`.
-    pub current_lifetime_seconds: Vec<Series>,
-    /// `karpenter_cluster_utilization_percent` (resource_type).
-    pub cluster_utilization_percent: Vec<Series>,
-}
-
-/// upstream's `resource_type` value: the resource name lower-cased, `-` → `_`.
-pub fn resource_type(name: &str) -> String {
-    name.to_lowercase().replace('-', "_")
-}
-
-/// A resource amount as upstream reports it: CPU in cores, everything else in units.
-fn scaled(name: &str, amount: i64) -> f64 {
-    if name == "cpu" {
-        amount as f64 / 1000.0
-    } else {
-        amount as f64
-    }
-}
-
-fn resources_of(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
-    // A quantity the scheduler cannot parse is left out rather than failing the whole node.
-    let mut out = Resources::default();
-    for (name, q) in list.into_iter().flatten() {
-        if let Ok(amount) = parse_quantity(name, &q.0) {
-            out.set(name, amount);
-        }
-    }
-    out
-}
-
-/// A pod's effective limits, summed over containers like its requests (see
-/// [`crate::scheduling::pod::requests`]); containers without a limit add nothing.
-fn limits(spec: &PodSpec) -> Resources {
-    let mut sum = Resources::default();
-    for c in &spec.containers {
-        sum.add(&resources_of(
-            c.resources.as_ref().and_then(|r| r.limits.as_ref()),
-        ));
-    }
-    let mut init_peak = Resources::default();
-    for c in spec.init_containers.iter().flatten() {
-        init_peak = init_peak.max(&resources_of(
-            c.resources.as_ref().and_then(|r| r.limits.as_ref()),
-        ));
-    }
-    sum.max(&init_peak)
-}
-
 pub(super) fn seconds_since(
     now: DateTime<Utc>,
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -123,122 +54,12 @@ pub(super) fn seconds_since(
     (now.timestamp_millis() as f64 / 1000.0 - at).max(0.0)
 }
 
-/// The node label values every node family starts with, made once per node and shared by its
-/// ~30 series: copied per series, they were most of a metrics pass's heap with 300 nodes.
-fn node_labels(node: &Node) -> Vec<Label> {
-    let node_labels = node.metadata.labels.as_ref();
-    let mut out: Vec<Label> = node_metric_labels()
-        .into_iter()
-        .map(|(key, _)| {
-            Label::from(
-                node_labels
-                    .and_then(|l| l.get(key))
-                    .map_or("", String::as_str),
-            )
-        })
-        .collect();
-    out.push(Label::from(
-        node.metadata.name.as_deref().unwrap_or_default(),
-    ));
-    out.push(Label::from(
-        node.status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .unwrap_or_default(),
-    ));
-    out.push(Label::from(is_managed(node).to_string()));
-    out
-}
-
 /// Whether Karpenter manages the node (it belongs to a NodePool).
 pub(super) fn is_managed(node: &Node) -> bool {
     node.metadata
         .labels
         .as_ref()
         .is_some_and(|l| l.contains_key(labels::NODEPOOL))
-}
-
-fn with_resource(labels: &[Label], name: &str) -> Vec<Label> {
-    let mut out = labels.to_vec();
-    out.push(Label::from(resource_type(name)));
-    out
-}
-
-/// The node families for `nodes` with `pods` (bound, unfinished pods count on their node).
-pub fn node_gauges(
-    nodes: &[Arc<Node>],
-    pods: &[Arc<ClusterPod>],
-    now: DateTime<Utc>,
-) -> NodeGauges {
-    #[derive(Default)]
-    struct OnNode {
-        requests: Resources,
-        limits: Resources,
-        daemon_requests: Resources,
-        daemon_limits: Resources,
-    }
-    let mut by_node: BTreeMap<&str, OnNode> = BTreeMap::new();
-    for pod in pods {
-        let Some(node) = pod.node_name() else {
-            continue;
-        };
-        let spec = &pod.spec;
-        if pod.is_terminal() {
-            continue;
-        }
-        let entry = by_node.entry(node).or_default();
-        let (req, lim) = (requests(spec).unwrap_or_default(), limits(spec));
-        entry.requests.add(&req);
-        entry.limits.add(&lim);
-        if crate::snapshot::is_daemon_pod(&pod.metadata) {
-            entry.daemon_requests.add(&req);
-            entry.daemon_limits.add(&lim);
-        }
-    }
-    let mut out = NodeGauges::default();
-    let (mut all_allocatable, mut all_requests) = (Resources::default(), Resources::default());
-    for node in nodes {
-        let base = node_labels(node);
-        let status = node.status.as_ref();
-        let allocatable = resources_of(status.and_then(|s| s.allocatable.as_ref()));
-        let capacity = resources_of(status.and_then(|s| s.capacity.as_ref()));
-        let empty = OnNode::default();
-        let on = by_node
-            .get(node.metadata.name.as_deref().unwrap_or_default())
-            .unwrap_or(&empty);
-        let mut overhead = capacity.clone();
-        overhead.sub(&allocatable);
-        for (family, resources) in [
-            (&mut out.allocatable, &allocatable),
-            (&mut out.total_pod_requests, &on.requests),
-            (&mut out.total_pod_limits, &on.limits),
-            (&mut out.total_daemon_requests, &on.daemon_requests),
-            (&mut out.total_daemon_limits, &on.daemon_limits),
-            (&mut out.system_overhead, &overhead),
-        ] {
-            for (name, amount) in resources.iter() {
-                family.push(Series::new(
-                    with_resource(&base, name),
-                    scaled(name, amount),
-                ));
-            }
-        }
-        if let Some(created) = node.metadata.creation_timestamp.as_ref() {
-            out.current_lifetime_seconds
-                .push(Series::new(base.clone(), seconds_since(now, created)));
-        }
-        all_allocatable.add(&allocatable);
-        all_requests.add(&on.requests);
-    }
-    for (name, allocated) in all_allocatable.iter() {
-        if allocated > 0 {
-            out.cluster_utilization_percent.push(Series::new(
-                vec![resource_type(name)],
-                100.0 * all_requests.get(name) as f64 / allocated as f64,
-            ));
-        }
-    }
-    out
 }
 
 /// The status of the pod's condition `type_`, if it has one.
@@ -480,33 +301,9 @@ pub fn nodepool_costs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
     use serde_json::json;
 
-    fn now() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
-            .single()
-            .expect("valid time")
-    }
-
-    fn node() -> Arc<Node> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:00Z",
-                    "labels": {"karpenter.sh/nodepool": "default", "topology.kubernetes.io/zone": "us-east-1a"}},
-                "status": {"capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
-                    "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"}}
-            }))
-            .expect("a node"),
-        )
-    }
-
-    fn pod(name: &str, node: Option<&str>, ready: bool, daemon: bool) -> Arc<ClusterPod> {
-        let owners = if daemon {
-            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true}])
-        } else {
-            json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "r", "controller": true}])
-        };
+    fn pod(name: &str, node: Option<&str>, ready: bool) -> Arc<ClusterPod> {
         let mut conditions = vec![];
         if node.is_some() {
             conditions.push(json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:10Z"}));
@@ -515,7 +312,7 @@ mod tests {
         Arc::new(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "ns", "uid": name,
-                    "creationTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": owners},
+                    "creationTimestamp": "2026-01-01T00:00:00Z"},
                 "spec": {"nodeName": node, "containers": [{"name": "c",
                     "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]},
                 "status": {"phase": if node.is_some() { "Running" } else { "Pending" }, "conditions": conditions}
@@ -524,84 +321,33 @@ mod tests {
         )
     }
 
-    fn value(series: &[Series], last_labels: &[&str]) -> Option<f64> {
-        series
-            .iter()
-            .find(|s| {
-                s.labels.ends_with(
-                    &last_labels
-                        .iter()
-                        .map(|l| Label::from(*l))
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .map(|s| s.value)
-    }
-
-    #[test]
-    fn node_families_sum_the_pods_bound_to_each_node() {
-        let pods = [
-            pod("web", Some("n1"), true, false),
-            pod("agent", Some("n1"), true, true),
-            pod("pending", None, false, false),
-        ];
-        let g = node_gauges(&[node()], &pods, now());
-        let tail = |r: &str| ["n1", "", "true", r].map(String::from);
-        let get = |s: &[Series], r: &str| value(s, &tail(r).each_ref().map(String::as_str));
-        assert_eq!(get(&g.allocatable, "cpu"), Some(3.92));
-        assert_eq!(get(&g.total_pod_requests, "cpu"), Some(1.0));
-        assert_eq!(
-            get(&g.total_pod_requests, "memory"),
-            Some(2.0 * 1024.0 * 1024.0 * 1024.0)
-        );
-        assert_eq!(get(&g.total_daemon_requests, "cpu"), Some(0.5));
-        assert_eq!(
-            get(&g.total_pod_limits, "memory"),
-            Some(4.0 * 1024.0 * 1024.0 * 1024.0)
-        );
-        assert_eq!(get(&g.system_overhead, "cpu"), Some(0.08));
-        assert_eq!(
-            get(&g.system_overhead, "memory"),
-            Some(1024.0 * 1024.0 * 1024.0)
-        );
-        let lifetime = &g.current_lifetime_seconds[0];
-        assert_eq!(lifetime.value, 100.0);
-        let names: Vec<String> = node_metric_labels().into_iter().map(|(_, n)| n).collect();
-        let zone = names.iter().position(|n| n == "zone").expect("zone label");
-        assert_eq!(&*lifetime.labels[zone], "us-east-1a");
-        assert_eq!(
-            value(&g.cluster_utilization_percent, &["cpu"]).map(|v| (v * 100.0).round() / 100.0),
-            Some(25.51)
-        );
-    }
-
     #[test]
     fn transitions_are_observed_once_when_a_pod_binds_and_starts() {
         let mut transitions = PodTransitions::default();
         // Already running when first seen: nothing observed.
         assert_eq!(
-            transitions.observe(&[pod("web", Some("n1"), true, false)], |_| None),
+            transitions.observe(&[pod("web", Some("n1"), true)], |_| None),
             PodDurations {
-                done: HashSet::from([PodKey::of_cached(&pod("web", Some("n1"), true, false))]),
+                done: HashSet::from([PodKey::of_cached(&pod("web", Some("n1"), true))]),
                 ..PodDurations::default()
             }
         );
         assert_eq!(
-            transitions.observe(&[pod("p", None, false, false)], |_| None),
+            transitions.observe(&[pod("p", None, false)], |_| None),
             PodDurations::default()
         );
         assert_eq!(
-            transitions.observe(&[pod("p", Some("n1"), false, false)], |_| None),
+            transitions.observe(&[pod("p", Some("n1"), false)], |_| None),
             PodDurations {
                 bound: vec![10.0],
                 ..PodDurations::default()
             }
         );
         assert_eq!(
-            transitions.observe(&[pod("p", Some("n1"), true, false)], |_| None),
+            transitions.observe(&[pod("p", Some("n1"), true)], |_| None),
             PodDurations {
                 started: vec![30.0],
-                done: HashSet::from([PodKey::of_cached(&pod("p", Some("n1"), true, false))]),
+                done: HashSet::from([PodKey::of_cached(&pod("p", Some("n1"), true))]),
                 ..PodDurations::default()
             }
         );
@@ -618,15 +364,15 @@ mod tests {
             })
         };
         let mut transitions = PodTransitions::default();
-        transitions.observe(&[pod("pending", None, false, false)], schedulable);
-        let bound = transitions.observe(&[pod("pending", Some("n1"), false, false)], schedulable);
+        transitions.observe(&[pod("pending", None, false)], schedulable);
+        let bound = transitions.observe(&[pod("pending", Some("n1"), false)], schedulable);
         assert_eq!(bound.provisioning_bound, vec![4.0], "bound at 0:00:10");
-        let started = transitions.observe(&[pod("pending", Some("n1"), true, false)], schedulable);
+        let started = transitions.observe(&[pod("pending", Some("n1"), true)], schedulable);
         assert_eq!(started.provisioning_started, vec![24.0], "ready at 0:00:30");
         assert!(
             started
                 .done
-                .contains(&PodKey::of_cached(&pod("pending", None, false, false)))
+                .contains(&PodKey::of_cached(&pod("pending", None, false)))
         );
     }
 }

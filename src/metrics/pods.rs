@@ -62,7 +62,8 @@ const NODE_LABEL_KEYS: [&str; 5] = [
 /// Where the node labels start in [`STATE_LABELS`].
 const FIRST_NODE_LABEL: usize = 5;
 
-/// What a scrape reads: the cached nodes and pods, and the time now.
+/// What a scrape reads: the cached nodes and pods, and the time now (the node families read
+/// the same: see [`super::nodes`]).
 pub struct PodView {
     pub nodes: Vec<Arc<Node>>,
     pub pods: Vec<Arc<ClusterPod>>,

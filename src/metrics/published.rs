@@ -1,6 +1,7 @@
 //! Gauge families whose series are replaced whole: published by every pass of the metrics
-//! controller (one series per node, condition or offering), or computed from the pod cache
-//! each time they are scraped (one per pod: see [`super::pods`]).
+//! controller (one series per condition or offering), or computed from the node and pod caches
+//! each time they are scraped (one per node and resource, or per pod: see [`super::nodes`] and
+//! [`super::pods`]).
 //!
 //! Why not a `GaugeVec`: it keeps, per series, its own label pairs (names and values) and a
 //! hash entry, and removing the series of objects that are gone needs a second copy of every
@@ -34,8 +35,9 @@ struct Inner {
 
 /// A family's series as a scrape reads them: `len` rows, each with label values in the
 /// family's label order and a value. Implemented over a publication, and by families that
-/// compute their series when scraped from state kept elsewhere (the pod cache: see
-/// [`super::pods`]) rather than holding a copy of every label between scrapes.
+/// compute their series when scraped from state kept elsewhere (the node and pod caches: see
+/// [`super::nodes`] and [`super::pods`]) rather than holding a copy of every label between
+/// scrapes.
 pub trait Rows: Send {
     /// How many rows there are.
     fn len(&self) -> usize;

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 fn documented() -> Vec<(String, &'static str, Vec<String>)> {
     let node = |extra: &[&str]| -> Vec<String> {
         node_metric_labels()
-            .into_iter()
-            .map(|(_, name)| name)
+            .iter()
+            .map(|(_, name)| name.clone())
             .chain(extra.iter().map(|s| s.to_string()))
             .collect()
     };
