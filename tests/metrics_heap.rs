@@ -66,6 +66,18 @@ fn cluster() -> (DateTime<Utc>, Vec<Arc<Node>>, Vec<Arc<ClusterPod>>) {
 /// The bytes a metrics pass and a scrape of the per-pod families hold over 20,000 pods on
 /// 1,000 nodes: the pass holds nothing for them (they read the cache when scraped), and a
 /// scrape holds a row per pod and a piece of text, not a series per pod.
+/// Takes the text of every family once, as a scrape does. Returns its length, and the heap
+/// mark taken just before.
+fn scrape(families: &[PublishedGauges]) -> (usize, heap::Mark) {
+    let mark = heap::Mark::now();
+    let bytes = families
+        .iter()
+        .flat_map(|f| f.text_chunks())
+        .map(|c| c.len())
+        .sum();
+    (bytes, mark)
+}
+
 #[test]
 fn the_pod_families_hold_no_series_between_scrapes_and_little_during_one() {
     let _counting = heap::exclusive();
@@ -99,13 +111,7 @@ fn the_pod_families_hold_no_series_between_scrapes_and_little_during_one() {
         },
     );
     let held = mark.held();
-    let scrape = heap::Mark::now();
-    let mut bytes = 0;
-    for f in &families {
-        for c in f.text_chunks() {
-            bytes += c.len();
-        }
-    }
+    let (bytes, scrape) = scrape(&families);
     let scrape_peak = scrape.peak();
     let scrape_total = scrape.allocated();
     println!(
@@ -201,41 +207,15 @@ fn the_node_families_hold_no_series_and_allocate_little_per_node_when_scraped() 
     });
     let node_count = nodes.len();
     let mark = heap::Mark::now();
-    let [
-        allocatable,
-        total_pod_requests,
-        total_pod_limits,
-        total_daemon_requests,
-        total_daemon_limits,
-        system_overhead,
-        current_lifetime_seconds,
-        cluster_utilization_percent,
-    ] = &families;
-    nodes::serve(
-        nodes::NodeFamilies {
-            allocatable,
-            total_pod_requests,
-            total_pod_limits,
-            total_daemon_requests,
-            total_daemon_limits,
-            system_overhead,
-            current_lifetime_seconds,
-            cluster_utilization_percent,
-        },
-        move || pods::PodView {
+    nodes::serve(nodes::NodeFamilies::in_order(&families), move || {
+        pods::PodView {
             nodes: nodes.clone(),
             pods: pods.clone(),
             now,
-        },
-    );
-    let held = mark.held();
-    let scrape = heap::Mark::now();
-    let mut bytes = 0;
-    for f in &families {
-        for c in f.text_chunks() {
-            bytes += c.len();
         }
-    }
+    });
+    let held = mark.held();
+    let (bytes, scrape) = scrape(&families);
     let allocations = scrape.allocations();
     let peak = scrape.peak();
     println!(

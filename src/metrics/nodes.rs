@@ -59,6 +59,33 @@ pub struct NodeFamilies<'a> {
     pub cluster_utilization_percent: &'a PublishedGauges,
 }
 
+impl<'a> NodeFamilies<'a> {
+    /// The families of `all`, in the order of [`NodeFamilies`]' fields (for the tests, which
+    /// make their own families rather than read the registry's).
+    pub fn in_order(all: &'a [PublishedGauges; 8]) -> Self {
+        let [
+            allocatable,
+            total_pod_requests,
+            total_pod_limits,
+            total_daemon_requests,
+            total_daemon_limits,
+            system_overhead,
+            current_lifetime_seconds,
+            cluster_utilization_percent,
+        ] = all;
+        Self {
+            allocatable,
+            total_pod_requests,
+            total_pod_limits,
+            total_daemon_requests,
+            total_daemon_limits,
+            system_overhead,
+            current_lifetime_seconds,
+            cluster_utilization_percent,
+        }
+    }
+}
+
 /// Makes `families` computed from `read()` at every scrape, one read per family.
 pub fn serve(families: NodeFamilies<'_>, read: impl Fn() -> PodView + Send + Sync + 'static) {
     let read = Arc::new(read);
@@ -428,18 +455,12 @@ fn limits(spec: &PodSpec) -> Resources {
 mod tests {
     use std::sync::Mutex;
 
-    use chrono::{DateTime, TimeZone, Utc};
     use serde_json::{Value, json};
 
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::metrics::METRICS;
-
-    fn start() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
-            .single()
-            .expect("valid time")
-    }
+    use crate::metrics::tests::start;
 
     fn node(value: Value) -> Arc<Node> {
         Arc::new(serde_json::from_value(value).expect("a node"))
@@ -568,35 +589,6 @@ mod tests {
         })
     }
 
-    fn serve_from(
-        families: &[PublishedGauges; 8],
-        read: impl Fn() -> PodView + Send + Sync + 'static,
-    ) {
-        let [
-            allocatable,
-            total_pod_requests,
-            total_pod_limits,
-            total_daemon_requests,
-            total_daemon_limits,
-            system_overhead,
-            current_lifetime_seconds,
-            cluster_utilization_percent,
-        ] = families;
-        serve(
-            NodeFamilies {
-                allocatable,
-                total_pod_requests,
-                total_pod_limits,
-                total_daemon_requests,
-                total_daemon_limits,
-                system_overhead,
-                current_lifetime_seconds,
-                cluster_utilization_percent,
-            },
-            read,
-        );
-    }
-
     fn text(family: &PublishedGauges) -> String {
         family.text_chunks().collect()
     }
@@ -663,7 +655,7 @@ mod tests {
     fn each_node_family_writes_a_series_per_node_and_resource() {
         let (nodes, pods) = cluster();
         let families = families();
-        serve_from(&families, move || PodView {
+        serve(NodeFamilies::in_order(&families), move || PodView {
             nodes: nodes.clone(),
             pods: pods.clone(),
             now: start(),
@@ -769,7 +761,7 @@ mod tests {
         let clock = Arc::new(FakeClock::new(start()));
         let families = families();
         let (reading, now) = (Arc::clone(&cache), Arc::clone(&clock));
-        serve_from(&families, move || PodView {
+        serve(NodeFamilies::in_order(&families), move || PodView {
             nodes: reading.lock().map(|n| n.clone()).unwrap_or_default(),
             pods: pods.clone(),
             now: now.now(),

@@ -369,18 +369,12 @@ impl Rows for PodRows {
 mod tests {
     use std::sync::Mutex;
 
-    use chrono::TimeZone;
     use serde_json::{Value, json};
 
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::metrics::METRICS;
-
-    fn start() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
-            .single()
-            .expect("valid time")
-    }
+    use crate::metrics::tests::start;
 
     fn node(name: &str, labels: Value) -> Arc<Node> {
         Arc::new(

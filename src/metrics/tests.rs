@@ -3,7 +3,15 @@
 
 use super::*;
 use crate::metrics::cluster_state::Series;
+use chrono::{DateTime, TimeZone, Utc};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The fake clock's start in the scrape-time families' tests (`nodes`, `pods`).
+pub(super) fn start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 0, 1, 40)
+        .single()
+        .expect("valid time")
+}
 
 /// Every family of the reference's metrics section with its type and label names.
 fn documented() -> Vec<(String, &'static str, Vec<String>)> {
