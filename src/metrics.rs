@@ -18,6 +18,7 @@ use crate::apis::labels;
 pub use published::PublishedGauges;
 
 pub mod cluster_state;
+pub mod instance_types;
 pub mod nodes;
 pub mod pod_scheduling;
 pub mod pods;

@@ -11,7 +11,8 @@
 //! `karpenter_pods_provisioning_*_time_seconds`) are not published by the pass: once the
 //! caches have synced, `serve_node_families` and `serve_pod_families` hand them the node and
 //! pod caches and they are written from those when scraped (see [`crate::metrics::nodes`] and
-//! [`crate::metrics::pods`]).
+//! [`crate::metrics::pods`]). Likewise the instance-type families are written from the types
+//! the pass last read ([`crate::metrics::instance_types`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use crate::metrics::cluster_state::{self, Label, PodTransitions};
 use crate::metrics::status::{
     KindGauges, StatusKind, StatusObject, StatusTracker, StatusUpdate, Transition,
 };
-use crate::metrics::{METRICS, StatusMetrics, nodes, pod_scheduling, pods};
+use crate::metrics::{METRICS, StatusMetrics, instance_types, nodes, pod_scheduling, pods};
 use crate::runtime::panics::guarded_pass;
 use crate::scheduling::instance_type::InstanceType;
 
@@ -49,6 +50,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
     let mut tick: u32 = 0;
     let mut last_classes = Vec::new();
     let mut types = HashMap::new();
+    let offered = serve_instance_type_families();
     let mut unpriced_claims = HashSet::new();
     loop {
         let pass = async {
@@ -127,7 +129,7 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
                 .map(|c| (c.metadata.name.clone(), c.metadata.resource_version.clone()))
                 .collect();
             if tick.is_multiple_of(INSTANCE_TYPE_EVERY) || classes != last_classes {
-                types = publish_instance_types(&ctx).await;
+                types = publish_instance_types(&ctx, &offered).await;
                 last_classes = classes;
             }
             let pools: Vec<String> = ctx
@@ -161,6 +163,20 @@ pub async fn run(ctx: Arc<Context>, observe_cluster_state: bool) {
         guarded_pass("metrics", &ctx, pass).await;
         tokio::time::sleep(INTERVAL).await;
     }
+}
+
+/// Makes the instance-type families read the types the pass last handed the returned holder
+/// when scraped (see [`crate::metrics::instance_types`]).
+fn serve_instance_type_families() -> instance_types::Offered {
+    let offered = instance_types::Offered::default();
+    let families = instance_types::InstanceTypeFamilies {
+        offering_available: &METRICS.cloudprovider_instance_type_offering_available,
+        offering_price_estimate: &METRICS.cloudprovider_instance_type_offering_price_estimate,
+        cpu_cores: &METRICS.cloudprovider_instance_type_cpu_cores,
+        memory_bytes: &METRICS.cloudprovider_instance_type_memory_bytes,
+    };
+    instance_types::serve(families, &offered);
+    offered
 }
 
 /// Makes the node families read the node and pod caches when scraped (see
@@ -322,9 +338,13 @@ fn count_status_changes(transitions: &[Transition], terminated: &[(StatusKind, f
     }
 }
 
-/// Publishes the instance-type families and returns the instance types by EC2NodeClass name (for
-/// the NodePool costs until the next refresh).
-async fn publish_instance_types(ctx: &Context) -> HashMap<String, Arc<Vec<InstanceType>>> {
+/// Reads every EC2NodeClass's instance types, hands them to the instance-type families
+/// (written from them when scraped), and returns them by EC2NodeClass name (for the NodePool
+/// costs until the next refresh).
+async fn publish_instance_types(
+    ctx: &Context,
+    offered: &instance_types::Offered,
+) -> HashMap<String, Arc<Vec<InstanceType>>> {
     let mut types = HashMap::new();
     for class in ctx.state.nodeclasses.state() {
         match ctx.provider.instance_types(&class).await {
@@ -336,19 +356,9 @@ async fn publish_instance_types(ctx: &Context) -> HashMap<String, Arc<Vec<Instan
             }
         }
     }
-    let g = cluster_state::instance_type_gauges(types.values().flat_map(|t| t.iter()));
-    METRICS
-        .cloudprovider_instance_type_offering_available
-        .publish(g.offering_available);
-    METRICS
-        .cloudprovider_instance_type_offering_price_estimate
-        .publish(g.offering_price_estimate);
-    METRICS
-        .cloudprovider_instance_type_cpu_cores
-        .publish(g.cpu_cores);
-    METRICS
-        .cloudprovider_instance_type_memory_bytes
-        .publish(g.memory_bytes);
+    let mut by_class: Vec<(&String, &Arc<Vec<InstanceType>>)> = types.iter().collect();
+    by_class.sort_by_key(|&(class, _)| class);
+    offered.set(by_class.into_iter().map(|(_, t)| Arc::clone(t)).collect());
     types
 }
 

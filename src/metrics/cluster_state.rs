@@ -1,14 +1,15 @@
-//! What the cluster-state gauges say right now, computed from the reflected objects: the cloud
-//! provider's instance types and offerings and the NodePools' cost, plus the pods' bound and
+//! What the cluster-state gauges say right now, computed from the reflected objects: the
+//! NodePools' cost (from the offerings' prices), plus the pods' bound and
 //! startup durations observed when a pod first binds or becomes ready ([`PodTransitions`]).
 //!
 //! Pure: objects and the time in, series out. The metrics controller's pass publishes them
-//! every five seconds (the instance types every minute), as upstream's metrics controllers do.
+//! every five seconds, as upstream's metrics controllers do.
 //! The per-node and per-pod gauges (`karpenter_nodes_*`, `karpenter_cluster_utilization_percent`,
 //! `karpenter_pods_state`, the pods' unbound and unstarted times and the
 //! `karpenter_pods_provisioning_*_time_seconds` families) are not the pass's: they are written
 //! from the node and pod caches when scraped ([`super::nodes`], [`super::pods`], handed the
-//! caches once by the metrics controller), and share the helpers here (`condition_status`,
+//! caches once by the metrics controller), as are the instance-type families from the types the
+//! pass last read ([`super::instance_types`]); the per-node and per-pod ones share the helpers here (`condition_status`,
 //! `is_started`, `is_managed`, `seconds_since`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -183,58 +184,6 @@ impl PodTransitions {
         self.unstarted = unstarted;
         out
     }
-}
-
-/// The instance-type families of the cloud provider's offerings:
-/// `karpenter_cloudprovider_instance_type_offering_available` and `_price_estimate`
-/// (instance_type, capacity_type, zone), `_cpu_cores` and `_memory_bytes` (instance_type).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct InstanceTypeGauges {
-    /// 1 when the offering can be launched now, else 0.
-    pub offering_available: Vec<Series>,
-    /// The offering's hourly price.
-    pub offering_price_estimate: Vec<Series>,
-    /// vCPUs per instance type.
-    pub cpu_cores: Vec<Series>,
-    /// Memory bytes per instance type.
-    pub memory_bytes: Vec<Series>,
-}
-
-/// The instance-type families for every type of every node class (a type offered to several
-/// node classes appears once).
-pub fn instance_type_gauges<'a>(
-    types: impl IntoIterator<Item = &'a InstanceType>,
-) -> InstanceTypeGauges {
-    let mut out = InstanceTypeGauges::default();
-    let mut seen = HashSet::new();
-    for it in types {
-        if !seen.insert(it.name.to_string()) {
-            continue;
-        }
-        let name = it.name.to_string();
-        out.cpu_cores.push(Series::new(
-            vec![name.clone()],
-            it.capacity.get("cpu") as f64 / 1000.0,
-        ));
-        out.memory_bytes.push(Series::new(
-            vec![name.clone()],
-            it.capacity.get("memory") as f64,
-        ));
-        for o in &it.offerings {
-            let labels = vec![
-                name.clone(),
-                o.capacity_type.label().to_string(),
-                o.zone.to_string(),
-            ];
-            out.offering_available.push(Series::new(
-                labels.clone(),
-                if o.available { 1.0 } else { 0.0 },
-            ));
-            out.offering_price_estimate
-                .push(Series::new(labels, o.price));
-        }
-    }
-    out
 }
 
 /// What `karpenter_nodepools_cost_total` says: each NodePool's hourly cost from Karpenter's
