@@ -212,6 +212,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
     use karpenter_rs::operator::http::{self, Readiness, Routes};
     use karpenter_rs::operator::{kube_client, logging, settings::CloudProviderKind};
 
+    karpenter_rs::operator::allocator::tune();
     if let Err(invalid) = settings.validate() {
         anyhow::bail!("{invalid}");
     }

@@ -3,8 +3,9 @@
 //! chart's Service, probes and ServiceMonitor point at, and Kubernetes clients throttled as
 //! `KUBE_CLIENT_QPS` / `KUBE_CLIENT_BURST` say. Keeping these identical to upstream is
 //! what lets an existing install switch controllers without touching its values, dashboards or
-//! log queries.
+//! log queries. Also glibc's allocator set up for a long-running process ([`allocator`]).
 
+pub mod allocator;
 pub mod http;
 pub mod kube_client;
 pub mod logging;
