@@ -158,6 +158,7 @@ mod tests {
 
     use super::*;
     use crate::metrics::METRICS;
+    use crate::metrics::tests::fresh;
     use crate::scheduling::instance_type::CapacityType;
     use crate::scheduling::resources::Resources;
 
@@ -192,10 +193,7 @@ mod tests {
             &METRICS.cloudprovider_instance_type_cpu_cores,
             &METRICS.cloudprovider_instance_type_memory_bytes,
         ]
-        .map(|f| {
-            let labels: Vec<&str> = f.label_names().iter().map(String::as_str).collect();
-            PublishedGauges::new(f.name(), "Help.", &labels).expect("valid family")
-        })
+        .map(fresh)
     }
 
     fn text(family: &PublishedGauges) -> String {

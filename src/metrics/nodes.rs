@@ -460,7 +460,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::metrics::METRICS;
-    use crate::metrics::tests::start;
+    use crate::metrics::tests::{fresh, start};
 
     fn node(value: Value) -> Arc<Node> {
         Arc::new(serde_json::from_value(value).expect("a node"))
@@ -583,10 +583,7 @@ mod tests {
             &METRICS.nodes_current_lifetime_seconds,
             &METRICS.cluster_utilization_percent,
         ]
-        .map(|f| {
-            let labels: Vec<&str> = f.label_names().iter().map(String::as_str).collect();
-            PublishedGauges::new(f.name(), "Help.", &labels).expect("valid family")
-        })
+        .map(fresh)
     }
 
     fn text(family: &PublishedGauges) -> String {

@@ -374,7 +374,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::metrics::METRICS;
-    use crate::metrics::tests::start;
+    use crate::metrics::tests::{fresh, start};
 
     fn node(name: &str, labels: Value) -> Arc<Node> {
         Arc::new(
@@ -552,10 +552,7 @@ mod tests {
             &METRICS.pods_unbound_time_seconds,
             &METRICS.pods_unstarted_time_seconds,
         ]
-        .map(|f| {
-            let labels: Vec<&str> = f.label_names().iter().map(String::as_str).collect();
-            PublishedGauges::new(f.name(), "Help.", &labels).expect("valid family")
-        })
+        .map(fresh)
     }
 
     fn text(family: &PublishedGauges) -> String {

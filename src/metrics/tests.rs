@@ -13,6 +13,13 @@ pub(super) fn start() -> DateTime<Utc> {
         .expect("valid time")
 }
 
+/// A fresh family named and labelled like `family` (the registry's), with help `Help.`: what
+/// the scrape-time families' tests serve into.
+pub(super) fn fresh(family: &PublishedGauges) -> PublishedGauges {
+    let labels: Vec<&str> = family.label_names().iter().map(String::as_str).collect();
+    PublishedGauges::new(family.name(), "Help.", &labels).expect("valid family")
+}
+
 /// Every family of the reference's metrics section with its type and label names.
 fn documented() -> Vec<(String, &'static str, Vec<String>)> {
     let node = |extra: &[&str]| -> Vec<String> {
