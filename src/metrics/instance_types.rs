@@ -158,7 +158,7 @@ mod tests {
 
     use super::*;
     use crate::metrics::METRICS;
-    use crate::metrics::tests::fresh;
+    use crate::metrics::tests::{fresh, text};
     use crate::scheduling::instance_type::CapacityType;
     use crate::scheduling::resources::Resources;
 
@@ -194,10 +194,6 @@ mod tests {
             &METRICS.cloudprovider_instance_type_memory_bytes,
         ]
         .map(fresh)
-    }
-
-    fn text(family: &PublishedGauges) -> String {
-        family.text_chunks().collect()
     }
 
     /// Two node classes share `m5.large` (the second sees its spot offering unavailable and

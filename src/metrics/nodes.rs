@@ -460,7 +460,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::metrics::METRICS;
-    use crate::metrics::tests::{fresh, start};
+    use crate::metrics::tests::{fresh, start, text};
 
     fn node(value: Value) -> Arc<Node> {
         Arc::new(serde_json::from_value(value).expect("a node"))
@@ -584,10 +584,6 @@ mod tests {
             &METRICS.cluster_utilization_percent,
         ]
         .map(fresh)
-    }
-
-    fn text(family: &PublishedGauges) -> String {
-        family.text_chunks().collect()
     }
 
     /// `family`'s text of `lines`: its header, then each line.

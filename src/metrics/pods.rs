@@ -374,7 +374,7 @@ mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use crate::metrics::METRICS;
-    use crate::metrics::tests::{fresh, start};
+    use crate::metrics::tests::{fresh, start, text};
 
     fn node(name: &str, labels: Value) -> Arc<Node> {
         Arc::new(
@@ -553,10 +553,6 @@ mod tests {
             &METRICS.pods_unstarted_time_seconds,
         ]
         .map(fresh)
-    }
-
-    fn text(family: &PublishedGauges) -> String {
-        family.text_chunks().collect()
     }
 
     /// `lines` under the family's header, each ended by a newline.

@@ -277,13 +277,10 @@ mod tests {
     use prometheus::{GaugeVec, Opts, Registry, TextEncoder};
 
     use super::*;
+    use crate::metrics::tests::text;
 
     fn series(labels: &[&str], value: f64) -> Series {
         Series::new(labels.iter().copied(), value)
-    }
-
-    fn text(family: &PublishedGauges) -> String {
-        family.text_chunks().collect()
     }
 
     #[test]

@@ -20,6 +20,11 @@ pub(super) fn fresh(family: &PublishedGauges) -> PublishedGauges {
     PublishedGauges::new(family.name(), "Help.", &labels).expect("valid family")
 }
 
+/// The exposition text of `family`, as a scrape reads it.
+pub(super) fn text(family: &PublishedGauges) -> String {
+    family.text_chunks().collect()
+}
+
 /// Every family of the reference's metrics section with its type and label names.
 fn documented() -> Vec<(String, &'static str, Vec<String>)> {
     let node = |extra: &[&str]| -> Vec<String> {
