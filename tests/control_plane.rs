@@ -1295,6 +1295,82 @@ async fn events_about(client: &Client, name: &str) -> Vec<k8s_openapi::api::even
         .collect()
 }
 
+/// The recorder against a real API server: a repeat of an event (a namespaced object's, and a
+/// cluster-scoped one's, which this 1.20 API server takes only in `kube-system`) is one more in
+/// the first event's series, and another note is a new event.
+#[test]
+fn a_repeated_event_extends_the_first_ones_series() {
+    use karpenter_rs::runtime::events::EventRecorder;
+    use kube::runtime::events::{Event, EventType, Reporter};
+    serial(async {
+        let client = client().await;
+        let ns = namespace(&client, "events").await;
+        let recorder = EventRecorder::new(
+            client.clone(),
+            Reporter {
+                controller: "karpenter".into(),
+                instance: None,
+            },
+        );
+        let warning = |note: &str| Event {
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            note: Some(note.into()),
+            action: "Provisioning".into(),
+            secondary: None,
+        };
+        let pod = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(ns.clone()),
+            name: Some("repeated-pod".into()),
+            uid: Some("uid-pod".into()),
+            ..Default::default()
+        };
+        // Events outlive a run by an hour: a name of this run's.
+        let pool_name = format!("repeated-pool-{}", Timestamp::now().as_second());
+        let pool = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("karpenter.sh/v1".into()),
+            kind: Some("NodePool".into()),
+            name: Some(pool_name),
+            uid: Some("uid-pool".into()),
+            ..Default::default()
+        };
+        for reference in [&pod, &pool] {
+            for note in [
+                "no capacity",
+                "no capacity",
+                "no capacity",
+                "over the limits",
+            ] {
+                recorder
+                    .publish(&warning(note), reference)
+                    .await
+                    .expect("the event is published");
+            }
+            let name = reference.name.as_deref().expect("a name");
+            let mut seen: Vec<(String, i32)> = events_about(&client, name)
+                .await
+                .into_iter()
+                .map(|e| {
+                    let count = e.series.map_or(1, |s| s.count);
+                    (e.note.unwrap_or_default(), count)
+                })
+                .collect();
+            seen.sort();
+            assert_eq!(
+                seen,
+                [
+                    ("no capacity".to_string(), 3),
+                    ("over the limits".to_string(), 1)
+                ],
+                "{name}"
+            );
+        }
+        reset(&client).await;
+    });
+}
+
 fn condition(pool: &NodePool, type_: &str) -> Option<(String, String, String)> {
     pool.status
         .as_ref()?
