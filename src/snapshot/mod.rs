@@ -332,21 +332,25 @@ impl Snapshot {
     /// they now hold.
     pub fn nominate(
         &mut self,
-        wanted: &HashMap<String, String>,
+        wanted: &HashMap<&str, &str>,
         now: DateTime<Utc>,
     ) -> &HashMap<String, String> {
-        self.nominated = self.nominations(wanted, now);
+        self.nominated = self
+            .nominations(wanted, now)
+            .into_iter()
+            .map(|(uid, target)| (uid.to_string(), target))
+            .collect();
         &self.nominated
     }
 
     /// The nominations of `wanted` that hold in this snapshot at `now` (see
     /// [`Snapshot::nominate`]), by the name their capacity now holds; the snapshot is left as
     /// it is.
-    pub fn nominations(
+    pub fn nominations<'w>(
         &self,
-        wanted: &HashMap<String, String>,
+        wanted: &HashMap<&'w str, &'w str>,
         now: DateTime<Utc>,
-    ) -> HashMap<String, String> {
+    ) -> HashMap<&'w str, String> {
         let nodeclaims = &self.nodeclaims;
         let usable_node = |node: &Node| {
             let initialized_long_ago = joins::claim_of(nodeclaims, node)
@@ -360,14 +364,14 @@ impl Snapshot {
                 && !initialized_long_ago
         };
         let mut targets: HashMap<&str, Option<String>> = HashMap::new();
-        for target in wanted.values() {
-            targets.entry(target.as_str()).or_insert_with(|| {
+        for &target in wanted.values() {
+            targets.entry(target).or_insert_with(|| {
                 if let Some(node) = self
                     .nodes
                     .iter()
                     .find(|n| n.metadata.name.as_deref() == Some(target))
                 {
-                    return usable_node(node).then(|| target.clone());
+                    return usable_node(node).then(|| target.to_string());
                 }
                 let claim = self
                     .nodeclaims
@@ -378,7 +382,7 @@ impl Snapshot {
                 }
                 match joins::node_of(&self.nodes, claim) {
                     Some(node) => usable_node(node).then(|| node.metadata.name.clone())?,
-                    None => Some(target.clone()),
+                    None => Some(target.to_string()),
                 }
             });
         }
@@ -390,10 +394,10 @@ impl Snapshot {
             .collect();
         wanted
             .iter()
-            .filter(|(uid, _)| pending.contains(uid.as_str()))
-            .filter_map(|(uid, target)| {
-                let now = targets.get(target.as_str())?.clone()?;
-                Some((uid.clone(), now))
+            .filter(|(uid, _)| pending.contains(*uid))
+            .filter_map(|(&uid, target)| {
+                let now = targets.get(target)?.clone()?;
+                Some((uid, now))
             })
             .collect()
     }
@@ -591,7 +595,7 @@ mod tests {
             ],
             ..Snapshot::default()
         };
-        let wanted: HashMap<String, String> = [
+        let wanted: HashMap<&str, &str> = [
             ("in-flight", "coming"),
             ("registered", "up"),
             ("cordoned", "ip-2"),
@@ -600,7 +604,6 @@ mod tests {
             ("passed-over", "long-up"),
         ]
         .into_iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
         let kept: BTreeMap<String, String> = cluster
             .nominate(&wanted, now())

@@ -75,10 +75,11 @@ impl Nominations {
     }
 }
 
-/// Pod UID → target, as [`Snapshot::nominate`] takes them.
-fn wanted(nominations: &HashMap<String, (String, DateTime<Utc>)>) -> HashMap<String, String> {
+/// Pod UID → target, as [`Snapshot::nominate`] takes them: borrowed, as 20,000 nominations
+/// copied were ~2.5 MB per pass.
+fn wanted(nominations: &HashMap<String, (String, DateTime<Utc>)>) -> HashMap<&str, &str> {
     nominations
         .iter()
-        .map(|(uid, (target, _))| (uid.clone(), target.clone()))
+        .map(|(uid, (target, _))| (uid.as_str(), target.as_str()))
         .collect()
 }
