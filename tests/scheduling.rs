@@ -1129,6 +1129,25 @@ fn assert_no_nodeclaim_above_the_median_times(report: &Report, factor: f64) {
     }
 }
 
+/// No planned NodeClaim costs more than 4x the larger of the plan's median and `need`, the price
+/// of the cheapest type that holds the round's most demanding pod alone: issue #19's
+/// blast-radius target as `benches/gen-cost.py` measures it, for a round whose NodeClaims each
+/// hold such a pod, or that need no more.
+fn assert_within_blast_radius(report: &Report, need: f64) {
+    let mut prices: Vec<f64> = report.nodeclaims.iter().map(|c| c.price).collect();
+    prices.sort_by(f64::total_cmp);
+    let bound = 4.0 * prices[prices.len() / 2].max(need);
+    for claim in &report.nodeclaims {
+        assert!(
+            claim.price <= bound + 0.01,
+            "{} ({}, ${}/h) costs more than 4x the larger of the median and ${need}/h",
+            claim.name,
+            claim.instance_type,
+            claim.price
+        );
+    }
+}
+
 /// `replicas` pods of `cpu` millicores and 1 GiB, each with required hostname anti-affinity to
 /// the others (`app: solo`): every one needs a node of its own.
 fn solo(replicas: u32, cpu: u32) -> String {
@@ -1154,7 +1173,10 @@ fn many_small_pods_are_not_piled_onto_giant_nodes() {
     // u7in-16tb.224xlarge, for $386/h; ordinary nodes hold the same pods for about $83/h.
     let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
     assert!(cost < 120.0, "${cost:.2}/h");
-    assert_no_nodeclaim_above_the_median_times(&report, 4.0);
+    // A 2Gi pod needs a t3a.medium ($0.0376/h) alone, which excuses the r5a.large NodeClaims
+    // ($0.113/h) that fill by shape plans beside t3a.micro ones (the median, $0.0188/h):
+    // $33.09/h against $35.25/h without them.
+    assert_within_blast_radius(&report, 0.0376);
 }
 
 /// `benches/gen-cost.py`'s web Deployments: (CPU millicores, memory MiB) of each, drawn with its
@@ -1855,6 +1877,31 @@ fn narrow_pool_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<S
     docs
 }
 
+/// `benches/gen-cost.py`'s batch Deployments: (CPU millicores, memory MiB) of each, drawn with
+/// its seed.
+const BATCH: [(u32, u32); 20] = [
+    (4000, 65536),
+    (8000, 4096),
+    (8000, 16384),
+    (4000, 4096),
+    (4000, 16384),
+    (16000, 16384),
+    (8000, 65536),
+    (2000, 16384),
+    (4000, 8192),
+    (16000, 4096),
+    (2000, 8192),
+    (4000, 8192),
+    (2000, 8192),
+    (4000, 65536),
+    (16000, 65536),
+    (4000, 16384),
+    (4000, 16384),
+    (4000, 65536),
+    (4000, 8192),
+    (2000, 4096),
+];
+
 /// Where cost sizing changes the plan, it must not be dearer than sizing by fit alone (every
 /// fitting type kept, as upstream). Capping a pile whose room ran out in one resource at its
 /// type, because a larger type added little room for the *average* pod, cost more here: the
@@ -1864,28 +1911,6 @@ fn narrow_pool_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<S
 /// stopped at an r6a.48xlarge and then needed an m8i.96xlarge: $71.85/h against $70.08/h.
 #[test]
 fn capped_growth_is_never_dearer_than_sizing_by_fit() {
-    const BATCH: [(u32, u32); 20] = [
-        (4000, 65536),
-        (8000, 4096),
-        (8000, 16384),
-        (4000, 4096),
-        (4000, 16384),
-        (16000, 16384),
-        (8000, 65536),
-        (2000, 16384),
-        (4000, 8192),
-        (16000, 4096),
-        (2000, 8192),
-        (4000, 8192),
-        (2000, 8192),
-        (4000, 65536),
-        (16000, 65536),
-        (4000, 16384),
-        (4000, 16384),
-        (4000, 65536),
-        (4000, 8192),
-        (2000, 4096),
-    ];
     let cost = |r: &Report| r.nodeclaims.iter().map(|c| c.price).sum::<f64>();
     for (name, docs) in [
         ("web", narrow_pool_case("web", &WEB, 100)),
@@ -1907,6 +1932,37 @@ fn capped_growth_is_never_dearer_than_sizing_by_fit() {
             cost(&by_fit)
         );
     }
+}
+
+/// `benches/gen-cost.py`'s batch workload on its broad spot pool (every x86 type, spot or
+/// on-demand). The types cheapest per batch pod on spot are the largest, and the plan put 99 of
+/// the 200 pods on one r8i.96xlarge ($7.35/h) beside t3a.2xlarge nodes ($0.08/h, the median):
+/// 30.7x what the largest pod (16 CPU, 64Gi) needs alone, a $0.48/h node. Contained, the piles
+/// stop at 4x that need for about 1% more ($19.43/h against $19.22/h).
+#[test]
+fn batch_piles_on_a_broad_spot_pool_stop_at_the_blast_radius() {
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool(
+            "default",
+            "",
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}",
+        ),
+    ];
+    for (d, (cpu, memory)) in BATCH.iter().enumerate() {
+        docs.push(sized_deployment(
+            &format!("batch-{d}"),
+            10,
+            *cpu,
+            *memory,
+            "",
+        ));
+    }
+    let report = run_placing_all(&docs, 200);
+    let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
+    assert!(cost < 19.6, "${cost:.2}/h");
+    // The 16-CPU / 64Gi pod needs a $0.48/h spot type alone.
+    assert_within_blast_radius(&report, 0.48);
 }
 
 /// `benches/gen-cost.py`'s constrained Deployments: (CPU millicores, memory MiB, the topology key
