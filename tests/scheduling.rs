@@ -1218,17 +1218,7 @@ const WEB: [(u32, u32); 30] = [
 /// on a NodePool open to every x86 type, spot allowed, at the ENI pod density.
 #[test]
 fn web_pods_on_spot_fill_small_nodes_other_shapes_paid_for() {
-    let mut docs = vec![
-        NODECLASS.to_string(),
-        nodepool(
-            "default",
-            "",
-            "        - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}",
-        ),
-    ];
-    for (d, (cpu, memory)) in WEB.into_iter().enumerate() {
-        docs.push(sized_deployment(&format!("web-{d}"), 100, cpu, memory, ""));
-    }
+    let docs = broad_spot_case("web", &WEB, 100);
     let report = run_placing_all(&docs, 3000);
     // With each shape's pods kept to their own NodeClaims the best plan costs $11.56/h. Pods
     // that also take room other shapes' nodes have paid for, on NodeClaims that grow no larger
@@ -1857,14 +1847,32 @@ fn a_malformed_reservation_count_is_refused() {
 /// The web and batch cases of `benches/gen-cost.py` (same requests, same order) on its narrow
 /// pool: c, m and r types of generation > 5, on-demand, default pod density.
 fn narrow_pool_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<String> {
-    let mut docs = vec![
-        NODECLASS.to_string(),
-        nodepool(
-            "default",
-            "",
-            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
-        ),
-    ];
+    gen_cost_case(
+        "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
+        prefix,
+        shapes,
+        replicas,
+    )
+}
+
+/// The same on its broad spot pool: every x86 type, spot or on-demand, default pod density.
+fn broad_spot_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<String> {
+    gen_cost_case(
+        "        - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}",
+        prefix,
+        shapes,
+        replicas,
+    )
+}
+
+/// One NodePool with `requirements`, and a Deployment of `replicas` per shape of `shapes`.
+fn gen_cost_case(
+    requirements: &str,
+    prefix: &str,
+    shapes: &[(u32, u32)],
+    replicas: u32,
+) -> Vec<String> {
+    let mut docs = vec![NODECLASS.to_string(), nodepool("default", "", requirements)];
     for (d, (cpu, memory)) in shapes.iter().enumerate() {
         docs.push(sized_deployment(
             &format!("{prefix}-{d}"),
@@ -1941,23 +1949,7 @@ fn capped_growth_is_never_dearer_than_sizing_by_fit() {
 /// stop at 4x that need for about 1% more ($19.43/h against $19.22/h).
 #[test]
 fn batch_piles_on_a_broad_spot_pool_stop_at_the_blast_radius() {
-    let mut docs = vec![
-        NODECLASS.to_string(),
-        nodepool(
-            "default",
-            "",
-            "        - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}",
-        ),
-    ];
-    for (d, (cpu, memory)) in BATCH.iter().enumerate() {
-        docs.push(sized_deployment(
-            &format!("batch-{d}"),
-            10,
-            *cpu,
-            *memory,
-            "",
-        ));
-    }
+    let docs = broad_spot_case("batch", &BATCH, 10);
     let report = run_placing_all(&docs, 200);
     let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
     assert!(cost < 19.6, "${cost:.2}/h");
