@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -33,10 +33,12 @@ use crate::apis::conditions::{self, Condition};
 use crate::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::snapshot::{ClusterPod, Snapshot};
 use changes::{Changes, Publisher};
+use pods::{PodStore, PodWriter};
 
 pub mod changes;
 pub mod lenient;
 pub mod nominations;
+pub mod pods;
 pub mod registration_health;
 pub mod trim;
 
@@ -45,8 +47,9 @@ pub mod trim;
 pub struct ClusterState {
     /// Nodes.
     pub nodes: Store<Node>,
-    /// Pods in all namespaces, in the form the core reads (see [`ClusterPod`]).
-    pub pods: Store<ClusterPod>,
+    /// Pods in all namespaces, in the form the core reads (see [`ClusterPod`]), in a store of
+    /// their own ([`pods`]).
+    pub pods: PodStore,
     /// NodeClaims.
     pub nodeclaims: Store<NodeClaim>,
     /// NodePools.
@@ -139,6 +142,24 @@ where
     let (reader, stream) = lenient::store::<K>(client.clone());
     let kind = K::kind(&()).into_owned();
     tasks.spawn(async move { consume(&kind, stream, changed, publish).await });
+    reader
+}
+
+/// Like [`reflect`], for pods: trimmed, converted and their specs shared as they arrive
+/// ([`trim::SharedSpecs`]), into the pod cache ([`pods`]).
+fn reflect_pods(
+    api: Api<ClusterPod>,
+    tasks: &mut JoinSet<()>,
+    changed: Trigger<Arc<ClusterPod>>,
+) -> PodStore {
+    let mut writer = PodWriter::default();
+    let reader = writer.reader();
+    let mut specs = trim::SharedSpecs::default();
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(move |p| specs.trim(p))
+        .map_ok(move |event| writer.apply(event));
+    tasks.spawn(async move { consume("Pod", stream, changed, None).await });
     reader
 }
 
@@ -261,7 +282,10 @@ impl ClusterState {
         // Batches start on what can make pods need capacity: a pod becoming unschedulable, a
         // NodePool appearing or changing. Binding and status churn must not keep extending a
         // batch to its maximum.
-        let pods: Trigger<ClusterPod> = Some((changed.clone(), Box::new(is_provisionable)));
+        let pods: Trigger<Arc<ClusterPod>> = Some((
+            changed.clone(),
+            Box::new(|p: &Arc<ClusterPod>| is_provisionable(p)),
+        ));
         let pools: Trigger<NodePool> = Some((
             changed.clone(),
             usability_changed(|p: &NodePool| {
@@ -296,12 +320,7 @@ impl ClusterState {
                 Some(node_changes.clone()),
                 trim::node,
             ),
-            pods: {
-                let mut specs = trim::SharedSpecs::default();
-                reflect(Api::all(client.clone()), &mut tasks, pods, None, move |p| {
-                    specs.trim(p);
-                })
-            },
+            pods: reflect_pods(Api::all(client.clone()), &mut tasks, pods),
             nodeclaims: reflect_lenient(client, &mut tasks, None, Some(nodeclaim_changes.clone())),
             nodepools: reflect_lenient(client, &mut tasks, pools, None),
             nodeclasses: reflect_lenient(
@@ -383,7 +402,7 @@ impl ClusterState {
         }
         let mut stores = vec![
             ready("Node", &self.nodes),
-            ready("Pod", &self.pods),
+            ("Pod", self.pods.wait_until_ready().map(|_| "Pod").boxed()),
             ready("NodeClaim", &self.nodeclaims),
             ready("NodePool", &self.nodepools),
             ready("EC2NodeClass", &self.nodeclasses),
@@ -419,7 +438,7 @@ impl ClusterState {
     /// The cluster as the pure core sees it, in a stable order (by namespace and name) so the
     /// same cluster always gives the same decisions.
     pub fn snapshot(&self) -> Snapshot {
-        let (pods, awaiting_scheduler) = split_awaiting_scheduler(sorted(&self.pods));
+        let (pods, awaiting_scheduler) = split_awaiting_scheduler(by_name(self.pods.state()));
         Snapshot {
             nodepools: sorted(&self.nodepools),
             nodeclasses: sorted(&self.nodeclasses),
@@ -469,7 +488,11 @@ fn sorted<K: Resource + Clone>(store: &Store<K>) -> Vec<Arc<K>>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
-    let mut items = store.state();
+    by_name(store.state())
+}
+
+/// `items` in (namespace, name) order.
+fn by_name<K: Resource>(mut items: Vec<Arc<K>>) -> Vec<Arc<K>> {
     items.sort_by(|a, b| {
         (a.meta().namespace.as_deref(), a.meta().name.as_deref())
             .cmp(&(b.meta().namespace.as_deref(), b.meta().name.as_deref()))

@@ -8,7 +8,7 @@
 //! would make the provisioner launch another (upstream: a nominated node is no candidate).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -21,16 +21,18 @@ use crate::snapshot::Snapshot;
 /// see [`crate::snapshot::NOMINATION_GRACE`].)
 pub const NOMINATION_TTL: TimeDelta = TimeDelta::minutes(3);
 
+/// Pod UID → (its capacity's name, since when). The UIDs are the cached pods' own (see
+/// [`crate::scheduling::pod::Pod::uid`]) and a round's pods share one name per capacity, so
+/// 20,000 nominations hold no string of their own.
+type Table = HashMap<Arc<str>, (Arc<str>, DateTime<Utc>)>;
+
 /// The nominations of the running controller, shared by its provisioner and disruption loops.
 #[derive(Debug, Default)]
-pub struct Nominations(Mutex<HashMap<String, (String, DateTime<Utc>)>>);
+pub struct Nominations(Mutex<Table>);
 
 impl Nominations {
     /// The nominations younger than [`NOMINATION_TTL`], the older ones forgotten.
-    fn current(
-        &self,
-        now: DateTime<Utc>,
-    ) -> MutexGuard<'_, HashMap<String, (String, DateTime<Utc>)>> {
+    fn current(&self, now: DateTime<Utc>) -> MutexGuard<'_, Table> {
         let mut nominations = self.0.lock().unwrap_or_else(|e| e.into_inner());
         nominations.retain(|_, (_, since)| now - *since < NOMINATION_TTL);
         nominations
@@ -46,7 +48,7 @@ impl Nominations {
         let kept = cluster.nominate(&wanted(&nominations), now);
         nominations.retain(|uid, (target, _)| match kept.get(uid) {
             Some(now_named) => {
-                target.clone_from(now_named);
+                *target = Arc::clone(now_named);
                 true
             }
             None => false,
@@ -63,11 +65,16 @@ impl Nominations {
         cluster
             .nominations(&wanted(&nominations), now)
             .into_values()
+            .map(|target| target.to_string())
             .collect()
     }
 
     /// Remembers where a round planned its pods: (pod UID, the NodeClaim's or Node's name).
-    pub fn remember(&self, placed: impl IntoIterator<Item = (String, String)>, now: DateTime<Utc>) {
+    pub fn remember(
+        &self,
+        placed: impl IntoIterator<Item = (Arc<str>, Arc<str>)>,
+        now: DateTime<Utc>,
+    ) {
         let mut nominations = self.0.lock().unwrap_or_else(|e| e.into_inner());
         for (uid, target) in placed {
             nominations.insert(uid, (target, now));
@@ -75,11 +82,10 @@ impl Nominations {
     }
 }
 
-/// Pod UID → target, as [`Snapshot::nominate`] takes them: borrowed, as 20,000 nominations
-/// copied were ~2.5 MB per pass.
-fn wanted(nominations: &HashMap<String, (String, DateTime<Utc>)>) -> HashMap<&str, &str> {
+/// Pod UID → target, as [`Snapshot::nominate`] takes them, sharing the nominations' strings.
+fn wanted(nominations: &Table) -> HashMap<Arc<str>, Arc<str>> {
     nominations
         .iter()
-        .map(|(uid, (target, _))| (uid.as_str(), target.as_str()))
+        .map(|(uid, (target, _))| (Arc::clone(uid), Arc::clone(target)))
         .collect()
 }

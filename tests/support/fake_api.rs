@@ -33,6 +33,7 @@ use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_rs::clock::{Clock, FakeClock};
 use karpenter_rs::snapshot::ClusterPod;
 use karpenter_rs::state::ClusterState;
+use karpenter_rs::state::pods::PodWriter;
 use karpenter_rs::state::trim;
 use kube::Resource;
 use kube::api::DynamicObject;
@@ -154,6 +155,34 @@ where
             Event::Delete(typed)
         } else {
             Event::Apply(typed)
+        });
+    }
+}
+
+/// The pod cache's writer, with what the controller's pod watch does to each pod as it arrives
+/// (trimmed, spec shared, converted: `state::trim::SharedSpecs`), as [`Trimmed`] for the
+/// other kinds.
+struct TrimmedPods {
+    writer: PodWriter,
+    specs: trim::SharedSpecs,
+}
+
+impl Reflect for TrimmedPods {
+    /// A pod that does not read as one leaves the cache, as with [`Trimmed`].
+    fn reflect(&mut self, object: &Value, deleted: bool) {
+        let Ok(mut pod) = serde_json::from_value::<ClusterPod>(object.clone()) else {
+            let metadata = serde_json::from_value(object["metadata"].clone()).unwrap_or_default();
+            self.writer.apply(Event::Delete(ClusterPod {
+                metadata,
+                ..ClusterPod::default()
+            }));
+            return;
+        };
+        self.specs.trim(&mut pod);
+        self.writer.apply(if deleted {
+            Event::Delete(pod)
+        } else {
+            Event::Apply(pod)
         });
     }
 }
@@ -362,9 +391,18 @@ impl FakeApi {
         };
         let (nodes, w) = synced_store::<Node>(());
         add("api/v1", "nodes", Box::new(w.by(trim::node)));
-        let (pods, w) = synced_store::<ClusterPod>(());
-        let mut specs = trim::SharedSpecs::default();
-        add("api/v1", "pods", Box::new(w.by(move |p| specs.trim(p))));
+        let mut pod_writer = PodWriter::default();
+        pod_writer.apply(Event::Init);
+        pod_writer.apply(Event::InitDone);
+        let pods = pod_writer.reader();
+        add(
+            "api/v1",
+            "pods",
+            Box::new(TrimmedPods {
+                writer: pod_writer,
+                specs: trim::SharedSpecs::default(),
+            }),
+        );
         let (pvs, w) = synced_store::<PersistentVolume>(());
         add("api/v1", "persistentvolumes", Box::new(w));
         let (pvcs, w) = synced_store::<PersistentVolumeClaim>(());

@@ -71,10 +71,10 @@ pub struct Plan {
     /// The pods the scheduler considered, by effective zone (see [`effective_zones`]).
     pub pods_by_zone: BTreeMap<String, usize>,
     /// The UIDs of the pods planned onto each of `nodeclaims` (same order).
-    pub pods_of: Vec<Vec<String>>,
+    pub pods_of: Vec<Vec<Arc<str>>>,
     /// Pods (UID) planned onto existing capacity, with its name (a Node's, or an in-flight
     /// NodeClaim's).
-    pub on_existing: Vec<(String, String)>,
+    pub on_existing: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// Plans NodeClaims for the pending pods of a snapshot, given the instance types each node
@@ -93,7 +93,7 @@ pub fn plan(
     };
     let mut pods_of = vec![Vec::new(); outcome.nodeclaims.len()];
     for (pod, placement) in input.pods.iter().zip(&outcome.placements) {
-        let uid = pod.uid.to_string();
+        let uid = Arc::clone(&pod.uid);
         match placement {
             Some(scheduler::Placement::NodeClaim(c)) => {
                 if let Some(pods) = pods_of.get_mut(*c) {
@@ -102,7 +102,7 @@ pub fn plan(
             }
             Some(scheduler::Placement::Existing(n)) => {
                 if let Some(node) = input.existing.get(*n) {
-                    out.on_existing.push((uid, node.name.to_string()));
+                    out.on_existing.push((uid, Arc::clone(&node.name)));
                 }
             }
             None => {}
@@ -484,12 +484,15 @@ fn record_decisions(ctx: &Context, pending: &[PodKey], plan: &Plan, seen: DateTi
 fn placements<'a>(
     plan: &'a Plan,
     created: &'a [Option<String>],
-) -> impl Iterator<Item = (String, String)> + 'a {
+) -> impl Iterator<Item = (Arc<str>, Arc<str>)> + 'a {
     let on_new = created
         .iter()
         .zip(&plan.pods_of)
-        .filter_map(|(name, pods)| Some((name.as_ref()?, pods)))
-        .flat_map(|(name, pods)| pods.iter().map(move |uid| (uid.clone(), name.clone())));
+        .filter_map(|(name, pods)| Some((Arc::<str>::from(name.as_deref()?), pods)))
+        .flat_map(|(name, pods)| {
+            pods.iter()
+                .map(move |uid| (Arc::clone(uid), Arc::clone(&name)))
+        });
     on_new.chain(plan.on_existing.iter().cloned())
 }
 
