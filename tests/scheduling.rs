@@ -1946,15 +1946,30 @@ fn capped_growth_is_never_dearer_than_sizing_by_fit() {
 /// on-demand). The types cheapest per batch pod on spot are the largest, and the plan put 99 of
 /// the 200 pods on one r8i.96xlarge ($7.35/h) beside t3a.2xlarge nodes ($0.08/h, the median):
 /// 30.7x what the largest pod (16 CPU, 64Gi) needs alone, a $0.48/h node. Contained, the piles
-/// stop at 4x that need for about 1% more ($19.43/h against $19.22/h).
+/// stop at 4x that need. The strategy that piled most cheaply splits its piles for $19.43/h;
+/// placing by load at the tight growth bound, which tied with it uncapped ($19.22/h), splits
+/// them for $19.08/h: every strategy's capped plan is weighed, not the cheapest pile's alone.
 #[test]
 fn batch_piles_on_a_broad_spot_pool_stop_at_the_blast_radius() {
     let docs = broad_spot_case("batch", &BATCH, 10);
     let report = run_placing_all(&docs, 200);
     let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
-    assert!(cost < 19.6, "${cost:.2}/h");
+    assert!(cost < 19.2, "${cost:.2}/h");
     // The 16-CPU / 64Gi pod needs a $0.48/h spot type alone.
     assert_within_blast_radius(&report, 0.48);
+}
+
+/// `benches/gen-cost.py --workload mixed --pool narrow --capacity od --max-pods 110`: 1,000
+/// web, 400 memory-heavy and 60 batch pods on c/m/r types of generation > 5. The chosen plan
+/// had 394 NodeClaims for $77.91/h, and consolidation emptied its cheapest ones into the room
+/// the others left. Solved again with those NodeClaims' pods placed last, the others' room takes
+/// them before they open NodeClaims of their own: 326 NodeClaims, $72.80/h.
+#[test]
+fn pods_of_emptiable_nodeclaims_placed_last_fill_the_room_the_others_left() {
+    let docs = [include_str!("fixtures/cost/mixed-narrow-od-110.yaml").to_string()];
+    let report = run_placing_all(&docs, 1460);
+    let cost: f64 = report.nodeclaims.iter().map(|c| c.price).sum();
+    assert!(cost < 75.0, "${cost:.2}/h");
 }
 
 /// `benches/gen-cost.py`'s constrained Deployments: (CPU millicores, memory MiB, the topology key

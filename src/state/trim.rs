@@ -32,15 +32,15 @@ pub fn metadata<K: Resource>(object: &mut K) {
 const READ_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
 
 /// Keeps of a pod what scheduling, disruption and draining read: its metadata (but its
-/// `generateName` and `resourceVersion`), the scheduling
-/// parts of its spec (requests and overhead, host ports, sidecars' restart policy, node
-/// selection, affinity, tolerations, spread, priority, the volumes that are claims, DRA claims,
-/// the grace period) and the phase, the [`READ_CONDITIONS`] (type, status, reason, transition
-/// time), start time and nominated node of its status.
+/// `generateName` and `resourceVersion`), the scheduling parts of its spec (requests and
+/// overhead, host ports, sidecars' restart policy, node selection, affinity, tolerations,
+/// spread, priority, the volumes that are claims, DRA claims, the grace period) and the phase,
+/// the [`READ_CONDITIONS`] (type, status, reason, transition time), start time and nominated
+/// node of its status.
 pub fn pod(pod: &mut ClusterPod) {
     metadata(pod);
     // Nothing reads a cached pod's generateName or resourceVersion (deletes and evictions are
-    // conditioned on the UID): two strings per pod, ~1.4 MB at 20,000 pods.
+    // conditioned on the UID): two strings per pod.
     pod.metadata.generate_name = None;
     pod.metadata.resource_version = None;
     {

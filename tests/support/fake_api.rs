@@ -29,6 +29,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_rs::apis::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use karpenter_rs::clock::{Clock, FakeClock};
 use karpenter_rs::snapshot::ClusterPod;
@@ -138,17 +139,19 @@ where
     /// An object that does not read as its kind leaves the store, as the controller's lenient
     /// watch (`state::lenient`) leaves it out.
     fn reflect(&mut self, object: &Value, deleted: bool) {
-        let Ok(mut typed) = serde_json::from_value::<K>(object.clone()) else {
-            let meta = &object["metadata"];
-            let stale = self.writer.as_reader().state().into_iter().find(|k| {
-                k.meta().name.as_deref() == meta["name"].as_str()
-                    && k.meta().namespace.as_deref() == meta["namespace"].as_str()
-            });
-            if let Some(stale) = stale {
-                self.writer
-                    .apply_watcher_event(&Event::Delete((*stale).clone()));
+        let mut typed = match typed::<K>(object) {
+            Ok(typed) => typed,
+            Err(meta) => {
+                let stale =
+                    self.writer.as_reader().state().into_iter().find(|k| {
+                        k.meta().name == meta.name && k.meta().namespace == meta.namespace
+                    });
+                if let Some(stale) = stale {
+                    self.writer
+                        .apply_watcher_event(&Event::Delete((*stale).clone()));
+                }
+                return;
             }
-            return;
         };
         (self.trim)(&mut typed);
         self.writer.apply_watcher_event(&if deleted {
@@ -157,6 +160,13 @@ where
             Event::Apply(typed)
         });
     }
+}
+
+/// An object of the fake API read as its kind, or, when it does not read as one, its metadata:
+/// what names the cached object it replaces, which leaves the cache.
+fn typed<K: DeserializeOwned>(object: &Value) -> Result<K, Box<ObjectMeta>> {
+    serde_json::from_value(object.clone())
+        .map_err(|_| serde_json::from_value(object["metadata"].clone()).unwrap_or_default())
 }
 
 /// The pod cache's writer, with what the controller's pod watch does to each pod as it arrives
@@ -170,13 +180,15 @@ struct TrimmedPods {
 impl Reflect for TrimmedPods {
     /// A pod that does not read as one leaves the cache, as with [`Trimmed`].
     fn reflect(&mut self, object: &Value, deleted: bool) {
-        let Ok(mut pod) = serde_json::from_value::<ClusterPod>(object.clone()) else {
-            let metadata = serde_json::from_value(object["metadata"].clone()).unwrap_or_default();
-            self.writer.apply(Event::Delete(ClusterPod {
-                metadata,
-                ..ClusterPod::default()
-            }));
-            return;
+        let mut pod = match typed::<ClusterPod>(object) {
+            Ok(pod) => pod,
+            Err(metadata) => {
+                self.writer.apply(Event::Delete(ClusterPod {
+                    metadata: *metadata,
+                    ..ClusterPod::default()
+                }));
+                return;
+            }
         };
         self.specs.trim(&mut pod);
         self.writer.apply(if deleted {
