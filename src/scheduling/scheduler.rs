@@ -721,7 +721,10 @@ fn forces_own_node(pod: &Pod) -> bool {
     })
 }
 
-/// The ways `plan` solves a round: which typical pod new NodeClaims are sized for, how
+/// How one solve sizes, grows, places and orders: see [`STRATEGIES`].
+type Strategy = (Sizing, Yardstick, f64, Placing, Order);
+
+/// The ways `choose` solves a round: which typical pod new NodeClaims are sized for, how
 /// `Solver::worth_growing` measures the room a NodeClaim gains by growing, and how much that room
 /// may cost. The first is tried alone when its growth decisions leave the others nothing to
 /// change. Sizing by shape is tried with one setting, the one that won on every row of
@@ -734,9 +737,6 @@ fn forces_own_node(pod: &Pod) -> bool {
 /// pods that force a NodeClaim of their own first ([`Order::ForcedFirst`]), in rounds that have
 /// such pods: each won some of those rows, within the blast-radius target where the others
 /// broke it.
-/// How one solve sizes, grows, places and orders: see [`STRATEGIES`].
-type Strategy = (Sizing, Yardstick, f64, Placing, Order);
-
 const STRATEGIES: [Strategy; 11] = [
     (
         Sizing::WholeRound,
@@ -837,11 +837,11 @@ const STRATEGIES: [Strategy; 11] = [
 /// plan that keeps the target, from any solve, replaces the best unless it places fewer pods or
 /// costs more than [`CONTAINED_PREMIUM`] over it: the piles no strategy split (99 batch pods on
 /// an r8i.96xlarge among t3a.2xlarge nodes) are what the cheapest strategies plan, and split
-/// they cost 0-5% more, or less. Then every other strategy whose plan broke the target at most
-/// [`CONTAINED_PREMIUM`] over the best is solved capped too (from its own plan's median), and
-/// its plan, if it keeps the target, replaces a choice that keeps it too when it beats it, and a
-/// choice that breaks it when it is within the premium: which strategy splits its piles most
-/// cheaply is not the one that piled most cheaply (sessions 42-43, benches/README.md).
+/// they cost 0-5% more, or less. Then every other strategy whose plan broke the target is solved
+/// capped too (from its own plan's median), and its plan, if it keeps the target, replaces a
+/// choice that keeps it too when it beats it, and a choice that breaks it when it is within the
+/// premium: which strategy splits its piles most cheaply is not the one that piled most cheaply,
+/// nor one whose piles cost little more (sessions 42-44, benches/README.md).
 ///
 /// Only one plan is held at a time: each is scored and dropped, and the winner solved again
 /// unless it was the last (solves are deterministic). Holding two cost a 20,000-pod `simulate`
@@ -942,13 +942,14 @@ fn choose(input: &Input) -> (Solver<'_>, Outcome) {
     }
     let (least_placed, dearest) = (best.placed, best.cost * (1.0 + CONTAINED_PREMIUM));
     let acceptable = |c: &Scored| c.placed >= least_placed && c.cost <= dearest;
-    // The other strategies whose plans break the target and cost at most the premium over the
-    // best are capped in turn: a strategy tied with the best, or a little dearer, may split its
-    // piles more cheaply (batch pods on a broad spot pool: $19.08/h against $19.43/h for the
-    // best's capped plan), or split them where the best's capped plan still breaks the target.
+    // The other strategies whose plans break the target are capped in turn, however dear their
+    // piles: one may split its piles more cheaply (batch pods on a broad spot pool: $19.08/h
+    // against $19.43/h for the best's capped plan), or split them where the best's capped plan
+    // still breaks the target (constrained pods on a broad spot pool: cheapest-first's piles
+    // cost more than the premium over the best, its capped plan 4% more and within 4x).
     let rivals: Vec<Scored> = broken
         .into_iter()
-        .filter(|r| r.strategy != best.strategy && r.median.is_some() && acceptable(r))
+        .filter(|r| r.strategy != best.strategy && r.median.is_some())
         .collect();
     let mut chosen = best_contained.filter(acceptable).unwrap_or(best);
     for rival in &rivals {
@@ -1568,9 +1569,9 @@ impl<'a> Solver<'a> {
             room.add(free);
         }
         let mut moved = Resources::ZERO;
-        let mut late = vec![false; self.input.pods.len()];
+        let pods = &self.input.pods;
+        let mut late = vec![false; pods.len()];
         for (claim, _, free) in &claims {
-            let pods = &self.input.pods;
             if claim
                 .pods
                 .iter()
