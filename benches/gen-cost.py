@@ -4,9 +4,9 @@
 Writes the manifests of one case (a workload on a NodePool), or runs every case through
 `karpenter-rs simulate -o json` and prints one Markdown row per case: the fleet's $/h, its node
 count, its dearest node, how that node compares with the median one, the largest ratio of a
-node's price to the larger of the median and what its most demanding pod alone needs (the
-issue's blast-radius target: at most 4x), and the ratio of the fleet's price to a fractional
-lower bound computed here from the same bundled catalog.
+node's price to the larger of the median and what its most demanding pod alone needs in the
+node's zone (the issue's blast-radius target: at most 4x), and the ratio of the fleet's price
+to a fractional lower bound computed here from the same bundled catalog.
 
 Workloads (deterministic: every draw comes from a splitmix64 generator with seed 42):
   web     30 Deployments x 100 replicas, 250m-1 CPU and 256Mi-2Gi each
@@ -215,9 +215,9 @@ def kube_reserved_cpu(vcpu):
     return int(sum(max(min(millis, hi) - lo, 0) * rate for lo, hi, rate in bands))
 
 
-def allowed_types(pool, capacity, max_pods, daemonsets):
+def allowed_types(pool, capacity, max_pods, daemonsets, zone=None):
     """(price, allocatable cpu millicores, memory MiB, pods) of each type the NodePool allows, less
-    the DaemonSets' requests when `daemonsets`."""
+    the DaemonSets' requests when `daemonsets`; offered in `zone` and priced there, if given."""
     ds_cpu, ds_mem, ds_pods = (
         (sum(c for _, c, _ in DAEMONSETS), sum(m for _, _, m in DAEMONSETS), len(DAEMONSETS))
         if daemonsets
@@ -232,11 +232,12 @@ def allowed_types(pool, capacity, max_pods, daemonsets):
         m = re.match(r"^([a-z]+)(\d+)", t["name"])
         if pool == "narrow" and not (m and m.group(1) in "cmr" and len(m.group(1)) == 1 and int(m.group(2)) > 5):
             continue
+        offerings = [o for o in t["offerings"] if zone is None or o.get("zone") == zone]
         prices = []
-        if "on-demand" in t["usageClasses"] and t.get("onDemandPrice"):
+        if "on-demand" in t["usageClasses"] and t.get("onDemandPrice") and offerings:
             prices.append(t["onDemandPrice"])
         if capacity == "spot" and "spot" in t["usageClasses"]:
-            prices += [o["spotPrice"] for o in t["offerings"] if o.get("spotPrice")]
+            prices += [o["spotPrice"] for o in offerings if o.get("spotPrice")]
         if not prices:
             continue
         eni_pods = t["maxEnis"] * (t["ipv4PerEni"] - 1) + 2
@@ -459,25 +460,31 @@ def beyond_one_pods_need(claims, median, workload, pool, capacity, max_pods, dae
     """The blast-radius target, "no NodeClaim dearer than 4 times the plan's median
     unless a single pod needs it", measured against what the pods need: each NodeClaim's price
     over the larger of the median and the cheapest type of the pool (with the DaemonSets, priced
-    as the bounds are) that holds its most demanding pod alone. Returns the largest such ratio,
+    as the bounds are) offered in the NodeClaim's zone that holds its most demanding pod alone:
+    a zonal spread puts some pods in a zone that lacks the cheapest types (us-east-1e has no
+    t3a), and what they need there is what that zone offers. Returns the largest such ratio,
     as "1.2x": the target is met when it is at most 4.0x. A 16-CPU batch pod that needs a $0.48/h
     node excuses a NodeClaim up to $1.91/h, not an r8i.96xlarge beside it. The raw "dearest /
-    median" column beside it excuses nothing; `within_blast_radius` in
-    src/scheduling/scheduler.rs is more lenient than both (a pod that alone needs more than 4x
-    the median excuses its NodeClaim at any price)."""
-    types = allowed_types(pool, capacity, max_pods, daemonsets)
+    median" column beside it excuses nothing. `Solver::within_blast_radius` in
+    src/scheduling/scheduler.rs checks the same under each NodeClaim's requirements (its zone
+    among them): a NodeClaim is excused when one of its pods fits no type priced below a fourth
+    of it."""
     requests = {name: (cpu, mem) for name, _, cpu, mem, _ in deployments(workload)}
     need = {}
-    for name, (cpu, mem) in requests.items():
-        fitting = [price for price, c, m, n in types if cpu <= c and mem <= m and n >= 1]
-        need[name] = min(fitting, default=math.inf)
+    for zone in {c["zone"] for c in claims}:
+        types = allowed_types(pool, capacity, max_pods, daemonsets, zone)
+        for name, (cpu, mem) in requests.items():
+            fitting = [price for price, c, m, n in types if cpu <= c and mem <= m and n >= 1]
+            need[name, zone] = min(fitting, default=math.inf)
 
     def owner(pod):
         # "namespace/<deployment>-<replica set hash>-<suffix>"
         name = pod.split("/", 1)[-1]
         return next(d for d in requests if name.startswith(d + "-"))
 
-    worst = max(c["price"] / max([median] + [need[owner(p)] for p in c["pods"]]) for c in claims)
+    worst = max(
+        c["price"] / max([median] + [need[owner(p), c["zone"]] for p in c["pods"]]) for c in claims
+    )
     return f"{worst:.1f}x"
 
 

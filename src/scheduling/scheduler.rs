@@ -841,7 +841,9 @@ const STRATEGIES: [Strategy; 11] = [
 /// capped too (from its own plan's median), and its plan, if it keeps the target, replaces a
 /// choice that keeps it too when it beats it, and a choice that breaks it when it is within the
 /// premium: which strategy splits its piles most cheaply is not the one that piled most cheaply,
-/// nor one whose piles cost little more (sessions 42-44, benches/README.md).
+/// nor one whose piles cost little more (sessions 42-44, benches/README.md). Those rivals are
+/// capped even when the best plan keeps the target, and a capped plan that beats it replaces it:
+/// a strategy whose piles broke the target may, split, be the cheapest of all.
 ///
 /// Only one plan is held at a time: each is scored and dropped, and the winner solved again
 /// unless it was the last (solves are deterministic). Holding two cost a 20,000-pod `simulate`
@@ -911,13 +913,14 @@ fn choose(input: &Input) -> (Solver<'_>, Outcome) {
         if scored.beats(&best) {
             let contained = scored.contained;
             best = scored;
-            // A plan that breaks the target may yet give way to a contained one, below.
-            if n + 1 == tried.len() && contained {
+            // A plan that breaks the target may yet give way to a contained one, and one that
+            // keeps it to a plan that broke it capped, below.
+            if n + 1 == tried.len() && contained && broken.is_empty() {
                 return (solver, outcome);
             }
         }
     }
-    if best.contained {
+    if best.contained && broken.is_empty() {
         return solve_as(STRATEGIES[best.strategy], None);
     }
     // The best plan breaks the target: its strategy again, each new NodeClaim capped at what
@@ -930,7 +933,7 @@ fn choose(input: &Input) -> (Solver<'_>, Outcome) {
     };
     // The plan last solved that `chosen` may name, so that it need not be solved again.
     let mut held = None;
-    if best.median.is_some() {
+    if !best.contained && best.median.is_some() {
         let (scored, solver, outcome) = capped_solve(&best);
         if scored.contained && best_contained.as_ref().is_none_or(|b| scored.beats(b)) {
             best_contained = Some(scored.clone());
@@ -943,10 +946,13 @@ fn choose(input: &Input) -> (Solver<'_>, Outcome) {
     let (least_placed, dearest) = (best.placed, best.cost * (1.0 + CONTAINED_PREMIUM));
     let acceptable = |c: &Scored| c.placed >= least_placed && c.cost <= dearest;
     // The other strategies whose plans break the target are capped in turn, however dear their
-    // piles: one may split its piles more cheaply (batch pods on a broad spot pool: $19.08/h
-    // against $19.43/h for the best's capped plan), or split them where the best's capped plan
-    // still breaks the target (constrained pods on a broad spot pool: cheapest-first's piles
-    // cost more than the premium over the best, its capped plan 4% more and within 4x).
+    // piles, and also when the best plan keeps the target: one may split its piles more cheaply
+    // (batch pods on a broad spot pool: $19.08/h against $19.43/h for the best's capped plan),
+    // split them where the best's capped plan still breaks the target (constrained pods on a
+    // broad spot pool: cheapest-first's piles cost more than the premium over the best, its
+    // capped plan 4% more and within 4x), or, capped, beat a best plan that kept the target
+    // (web, memory-heavy and batch pods on a broad on-demand pool: sized by shape, $68.51/h
+    // against $72.66/h on seven 48xlarge nodes).
     let rivals: Vec<Scored> = broken
         .into_iter()
         .filter(|r| r.strategy != best.strategy && r.median.is_some())
