@@ -445,12 +445,15 @@ def assignment_bound(workload, pool, capacity, max_pods, daemonsets):
     return sum(u * n for u, n in zip(duals, demand)) / worst
 
 
-def simulate(binary, path, settle):
+def simulate(binary, path, settle, replacements=1):
     """`simulate -o json` of a manifest: (new NodeClaims' $/h, NodeClaims, unschedulable pods), and
-    with `settle` the $/h of the fleet `--settle` leaves."""
+    with `settle` the $/h of the fleet `--settle` leaves, consolidations launching at most
+    `replacements` nodes each (`--consolidation-replacements`)."""
     cmd = [binary, "simulate", "-f", path, "-o", "json"]
     if settle:
         cmd += ["--settle", "--now", "2026-11-25T12:00:00Z"]
+    if replacements > 1:
+        cmd += ["--consolidation-replacements", str(replacements)]
     report = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     settled = report["cost"]["after"] if settle else None
     return report["cost"]["newPerHour"], report["nodeclaims"], report["unschedulable"], settled
@@ -488,12 +491,13 @@ def beyond_one_pods_need(claims, median, workload, pool, capacity, max_pods, dae
     return f"{worst:.1f}x"
 
 
-def run_case(binary, workload, pool, capacity, max_pods, daemonsets, baseline, settle):
+def run_case(binary, workload, pool, capacity, max_pods, daemonsets, baseline, settle, replacements):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(manifest(workload, pool, capacity, max_pods, daemonsets))
         path = f.name
     try:
         total, claims, unschedulable, settled = simulate(binary, path, settle)
+        settled_many = simulate(binary, path, True, replacements)[3] if settle and replacements > 1 else None
         before = simulate(baseline, path, False)[0] if baseline else None
     finally:
         os.unlink(path)
@@ -515,6 +519,8 @@ def run_case(binary, workload, pool, capacity, max_pods, daemonsets, baseline, s
         row += f"| {total / before:.2f} "
     if settle:
         row += f"| {settled:,.2f} "
+    if settled_many is not None:
+        row += f"| {settled_many:,.2f} "
     return row + f"| {len(unschedulable)} |"
 
 
@@ -532,6 +538,13 @@ def main():
     parser.add_argument("--binary", default="target/release/karpenter-rs")
     parser.add_argument("--baseline", help="another build to compare with, e.g. one sizing as upstream")
     parser.add_argument("--settle", action="store_true", help="also report the fleet after `simulate --settle`")
+    parser.add_argument(
+        "--replacements",
+        type=int,
+        default=1,
+        help="with --settle, also settle with consolidations launching up to this many nodes each "
+        "(`--consolidation-replacements`)",
+    )
     parser.add_argument("--only", nargs="*", choices=WORKLOADS, help="run only these workloads")
     args = parser.parse_args()
     if not args.run:
@@ -548,6 +561,8 @@ def main():
         header += "| fleet / baseline "
     if args.settle:
         header += "| settled $/h "
+    if args.settle and args.replacements > 1:
+        header += f"| settled, {args.replacements} replacements $/h "
     header += "| unschedulable |"
     print(header)
     print("|" + "|".join("---" if k < 5 else "---:" for k in range(header.count("|") - 1)) + "|")
@@ -557,7 +572,8 @@ def main():
                 for max_pods, daemonsets in [(0, False), (110, False), (0, True)]:
                     print(
                         run_case(
-                            args.binary, workload, pool, capacity, max_pods, daemonsets, args.baseline, args.settle
+                            args.binary, workload, pool, capacity, max_pods, daemonsets, args.baseline, args.settle,
+                            args.replacements,
                         ),
                         flush=True,
                     )

@@ -169,6 +169,10 @@ struct Source {
     /// Feature gates, e.g. `SpotToSpotConsolidation=true` (FEATURE_GATES).
     #[arg(long, env = "FEATURE_GATES", default_value = "")]
     feature_gates: String,
+    /// The most new nodes one consolidation may launch (CONSOLIDATION_REPLACEMENTS): 1, as
+    /// upstream; above 1, replacements are sized by cost and may be several cheaper nodes.
+    #[arg(long, env = "CONSOLIDATION_REPLACEMENTS", default_value_t = 1)]
+    consolidation_replacements: usize,
 }
 
 /// The engine options the CLI flags select.
@@ -176,7 +180,13 @@ fn engine_options(
     preference_policy: PreferencePolicy,
     min_values_policy: MinValuesPolicy,
     feature_gates: &str,
+    consolidation_replacements: usize,
 ) -> anyhow::Result<EngineOptions> {
+    if consolidation_replacements == 0 {
+        anyhow::bail!(
+            "--consolidation-replacements (CONSOLIDATION_REPLACEMENTS) is 0: it counts the new nodes one consolidation may launch and must be at least 1 (1, the default, is upstream's rule)"
+        );
+    }
     let spot_to_spot = feature_gate(feature_gates, "SpotToSpotConsolidation")
         .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     let static_capacity = feature_gate(feature_gates, "StaticCapacity")
@@ -189,7 +199,10 @@ fn engine_options(
             min_values_best_effort: matches!(min_values_policy, MinValuesPolicy::BestEffort),
             ..Options::default()
         },
-        disruption: karpenter_rs::disruption::Options { spot_to_spot },
+        disruption: karpenter_rs::disruption::Options {
+            spot_to_spot,
+            replacements: consolidation_replacements,
+        },
         static_capacity,
         node_overlay,
         // `simulate` and `explain` plan; repairing Nodes is `run`'s alone.
@@ -377,6 +390,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 },
                 disruption: karpenter_rs::disruption::Options {
                     spot_to_spot: settings.feature_gates.spot_to_spot_consolidation,
+                    replacements: settings.consolidation_replacements,
                 },
                 static_capacity: settings.feature_gates.static_capacity,
                 node_overlay: settings.feature_gates.node_overlay,
@@ -422,9 +436,14 @@ fn main() -> ExitCode {
                 min_values_policy,
                 now,
                 feature_gates,
+                consolidation_replacements,
             } = source;
-            let options = match engine_options(preference_policy, min_values_policy, &feature_gates)
-            {
+            let options = match engine_options(
+                preference_policy,
+                min_values_policy,
+                &feature_gates,
+                consolidation_replacements,
+            ) {
                 Ok(o) => o,
                 Err(e) => {
                     eprintln!("karpenter-rs: {e}");
@@ -671,6 +690,7 @@ fn run_explain(what: ExplainWhat) -> anyhow::Result<()> {
         source.preference_policy,
         source.min_values_policy,
         &source.feature_gates,
+        source.consolidation_replacements,
     )?;
     let now = source.now.unwrap_or_else(chrono::Utc::now);
     let live = (source.from_cluster || source.kubeconfig.is_some() || source.context.is_some())

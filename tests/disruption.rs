@@ -389,7 +389,10 @@ fn spot_is_not_replaced_by_spot_unless_15_cheaper_types_exist() {
     // Gate on: plenty of cheaper spot types exist for a 500m pod, so it is replaced, with the
     // 15 cheapest as options.
     let options = EngineOptions {
-        disruption: disruption::Options { spot_to_spot: true },
+        disruption: disruption::Options {
+            spot_to_spot: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let r = run_at(&docs, monday_10(), options.clone());
@@ -1514,4 +1517,143 @@ fn a_drifted_node_whose_pods_need_several_new_nodes_is_replaced_by_them_all() {
         .replanned
         .expect("one replacement cannot hold both pods");
     one_each(&replanned.replacements);
+}
+
+/// A running pod of `cpu` millicores and `memory` MiB on `node`.
+fn sized_pod(name: &str, node: &str, cpu: u32, memory: u32) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, labels: {{app: {name}}}}}
+spec:
+  nodeName: {node}
+  containers: [{{name: c, image: pause, resources: {{requests: {{cpu: {cpu}m, memory: {memory}Mi}}}}}}]
+status: {{phase: Running}}
+"#
+    )
+}
+
+/// Three nodes of a c/m/r on-demand pool as `benches/gen-cost.py`'s batch pods left them
+/// (an r6a.24xlarge and two m6a.48xlarge, $22.03/h): 380 CPU, which no one instance type holds,
+/// so upstream's consolidation (at most one replacement) cannot merge them, while an
+/// r6a.48xlarge and an m6a.48xlarge ($19.18/h) hold them all.
+fn three_batch_nodes() -> Vec<String> {
+    let mut docs = vec![
+        NODECLASS.to_string(),
+        nodepool(
+            "default",
+            CONSOLIDATE,
+            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}
+        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
+        ),
+        node("a", "default", "r6a.24xlarge", "on-demand", 24, ""),
+        node("b", "default", "m6a.48xlarge", "on-demand", 24, ""),
+        node("c", "default", "m6a.48xlarge", "on-demand", 24, ""),
+    ];
+    // (node, CPU millicores, memory MiB, pods)
+    let pods: &[(&str, u32, u32, u32)] = &[
+        ("a", 4000, 4096, 1),
+        ("a", 4000, 8192, 1),
+        ("a", 4000, 16384, 3),
+        ("a", 4000, 65536, 10),
+        ("b", 4000, 4096, 1),
+        ("b", 4000, 8192, 17),
+        ("b", 4000, 16384, 23),
+        ("b", 4000, 65536, 3),
+        ("c", 2000, 4096, 10),
+        ("c", 2000, 8192, 19),
+        ("c", 2000, 16384, 7),
+        ("c", 4000, 4096, 7),
+        ("c", 4000, 8192, 11),
+    ];
+    for (k, &(node, cpu, memory, count)) in pods.iter().enumerate() {
+        for i in 0..count {
+            docs.push(sized_pod(&format!("p{k}-{i}"), node, cpu, memory));
+        }
+    }
+    docs
+}
+
+/// `CONSOLIDATION_REPLACEMENTS` above 1: the three nodes' pods are simulated again with new
+/// nodes sized by cost, and the two that hold them for less replace the three, which saves more
+/// than the one-node replacement upstream's rule finds.
+#[test]
+fn several_replacements_may_replace_nodes_no_one_node_can() {
+    let docs = three_batch_nodes();
+    // Upstream's rule: the r6a.24xlarge's pods fit an r6a.16xlarge and the others' room.
+    let upstream = run(&docs);
+    let cmds = commands(&upstream);
+    assert_eq!(cmds.len(), 1, "{cmds:#?}");
+    assert_eq!(cmds[0].candidates, ["a"]);
+    assert_eq!(cmds[0].replacements.len(), 1);
+
+    let several = disruption::Options {
+        replacements: 2,
+        ..Default::default()
+    };
+    let options = EngineOptions {
+        disruption: several,
+        ..Default::default()
+    };
+    let split = run_at(&docs, monday_10(), options);
+    let cmds = commands(&split);
+    assert_eq!(cmds.len(), 1, "{cmds:#?}");
+    let cmd = &cmds[0];
+    assert_eq!(cmd.method, Method::MultiNodeConsolidation);
+    assert_eq!(cmd.candidates.len(), 3, "{cmd:#?}");
+    assert_eq!(cmd.replacements.len(), 2, "{cmd:#?}");
+    let candidates = 5.4432 + 2.0 * 8.2944;
+    let launched: f64 = cmd.replacements.iter().map(|r| r.price).sum();
+    assert!(launched < candidates - 2.0, "{launched}");
+    assert!(
+        (cmd.savings - (candidates - launched)).abs() < 1e-6,
+        "{cmd:#?}"
+    );
+    // Whichever option each replacement launches, together they cost less than the candidates.
+    let dearest: f64 = cmd
+        .replacements
+        .iter()
+        .map(|r| {
+            r.instance_type_options
+                .iter()
+                .map(|t| price_of(t))
+                .fold(0.0, f64::max)
+        })
+        .sum();
+    assert!(dearest < candidates, "{dearest} {cmd:#?}");
+    let moved: usize = cmd.replacements.iter().map(|r| r.pods.len()).sum();
+    assert_eq!(moved, 15 + 44 + 54);
+    assert!(split.cost.after.unwrap() < upstream.cost.after.unwrap() - 0.5);
+
+    // The command is validated as it was decided: sized by cost.
+    use karpenter_rs::disruption::validation::{Stage, pods_to_move, validate};
+    let state = state_of(&docs);
+    let decided = disruption::evaluate(&state, monday_10(), several);
+    let cmd = decided.commands.first().expect("the same command");
+    assert_eq!(cmd.replacements.len(), 2);
+    let before = pods_to_move(&state, cmd);
+    assert!(
+        validate(&state, cmd, &before, monday_10(), Stage::Decided).is_ok(),
+        "{:?}",
+        validate(&state, cmd, &before, monday_10(), Stage::Decided).err()
+    );
+}
+
+/// The on-demand price of `instance_type` in the bundled catalog.
+fn price_of(instance_type: &str) -> f64 {
+    let catalog = Catalog::bundled("us-east-1").expect("catalog");
+    let types = catalog.instance_types(&NodeClassSettings::for_family(AMIFamily::AL2023));
+    types
+        .iter()
+        .find(|t| t.name.as_ref() == instance_type)
+        .and_then(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.capacity_type.label() == "on-demand")
+                .map(|o| o.price)
+                .reduce(f64::min)
+        })
+        .unwrap_or_else(|| panic!("no on-demand price for {instance_type}"))
 }

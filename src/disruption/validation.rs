@@ -20,7 +20,9 @@ use super::budgets;
 use super::candidates::candidates;
 use super::drift::DriftVerdict;
 use super::state::State;
-use super::{Command, Method, Moves, NewNode, Replacement, Reschedule, replacement, reschedule_on};
+use super::{
+    Command, Method, Moves, NewNode, Replacement, Reschedule, Sizing, replacement, reschedule_on,
+};
 
 /// Where the command stands when it is validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,7 +205,13 @@ fn same_plan(fresh: &State, cmd: &Command) -> Result<Validated, String> {
         .filter(|(_, p)| p.node.is_some_and(|n| excluded.contains(&n)) && p.reschedulable())
         .map(|(i, _)| i)
         .collect();
-    let (decided, moves) = reschedule_on(fresh, &excluded, pods);
+    // Simulated as the command was: a consolidation into replacements sized by cost is not
+    // what upstream's sizing asks for.
+    let sizing = cmd
+        .replacements
+        .first()
+        .map_or(Sizing::EveryFittingType, |r| r.sizing);
+    let (decided, moves) = reschedule_on(fresh, &excluded, pods, sizing);
     let needed = match decided {
         Reschedule::No(why) => return Err(format!("the candidates' pods no longer fit: {why}")),
         Reschedule::Delete => Vec::new(),

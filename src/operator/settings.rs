@@ -298,6 +298,12 @@ pub struct Settings {
     /// Feature gates, e.g. SpotToSpotConsolidation=true.
     #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES, value_parser = FeatureGates::parse)]
     pub feature_gates: FeatureGates,
+    /// The most new nodes one consolidation may launch (karpenter-rs only). 1, the default, is
+    /// upstream's rule; above 1, disruption replacements are sized by cost as the provisioner
+    /// sizes NodeClaims, and a consolidation may replace its candidates with up to this many
+    /// nodes that together cost less.
+    #[arg(long, env = "CONSOLIDATION_REPLACEMENTS", default_value_t = 1)]
+    pub consolidation_replacements: usize,
     /// A scheduler configuration file (empty: none); accepted for compatibility, no effect yet.
     #[arg(long, env = "SCHEDULER_CONFIG", default_value = "")]
     pub scheduler_config: String,
@@ -494,6 +500,11 @@ impl Settings {
                 "IGNORE_DRA_REQUESTS (--ignore-dra-requests) is false: DRA-aware provisioning (upstream's DynamicResourceAllocation scheduling) is not supported; leave it at its default true, where pods with resourceClaims are reported and not provisioned for".to_string(),
             );
         }
+        if self.consolidation_replacements == 0 {
+            problems.push(
+                "CONSOLIDATION_REPLACEMENTS (--consolidation-replacements) is 0: it counts the new nodes one consolidation may launch and must be at least 1 (1, the default, is upstream's rule)".to_string(),
+            );
+        }
         if self.reserved_enis < 0 {
             problems.push(format!(
                 "RESERVED_ENIS (--reserved-enis) is {}: it counts network interfaces and must be 0 or more",
@@ -688,6 +699,7 @@ mod tests {
                 capacity_buffer: false,
             }
         );
+        assert_eq!(s.consolidation_replacements, 1);
         assert_eq!(s.scheduler_config, "");
         assert_eq!(s.cluster_name, "");
         assert_eq!(s.cluster_endpoint, "");
@@ -728,7 +740,7 @@ mod tests {
     }
 
     #[test]
-    fn every_setting_has_upstreams_env_var_and_flag() {
+    fn every_setting_has_an_env_var_and_its_flag() {
         let command = Settings::augment_args(clap::Command::new("karpenter-rs"));
         let mut pairs: Vec<(String, String)> = command
             .get_arguments()
@@ -769,6 +781,8 @@ mod tests {
             "IGNORE_DRA_REQUESTS",
             "FEATURE_GATES",
             "SCHEDULER_CONFIG",
+            // Ours.
+            "CONSOLIDATION_REPLACEMENTS",
             // AWS.
             "CLUSTER_NAME",
             "CLUSTER_ENDPOINT",
@@ -1046,6 +1060,10 @@ mod tests {
             (
                 &["--batch-idle-duration=0"],
                 "BATCH_IDLE_DURATION (--batch-idle-duration) is 0",
+            ),
+            (
+                &["--consolidation-replacements=0"],
+                "CONSOLIDATION_REPLACEMENTS (--consolidation-replacements) is 0: it counts the new nodes one consolidation may launch and must be at least 1",
             ),
             (
                 &["--reserved-enis=-1"],

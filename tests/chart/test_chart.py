@@ -104,6 +104,7 @@ DEFAULT_ENV = [
     ("DISABLE_DRY_RUN", "false"),
     ("AMI_REFRESH_INTERVAL", "1m"),
     ("SUBNET_REFRESH_INTERVAL", "1m"),
+    ("CONSOLIDATION_REPLACEMENTS", "1"),
 ]  # fmt: skip
 
 
@@ -367,6 +368,7 @@ def test_settings_env_rule(chart):
             "batchMaxDuration": "",
             "featureGates": {"nodeRepair": True, "reservedCapacity": None},
             "awsFeatureGates": {"nodeClassCEL": True},
+            "consolidationReplacements": 3,
         },
         "logOutputPaths": ["stdout", "/tmp/karpenter.log"],
     })  # fmt: skip
@@ -384,6 +386,7 @@ def test_settings_env_rule(chart):
         "NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false"
     )
     assert env["AWS_FEATURE_GATES"] == "NodeClassCEL=true"
+    assert env["CONSOLIDATION_REPLACEMENTS"] == "3"
 
 
 def test_controller_env_comes_last_so_it_wins(chart):

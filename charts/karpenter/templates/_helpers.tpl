@@ -141,7 +141,8 @@ passed, false and 0 included.
   (list "DISABLE_CLUSTER_STATE_OBSERVABILITY" $s.disableClusterStateObservability)
   (list "DISABLE_DRY_RUN" $s.disableDryRun)
   (list "AMI_REFRESH_INTERVAL" $s.amiRefreshInterval)
-  (list "SUBNET_REFRESH_INTERVAL" $s.subnetRefreshInterval) }}
+  (list "SUBNET_REFRESH_INTERVAL" $s.subnetRefreshInterval)
+  (list "CONSOLIDATION_REPLACEMENTS" $s.consolidationReplacements) }}
 {{- $value := index $entry 1 }}
 {{- if and (not (kindIs "invalid" $value)) (ne (toString $value) "") }}
 - name: {{ index $entry 0 }}
