@@ -170,7 +170,7 @@ struct Source {
     #[arg(long, env = "FEATURE_GATES", default_value = "")]
     feature_gates: String,
     /// The most new nodes one consolidation may launch (CONSOLIDATION_REPLACEMENTS): 1, as
-    /// upstream; above 1, replacements are sized by cost and may be several cheaper nodes.
+    /// upstream; above 1, also simulated sized by cost, possibly several cheaper nodes.
     #[arg(long, env = "CONSOLIDATION_REPLACEMENTS", default_value_t = 1)]
     consolidation_replacements: usize,
 }

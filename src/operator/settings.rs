@@ -299,8 +299,8 @@ pub struct Settings {
     #[arg(long, env = "FEATURE_GATES", default_value = DEFAULT_FEATURE_GATES, value_parser = FeatureGates::parse)]
     pub feature_gates: FeatureGates,
     /// The most new nodes one consolidation may launch (karpenter-rs only). 1, the default, is
-    /// upstream's rule; above 1, disruption replacements are sized by cost as the provisioner
-    /// sizes NodeClaims, and a consolidation may replace its candidates with up to this many
+    /// upstream's rule; above 1, a consolidation is also simulated with new nodes sized by cost
+    /// as the provisioner sizes NodeClaims, and may replace its candidates with up to this many
     /// nodes that together cost less.
     #[arg(long, env = "CONSOLIDATION_REPLACEMENTS", default_value_t = 1)]
     pub consolidation_replacements: usize,
