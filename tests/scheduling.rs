@@ -1953,6 +1953,54 @@ fn capped_growth_is_never_dearer_than_sizing_by_fit() {
     }
 }
 
+/// `benches/gen-cost.py`'s batch workload on its narrow pool (c, m and r types of generation > 5,
+/// on-demand). Every strategy of the round sizes its NodeClaims for the round's pods as a whole
+/// and piles CPU-heavy and memory-heavy pods on m6a-sized nodes: $59.70/h. Solved again alone,
+/// a few NodeClaims together pair their pods differently (CPU-heavy ones on c types,
+/// memory-heavy ones on r types), and the cheaper groups replace them: $56.85/h. Every pod is
+/// still placed once, and the plan is still within the blast-radius target.
+#[test]
+fn planned_nodeclaims_solved_again_in_groups_pair_their_pods_more_cheaply() {
+    let report = run_placing_all(&narrow_pool_case("batch", &BATCH, 10), 200);
+    let cost = fleet_cost(&report);
+    assert!(cost < 58.0, "${cost:.2}/h");
+    let pods: BTreeSet<&String> = report.nodeclaims.iter().flat_map(|c| &c.pods).collect();
+    let placed: usize = report.nodeclaims.iter().map(|c| c.pods.len()).sum();
+    assert_eq!((pods.len(), placed), (200, 200));
+    let names: BTreeSet<&String> = report.nodeclaims.iter().map(|c| &c.name).collect();
+    assert_eq!(names.len(), report.nodeclaims.len());
+    // The 16-CPU / 64Gi pod needs an m6a.8xlarge ($1.38/h) alone.
+    assert_within_blast_radius(&report, 1.3824);
+}
+
+/// The same batch pods, one Deployment spread over zones: the groups' pods would be solved
+/// without the others that count in its spread, so the round is not regrouped, and the spread
+/// holds.
+#[test]
+fn a_round_with_a_topology_spread_is_not_regrouped_and_keeps_it() {
+    let mut docs = narrow_pool_case("batch", &BATCH[1..], 10);
+    let (cpu, memory) = BATCH[0];
+    let name = "spread-batch";
+    docs.push(sized_deployment(
+        name,
+        10,
+        cpu,
+        memory,
+        &spread(name, "topology.kubernetes.io/zone"),
+    ));
+    let report = run_placing_all(&docs, 200);
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for (claim, n) in pods_of(&report, name) {
+        *per_zone.entry(claim.zone.as_str()).or_default() += n;
+    }
+    let (min, max) = (per_zone.values().min(), per_zone.values().max());
+    assert!(
+        max.zip(min).is_some_and(|(a, b)| a - b <= 1),
+        "{per_zone:?}"
+    );
+    assert!(per_zone.len() >= 3, "{per_zone:?}");
+}
+
 /// `benches/gen-cost.py`'s batch workload on its broad spot pool (every x86 type, spot or
 /// on-demand). The types cheapest per batch pod on spot are the largest, and the plan put 99 of
 /// the 200 pods on one r8i.96xlarge ($7.35/h) beside t3a.2xlarge nodes ($0.08/h, the median):
