@@ -1007,7 +1007,7 @@ fn solve_with(
 /// blast-radius target if the chosen plan did. Those NodeClaims are what consolidation would
 /// delete right after launch; their pods, coming last, fill the room the others' piles left
 /// before they open NodeClaims of their own. In rounds of at most [`TIGHT_SOLVE_MAX_PODS`] pods,
-/// where the second plan is held beside the first.
+/// where the second plan is held beside the first. The plan kept is then regrouped (`regroup`).
 fn plan(input: &Input) -> (Solver<'_>, Outcome) {
     let (solver, outcome) = choose(input);
     if input.pods.len() > TIGHT_SOLVE_MAX_PODS {
@@ -1079,9 +1079,9 @@ fn regroupable(input: &Input) -> bool {
         })
 }
 
-/// A planned NodeClaim as `regroup` weighs it.
+/// A planned NodeClaim as a member of the groups `regroup` tries.
 #[derive(Clone, Copy)]
-struct Regroupable {
+struct Member {
     /// Index into `Outcome::nodeclaims`.
     claim: usize,
     /// Its price (as `Solver::plan_cost` counts it).
@@ -1116,15 +1116,15 @@ fn regroup<'a>(
     let mut solved: HashMap<Vec<u32>, Option<(f64, Option<Outcome>)>> = HashMap::new();
     let mut work = REGROUP_WORK.saturating_mul(input.pods.len());
     loop {
-        let mut dearest: Vec<Regroupable> = outcome
+        let mut dearest: Vec<Member> = outcome
             .nodeclaims
             .iter()
             .enumerate()
-            .filter_map(|(claim, c)| solver.regroupable(claim, c))
+            .filter_map(|(claim, c)| solver.member(claim, c))
             .collect();
         dearest.sort_by(|a, b| b.price.total_cmp(&a.price).then(a.claim.cmp(&b.claim)));
         dearest.truncate(REGROUP_CLAIMS);
-        let mut groups: Vec<Vec<Regroupable>> = Vec::new();
+        let mut groups: Vec<Vec<Member>> = Vec::new();
         for (i, &a) in dearest.iter().enumerate() {
             for (j, &b) in dearest.iter().enumerate().skip(i + 1) {
                 groups.push(vec![a, b]);
@@ -1133,7 +1133,7 @@ fn regroup<'a>(
                 }
             }
         }
-        let idle = |group: &[Regroupable]| group.iter().map(|c| c.idle).sum::<f64>();
+        let idle = |group: &[Member]| group.iter().map(|c| c.idle).sum::<f64>();
         groups.sort_by(|a, b| idle(b).total_cmp(&idle(a)));
         // The replacement that saves most and keeps the target if the plan kept it.
         let mut best: Option<(f64, Outcome)> = None;
@@ -1748,8 +1748,8 @@ impl<'a> Solver<'a> {
         prices.get(prices.len() / 2).copied()
     }
 
-    /// Planned NodeClaim `claim` (`c`) as `regroup` weighs it; `None` without options.
-    fn regroupable(&self, claim: usize, c: &PlannedNodeClaim) -> Option<Regroupable> {
+    /// Planned NodeClaim `claim` (`c`) as a member of `regroup`'s groups; `None` without options.
+    fn member(&self, claim: usize, c: &PlannedNodeClaim) -> Option<Member> {
         let t = *c.instance_types.first()?;
         let price = *self.prices(c.nodepool, &c.requirements).get(t as usize)?;
         let room = &self.pools[c.nodepool]
@@ -1765,7 +1765,7 @@ impl<'a> Solver<'a> {
             }
         };
         let used = share(c.requests.cpu, room.cpu).min(share(c.requests.memory, room.memory));
-        Some(Regroupable {
+        Some(Member {
             claim,
             price,
             idle: price * (1.0 - used),
