@@ -1973,11 +1973,11 @@ fn planned_nodeclaims_solved_again_in_groups_pair_their_pods_more_cheaply() {
     assert_within_blast_radius(&report, 1.3824);
 }
 
-/// The same batch pods, one Deployment spread over zones: the groups' pods would be solved
-/// without the others that count in its spread, so the round is not regrouped, and the spread
-/// holds.
+/// The same batch pods, one Deployment spread over zones. Solved alone, a group's pods would not
+/// count the pods of the spread outside the group, so such a round is not regrouped: the spread
+/// holds over every zone, as it must whatever the plan.
 #[test]
-fn a_round_with_a_topology_spread_is_not_regrouped_and_keeps_it() {
+fn a_zone_spread_holds_in_a_round_of_batch_pods() {
     let mut docs = narrow_pool_case("batch", &BATCH[1..], 10);
     let (cpu, memory) = BATCH[0];
     let name = "spread-batch";
