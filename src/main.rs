@@ -11,7 +11,7 @@ use karpenter_rs::apis::duration::parse_go_duration;
 use karpenter_rs::catalog::{self, Catalog};
 use karpenter_rs::explain;
 use karpenter_rs::manifest::{self, legacy};
-use karpenter_rs::operator::settings::Settings;
+use karpenter_rs::operator::settings::{self, Settings};
 use karpenter_rs::scheduling::scheduler::Options;
 use karpenter_rs::simulate;
 use karpenter_rs::snapshot::EngineOptions;
@@ -183,9 +183,7 @@ fn engine_options(
     consolidation_replacements: usize,
 ) -> anyhow::Result<EngineOptions> {
     if consolidation_replacements == 0 {
-        anyhow::bail!(
-            "--consolidation-replacements (CONSOLIDATION_REPLACEMENTS) is 0: it counts the new nodes one consolidation may launch and must be at least 1 (1, the default, is upstream's rule)"
-        );
+        anyhow::bail!(settings::NO_CONSOLIDATION_REPLACEMENTS);
     }
     let spot_to_spot = feature_gate(feature_gates, "SpotToSpotConsolidation")
         .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;

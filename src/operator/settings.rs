@@ -180,6 +180,9 @@ pub fn parse_bool(input: &str) -> Result<bool, String> {
     }
 }
 
+/// Why a `CONSOLIDATION_REPLACEMENTS` of 0 is refused, by `run` and by `simulate` alike.
+pub const NO_CONSOLIDATION_REPLACEMENTS: &str = "CONSOLIDATION_REPLACEMENTS (--consolidation-replacements) is 0: it counts the new nodes one consolidation may launch and must be at least 1 (1, the default, is upstream's rule)";
+
 /// Every setting of `karpenter-rs run`. Field names follow the flags (`cluster_name` is
 /// `--cluster-name` and `CLUSTER_NAME`); strings that upstream leaves empty by default are empty
 /// here too, and empty means "not set".
@@ -501,9 +504,7 @@ impl Settings {
             );
         }
         if self.consolidation_replacements == 0 {
-            problems.push(
-                "CONSOLIDATION_REPLACEMENTS (--consolidation-replacements) is 0: it counts the new nodes one consolidation may launch and must be at least 1 (1, the default, is upstream's rule)".to_string(),
-            );
+            problems.push(NO_CONSOLIDATION_REPLACEMENTS.to_string());
         }
         if self.reserved_enis < 0 {
             problems.push(format!(

@@ -89,7 +89,7 @@ impl ResourceShapes {
 /// The pod's memory per CPU, rounded to a power of two (GiB per vCPU) and clamped to
 /// ±[`MAX_BUCKET`]; a pod requesting no CPU counts as the most memory-heavy, one requesting no
 /// memory as the most CPU-heavy.
-fn ratio_bucket(r: &Resources) -> i32 {
+pub(super) fn ratio_bucket(r: &Resources) -> i32 {
     match (r.cpu > 0, r.memory > 0) {
         (false, false) => 0,
         (false, true) => MAX_BUCKET,
