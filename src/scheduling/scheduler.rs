@@ -1104,10 +1104,10 @@ struct Member {
 /// a group, tried in order of the idle room its NodeClaims pay for, most first, until a group
 /// pays for less idle room than the best saving found; the group that saves most is replaced,
 /// and again until no group saves. A group's pods are also tried split in two by memory per CPU
-/// (`solve_alone`). Keeps the blast-radius target if the plan kept it. A group's
-/// pods solve the same way every time (solves are deterministic), so each set of pods is solved
-/// once: after a replacement only the groups it changed are solved again, within
-/// [`REGROUP_SOLVES`] groups and [`REGROUP_WORK`] pods per pod of the round.
+/// (`solve_alone`). Keeps the blast-radius target if the plan kept it. A group's pods solve the
+/// same way every time (solves are deterministic), so each set of pods is solved once: after a
+/// replacement only the groups it changed are solved again, within [`REGROUP_SOLVES`] groups and
+/// [`REGROUP_WORK`] pods per pod of the round ([`REGROUP_SPLIT_WORK`] more for the splits).
 fn regroup<'a>(
     input: &'a Input,
     solver: Solver<'a>,
