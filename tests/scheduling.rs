@@ -1855,11 +1855,28 @@ fn a_malformed_reservation_count_is_refused() {
     );
 }
 
+/// `benches/gen-cost.py`'s narrow pool: c, m and r types of generation > 5.
+const NARROW_TYPES: &str = "        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}";
+
 /// The web and batch cases of `benches/gen-cost.py` (same requests, same order) on its narrow
-/// pool: c, m and r types of generation > 5, on-demand, default pod density.
+/// pool, on-demand, default pod density.
 fn narrow_pool_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<String> {
     gen_cost_case(
-        "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
+        &format!(
+            "        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n{NARROW_TYPES}"
+        ),
+        prefix,
+        shapes,
+        replicas,
+    )
+}
+
+/// The same on its narrow pool with spot allowed: spot or on-demand.
+fn narrow_spot_case(prefix: &str, shapes: &[(u32, u32)], replicas: u32) -> Vec<String> {
+    gen_cost_case(
+        &format!(
+            "        - {{key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}}\n{NARROW_TYPES}"
+        ),
         prefix,
         shapes,
         replicas,
@@ -1979,12 +1996,7 @@ fn planned_nodeclaims_solved_again_in_groups_pair_their_pods_more_cheaply() {
 /// types, cheaper than any pile of both: under $18.50/h, every pod placed once, within the target.
 #[test]
 fn regrouped_pods_split_by_memory_per_cpu_onto_compute_and_memory_types() {
-    let docs = gen_cost_case(
-        "        - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
-        "batch",
-        &BATCH,
-        10,
-    );
+    let docs = narrow_spot_case("batch", &BATCH, 10);
     let report = run_placing_all(&docs, 200);
     let cost = fleet_cost(&report);
     assert!(cost < 18.5, "${cost:.2}/h");
@@ -2120,7 +2132,9 @@ fn constrained_case(kubelet: &str) -> Vec<String> {
         nodepool(
             "default",
             "",
-            "        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ['5']}",
+            &format!(
+                "        - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}\n{NARROW_TYPES}"
+            ),
         ),
     ];
     for (d, (cpu, memory, key)) in CONSTRAINED.into_iter().enumerate() {
