@@ -36,6 +36,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
 
+use super::fractional::{self, NodeType, Shape};
 use super::instance_type::{CapacityType, InstanceType, Offering, Reservation};
 use super::pod::{HostPort, Pod};
 use super::requirements::{AllowUndefined, Requirement, Requirements};
@@ -244,6 +245,10 @@ pub struct Options {
     /// while the others went to nodes of their own (their command's replacement, or the
     /// provisioner's).
     pub apart_from: Option<usize>,
+    /// New NodeClaims' options priced at most this (the cheapest that holds the opening pod is
+    /// always kept): `repartition` plans the pods the fractional assignment put on one instance
+    /// type on NodeClaims no larger than that type.
+    pub max_price: Option<f64>,
 }
 
 /// Everything the solver reads.
@@ -1117,6 +1122,7 @@ fn regroup<'a>(
         return (solver, outcome);
     }
     let contained = solver.within_blast_radius(&outcome);
+    outcome = repartition(input, &solver, outcome, contained);
     // What each group's pods (sorted) cost solved alone.
     let mut solved: HashMap<Vec<u32>, SolvedAlone> = HashMap::new();
     let mut work = REGROUP_WORK.saturating_mul(input.pods.len());
@@ -1186,6 +1192,62 @@ fn regroup<'a>(
     (solver, outcome)
 }
 
+/// The plan with each NodePool's new NodeClaims planned again in the groups the fractional
+/// assignment puts their pods in (`Solver::fractional_groups`), each group solved on its own
+/// (`solve_part`), when that costs less and keeps the blast-radius target if the plan kept it.
+/// The round's strategies size every NodeClaim for a typical pod; the assignment instead puts
+/// each kind of pod on the types cheapest for it, and pods that complement each other (CPU-heavy
+/// beside memory-heavy) together on one type, so a group's NodeClaims are sized for that group.
+fn repartition(
+    input: &Input,
+    solver: &Solver<'_>,
+    mut outcome: Outcome,
+    contained: bool,
+) -> Outcome {
+    'pools: for p in 0..input.nodepools.len() {
+        let claims: Vec<usize> = (0..outcome.nodeclaims.len())
+            .filter(|&k| outcome.nodeclaims[k].nodepool == p)
+            .collect();
+        if claims.len() < 2 {
+            continue;
+        }
+        let pods: Vec<u32> = claims
+            .iter()
+            .flat_map(|&k| outcome.nodeclaims[k].pods.iter().copied())
+            .collect();
+        let Some(groups) = solver.fractional_groups(p, &pods) else {
+            continue;
+        };
+        if groups.len() < 2 {
+            continue;
+        }
+        let priced = solver.priced(&outcome);
+        let price: f64 = priced
+            .iter()
+            .filter(|(c, _)| c.nodepool == p)
+            .map(|(_, price)| price)
+            .sum();
+        let mut cost = 0.0;
+        let mut planned = Vec::new();
+        for (cap, group) in &groups {
+            let cap = *cap;
+            let Some((group_cost, group_claims)) = solve_part(input, group, cap) else {
+                continue 'pools;
+            };
+            cost += group_cost;
+            planned.extend(group_claims);
+        }
+        if cost >= price - 1e-9 {
+            continue;
+        }
+        let candidate = replaced(&outcome, &claims, &planned);
+        if !contained || solver.within_blast_radius(&candidate) {
+            outcome = candidate;
+        }
+    }
+    outcome
+}
+
 /// What a group's pods cost solved on their own, with their NodeClaims when that saved; `None`
 /// when not every pod could be placed.
 type SolvedAlone = Option<(f64, Option<Vec<PlannedNodeClaim>>)>;
@@ -1198,7 +1260,7 @@ type SolvedAlone = Option<(f64, Option<Vec<PlannedNodeClaim>>)>;
 /// types beside memory-heavy ones on memory-optimized types can cost less than any pile of both
 /// (batch pods on a narrow spot pool: $19.23/h -> $18.18/h).
 fn solve_alone(input: &Input, pods: &[u32], price: f64, split_work: &mut usize) -> SolvedAlone {
-    let mut best = solve_part(input, pods);
+    let mut best = solve_part(input, pods, None);
     let bucket = |i: u32| ratio_bucket(&input.pods[i as usize].requests);
     let mut by_ratio = pods.to_vec();
     by_ratio.sort_by_key(|&i| (bucket(i), i));
@@ -1213,9 +1275,10 @@ fn solve_alone(input: &Input, pods: &[u32], price: f64, split_work: &mut usize) 
         let (mut low, mut high) = (by_ratio[..k].to_vec(), by_ratio[k..].to_vec());
         low.sort_unstable();
         high.sort_unstable();
-        let (Some((low_cost, mut claims)), Some((high_cost, high_claims))) =
-            (solve_part(input, &low), solve_part(input, &high))
-        else {
+        let (Some((low_cost, mut claims)), Some((high_cost, high_claims))) = (
+            solve_part(input, &low, None),
+            solve_part(input, &high, None),
+        ) else {
             continue;
         };
         let cost = low_cost + high_cost;
@@ -1231,7 +1294,11 @@ fn solve_alone(input: &Input, pods: &[u32], price: f64, split_work: &mut usize) 
 /// Pods `pods` (indices into the round's pods) solved on their own (`choose`), without existing
 /// nodes: their cost and NodeClaims, whose pods are indices into the round's pods; `None` when a
 /// pod stays unplaced.
-fn solve_part(input: &Input, pods: &[u32]) -> Option<(f64, Vec<PlannedNodeClaim>)> {
+fn solve_part(
+    input: &Input,
+    pods: &[u32],
+    max_price: Option<f64>,
+) -> Option<(f64, Vec<PlannedNodeClaim>)> {
     let sub_input = Input {
         nodepools: input.nodepools.clone(),
         existing: Vec::new(),
@@ -1239,7 +1306,10 @@ fn solve_part(input: &Input, pods: &[u32]) -> Option<(f64, Vec<PlannedNodeClaim>
             .iter()
             .map(|&i| input.pods[i as usize].clone())
             .collect(),
-        options: input.options,
+        options: Options {
+            max_price,
+            ..input.options
+        },
     };
     let (sub_solver, sub) = choose(&sub_input);
     if !sub.errors.is_empty() || sub.placements.iter().any(Option::is_none) {
@@ -3435,6 +3505,15 @@ impl<'a> Solver<'a> {
                 sized_by_cost = true;
             }
         }
+        if let Some(cap) = self.input.options.max_price {
+            let within = self.priced_within(p, &options, &requirements, |need| cap.max(need));
+            if within != options
+                && self.check_min_values(&self.pools[p], &within, &requirements) == Some(false)
+            {
+                options = within;
+                sized_by_cost = true;
+            }
+        }
         let pool = &self.pools[p];
         let relaxed = self
             .check_min_values(pool, &options, &requirements)
@@ -3573,14 +3652,92 @@ impl<'a> Solver<'a> {
     /// next pod opens another NodeClaim. The cheapest option is always kept: a pod that needs a
     /// dear type still gets one.
     fn contain(&self, p: usize, options: &TypeSet, reqs: &Requirements, median: f64) -> TypeSet {
+        self.priced_within(p, options, reqs, |need| BLAST_RADIUS * median.max(need))
+    }
+
+    /// The options of a new NodeClaim of pool `p` priced, under `reqs`, at most `bound` of the
+    /// cheapest of them (which is always kept).
+    fn priced_within(
+        &self,
+        p: usize,
+        options: &TypeSet,
+        reqs: &Requirements,
+        bound: impl Fn(f64) -> f64,
+    ) -> TypeSet {
         let pool = &self.pools[p];
         let prices = self.prices(p, reqs);
         let need = options
             .types(&pool.by_price)
             .map(|t| prices[t as usize])
             .fold(f64::INFINITY, f64::min);
-        let bound = BLAST_RADIUS * median.max(need);
+        let bound = bound(need);
         options.filter(&pool.by_price, |t| prices[t as usize] <= bound)
+    }
+
+    /// Pods `pods` (indices into the round's pods, all on pool `p`'s NodeClaims) grouped by the
+    /// instance type the fractional assignment (`fractional::assign`) of their shapes (CPU and
+    /// memory requests) to the pool's types puts them on, each group sorted and with that type's
+    /// price; pods of a shape no type holds form a group of their own, without a price. `None`
+    /// when the assignment is not solved.
+    fn fractional_groups(&self, p: usize, pods: &[u32]) -> Option<Vec<(Option<f64>, Vec<u32>)>> {
+        const GIB: f64 = (1u64 << 30) as f64;
+        let amounts =
+            |r: &Resources, slots: f64| [r.cpu as f64 / 1000.0, r.memory as f64 / GIB, slots];
+        let pool = &self.pools[p];
+        let template = &pool.template;
+        let prices = self.prices(p, &template.requirements);
+        let compatible = self.compatible_types(p, &template.requirements);
+        let listed: Vec<u32> = compatible
+            .types(&pool.by_price)
+            .filter(|&t| prices[t as usize].is_finite())
+            .collect();
+        let types: Vec<NodeType> = listed
+            .iter()
+            .map(|&t| {
+                let mut room = template.instance_types[t as usize].allocatable.clone();
+                room.sub(&template.daemon_overhead);
+                NodeType {
+                    price: prices[t as usize],
+                    allocatable: amounts(&room, room.pods as f64),
+                }
+            })
+            .collect();
+        let mut index: HashMap<(i64, i64), usize> = HashMap::new();
+        let mut members: Vec<Vec<u32>> = Vec::new();
+        let mut shapes: Vec<Shape> = Vec::new();
+        for &i in pods {
+            let requests = &self.input.pods[i as usize].requests;
+            let next = shapes.len();
+            let c = *index.entry((requests.cpu, requests.memory)).or_insert(next);
+            if c == next {
+                shapes.push(Shape {
+                    request: amounts(requests, 1.0),
+                    count: 0,
+                });
+                members.push(Vec::new());
+            }
+            shapes[c].count += 1;
+            members[c].push(i);
+        }
+        let assignment = fractional::assign(&types, &shapes)?;
+        let mut groups: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+        for (shares, pods) in assignment.iter().zip(members) {
+            let mut rest = pods.into_iter();
+            for &(t, n) in shares {
+                groups.entry(t).or_default().extend(rest.by_ref().take(n));
+            }
+            groups.entry(usize::MAX).or_default().extend(rest);
+        }
+        Some(
+            groups
+                .into_iter()
+                .filter(|(_, g)| !g.is_empty())
+                .map(|(t, mut g)| {
+                    g.sort_unstable();
+                    (listed.get(t).map(|&t| prices[t as usize]), g)
+                })
+                .collect(),
+        )
     }
 
     /// Instance types of a pool compatible with a requirement set, price-ordered, memoized
