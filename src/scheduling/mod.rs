@@ -5,9 +5,9 @@
 //! deterministic computation over its arguments. That keeps the bin-packing loop (millions of
 //! calls per batch) free of locks and syscalls, and makes every decision reproducible in tests.
 
-pub mod fractional;
 pub mod instance_type;
 pub mod overlay;
+pub mod patterns;
 pub mod pod;
 pub mod pod_shapes;
 pub mod requirements;

@@ -36,8 +36,8 @@ use std::sync::{Mutex, OnceLock};
 use crate::apis::labels;
 use crate::apis::nodeclaim::{Operator, Taint, TaintEffect};
 
-use super::fractional::{self, NodeType, Shape};
 use super::instance_type::{CapacityType, InstanceType, Offering, Reservation};
+use super::patterns::{self, NodeType, Shape};
 use super::pod::{HostPort, Pod};
 use super::requirements::{AllowUndefined, Requirement, Requirements};
 use super::resource_shape::{ResourceShapes, ratio_bucket};
@@ -246,8 +246,8 @@ pub struct Options {
     /// provisioner's).
     pub apart_from: Option<usize>,
     /// New NodeClaims' options priced at most this (the cheapest that holds the opening pod is
-    /// always kept): `repartition` plans the pods the fractional assignment put on one instance
-    /// type on NodeClaims no larger than that type.
+    /// always kept): `repartition` plans the pods of one integer pattern (one node of an instance
+    /// type) on NodeClaims no dearer than that node.
     pub max_price: Option<f64>,
 }
 
@@ -1113,16 +1113,29 @@ struct Member {
 /// same way every time (solves are deterministic), so each set of pods is solved once: after a
 /// replacement only the groups it changed are solved again, within [`REGROUP_SOLVES`] groups and
 /// [`REGROUP_WORK`] pods per pod of the round ([`REGROUP_SPLIT_WORK`] more for the splits).
-fn regroup<'a>(
-    input: &'a Input,
-    solver: Solver<'a>,
-    mut outcome: Outcome,
-) -> (Solver<'a>, Outcome) {
+/// Then each pool's pods are planned again from integer patterns (`repartition`); where that is
+/// cheaper, the rounds run again over it (each with budgets of their own).
+fn regroup<'a>(input: &'a Input, solver: Solver<'a>, outcome: Outcome) -> (Solver<'a>, Outcome) {
     if !regroupable(input) {
         return (solver, outcome);
     }
     let contained = solver.within_blast_radius(&outcome);
-    outcome = repartition(input, &solver, outcome, contained);
+    let regrouped = regroup_claims(input, &solver, outcome, contained);
+    let outcome = match repartition(input, &solver, &regrouped, contained) {
+        Some(repartitioned) => regroup_claims(input, &solver, repartitioned, contained),
+        None => regrouped,
+    };
+    (solver, outcome)
+}
+
+/// `regroup`'s rounds over `outcome`'s NodeClaims; `contained`: whether the plan it came from
+/// kept the blast-radius target.
+fn regroup_claims(
+    input: &Input,
+    solver: &Solver<'_>,
+    mut outcome: Outcome,
+    contained: bool,
+) -> Outcome {
     // What each group's pods (sorted) cost solved alone.
     let mut solved: HashMap<Vec<u32>, SolvedAlone> = HashMap::new();
     let mut work = REGROUP_WORK.saturating_mul(input.pods.len());
@@ -1189,40 +1202,41 @@ fn regroup<'a>(
             None => break,
         }
     }
-    (solver, outcome)
+    outcome
 }
 
-/// The plan with each NodePool's new NodeClaims planned again in the groups the fractional
-/// assignment puts their pods in (`Solver::fractional_groups`), each group solved on its own
-/// (`solve_part`), when that costs less and keeps the blast-radius target if the plan kept it.
-/// The round's strategies size every NodeClaim for a typical pod; the assignment instead puts
-/// each kind of pod on the types cheapest for it, and pods that complement each other (CPU-heavy
-/// beside memory-heavy) together on one type, so a group's NodeClaims are sized for that group.
+/// The plan with each NodePool's new NodeClaims planned again in the groups the integer
+/// patterns put their pods in (`Solver::pattern_groups`: one group per node), each group solved
+/// on its own (`solve_part`, capped at its node's price), when that costs less and keeps the
+/// blast-radius target if the plan kept it; `None` when no pool's plan changed. The round's
+/// strategies size every NodeClaim for a typical pod; the patterns instead put each kind of pod
+/// on the types cheapest for it, and pods that complement each other (CPU-heavy beside
+/// memory-heavy) together on one node. `regroup` runs it after its own rounds and then those
+/// rounds again, so the plan is never dearer than theirs.
 fn repartition(
     input: &Input,
     solver: &Solver<'_>,
-    mut outcome: Outcome,
+    outcome: &Outcome,
     contained: bool,
-) -> Outcome {
+) -> Option<Outcome> {
+    let mut changed: Option<Outcome> = None;
     'pools: for p in 0..input.nodepools.len() {
-        let claims: Vec<usize> = (0..outcome.nodeclaims.len())
-            .filter(|&k| outcome.nodeclaims[k].nodepool == p)
+        let current = changed.as_ref().unwrap_or(outcome);
+        let claims: Vec<usize> = (0..current.nodeclaims.len())
+            .filter(|&k| current.nodeclaims[k].nodepool == p)
             .collect();
         if claims.len() < 2 {
             continue;
         }
         let pods: Vec<u32> = claims
             .iter()
-            .flat_map(|&k| outcome.nodeclaims[k].pods.iter().copied())
+            .flat_map(|&k| current.nodeclaims[k].pods.iter().copied())
             .collect();
-        let Some(groups) = solver.fractional_groups(p, &pods) else {
+        let Some(groups) = solver.pattern_groups(p, &pods) else {
             continue;
         };
-        if groups.len() < 2 {
-            continue;
-        }
-        let priced = solver.priced(&outcome);
-        let price: f64 = priced
+        let price: f64 = solver
+            .priced(current)
             .iter()
             .filter(|(c, _)| c.nodepool == p)
             .map(|(_, price)| price)
@@ -1230,8 +1244,7 @@ fn repartition(
         let mut cost = 0.0;
         let mut planned = Vec::new();
         for (cap, group) in &groups {
-            let cap = *cap;
-            let Some((group_cost, group_claims)) = solve_part(input, group, cap) else {
+            let Some((group_cost, group_claims)) = solve_part(input, group, *cap) else {
                 continue 'pools;
             };
             cost += group_cost;
@@ -1240,12 +1253,12 @@ fn repartition(
         if cost >= price - 1e-9 {
             continue;
         }
-        let candidate = replaced(&outcome, &claims, &planned);
+        let candidate = replaced(current, &claims, &planned);
         if !contained || solver.within_blast_radius(&candidate) {
-            outcome = candidate;
+            changed = Some(candidate);
         }
     }
-    outcome
+    changed
 }
 
 /// What a group's pods cost solved on their own, with their NodeClaims when that saved; `None`
@@ -1863,12 +1876,11 @@ impl<'a> Solver<'a> {
             .collect()
     }
 
-    /// The price of `outcome`'s median planned NodeClaim (the upper one of an even count), as
-    /// `plan_cost` prices it; `None` without NodeClaims.
+    /// The price of `outcome`'s median planned NodeClaim (the mean of the middle two of an even
+    /// count, as `benches/gen-cost.py` reads the target), as `plan_cost` prices it; `None`
+    /// without NodeClaims.
     fn median_price(&self, outcome: &Outcome) -> Option<f64> {
-        let mut prices: Vec<f64> = self.priced(outcome).iter().map(|(_, p)| *p).collect();
-        prices.sort_by(f64::total_cmp);
-        prices.get(prices.len() / 2).copied()
+        patterns::median(self.priced(outcome).iter().map(|(_, p)| *p).collect())
     }
 
     /// Planned NodeClaim `claim` (`c`) as a member of `regroup`'s groups; `None` without options.
@@ -3675,14 +3687,14 @@ impl<'a> Solver<'a> {
     }
 
     /// Pods `pods` (indices into the round's pods, all on pool `p`'s NodeClaims) grouped by the
-    /// instance type the fractional assignment (`fractional::assign`) of their shapes (CPU and
-    /// memory requests) to the pool's types puts them on, each group sorted and with that type's
+    /// node the integer patterns (`patterns::contained`) of their shapes (CPU and
+    /// memory requests) on the pool's types put them on, each group sorted and with that node's
     /// price; pods of a shape no type holds form a group of their own, without a price. `None`
-    /// when the assignment is not solved.
-    fn fractional_groups(&self, p: usize, pods: &[u32]) -> Option<Vec<(Option<f64>, Vec<u32>)>> {
-        const GIB: f64 = (1u64 << 30) as f64;
+    /// when the patterns are not found.
+    fn pattern_groups(&self, p: usize, pods: &[u32]) -> Option<Vec<(Option<f64>, Vec<u32>)>> {
+        let gib = super::resources::gib(1) as f64;
         let amounts =
-            |r: &Resources, slots: f64| [r.cpu as f64 / 1000.0, r.memory as f64 / GIB, slots];
+            |r: &Resources, slots: f64| [r.cpu as f64 / 1000.0, r.memory as f64 / gib, slots];
         let pool = &self.pools[p];
         let template = &pool.template;
         let prices = self.prices(p, &template.requirements);
@@ -3719,25 +3731,29 @@ impl<'a> Solver<'a> {
             shapes[c].count += 1;
             members[c].push(i);
         }
-        let assignment = fractional::assign(&types, &shapes)?;
-        let mut groups: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
-        for (shares, pods) in assignment.iter().zip(members) {
-            let mut rest = pods.into_iter();
-            for &(t, n) in shares {
-                groups.entry(t).or_default().extend(rest.by_ref().take(n));
-            }
-            groups.entry(usize::MAX).or_default().extend(rest);
+        let plan = patterns::contained(&types, &shapes, BLAST_RADIUS)?;
+        let mut left: Vec<std::vec::IntoIter<u32>> =
+            members.into_iter().map(Vec::into_iter).collect();
+        let mut groups: Vec<(Option<f64>, Vec<u32>)> = plan
+            .iter()
+            .map(|pattern| {
+                let mut group: Vec<u32> = pattern
+                    .pods
+                    .iter()
+                    .zip(left.iter_mut())
+                    .flat_map(|(&n, rest)| rest.by_ref().take(n).collect::<Vec<_>>())
+                    .collect();
+                group.sort_unstable();
+                let price = listed.get(pattern.node).map(|&t| prices[t as usize]);
+                (price, group)
+            })
+            .collect();
+        let mut unheld: Vec<u32> = left.into_iter().flatten().collect();
+        if !unheld.is_empty() {
+            unheld.sort_unstable();
+            groups.push((None, unheld));
         }
-        Some(
-            groups
-                .into_iter()
-                .filter(|(_, g)| !g.is_empty())
-                .map(|(t, mut g)| {
-                    g.sort_unstable();
-                    (listed.get(t).map(|&t| prices[t as usize]), g)
-                })
-                .collect(),
-        )
+        Some(groups)
     }
 
     /// Instance types of a pool compatible with a requirement set, price-ordered, memoized
