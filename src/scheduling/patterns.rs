@@ -36,8 +36,9 @@ const FIRST_COUNTS: usize = 16;
 const MAX_SHAPES: usize = 300;
 
 /// How often the patterns are found again under a tighter bound on node price when the plan
-/// breaks the blast-radius target (`contained`).
-const CONTAIN_ROUNDS: usize = 3;
+/// breaks the blast-radius target (`contained`): each bound lowers the median with the nodes it
+/// leaves out, and 1,460 mixed pods with DaemonSets on a c/m/r pool keep it from the fifth on.
+const CONTAIN_ROUNDS: usize = 8;
 
 /// Room for float error when pods' requests are summed against a node's allocatable.
 const SLACK: f64 = 1e-9;
@@ -110,6 +111,16 @@ impl Bound {
     fn excuses(bound: Option<&Self>, c: usize, price: f64) -> bool {
         bound.is_some_and(|b| b.excuse[c] >= price)
     }
+
+    /// Whether a node of price `price` may hold `pods` (counts per shape): it is within the
+    /// bound, or one of its pods excuses it.
+    fn allows(bound: Option<&Self>, price: f64, pods: &[usize]) -> bool {
+        Self::open(bound, price)
+            || pods
+                .iter()
+                .enumerate()
+                .any(|(c, &n)| n > 0 && Self::excuses(bound, c, price))
+    }
 }
 
 /// Nodes (patterns) that hold every pod of every shape some type holds, priced close to the
@@ -134,6 +145,9 @@ pub fn contained(types: &[NodeType], shapes: &[Shape], radius: f64) -> Option<Ve
         })
         .collect();
     let mut plan = bought(types, &kept, shapes, None)?;
+    // Only ever lowered: a bound raised again by a plan whose median fell would let the nodes
+    // that broke the target back in.
+    let mut cap = f64::INFINITY;
     for _ in 0..CONTAIN_ROUNDS {
         let Some(median) = median(plan.iter().map(|p| types[p.node].price).collect()) else {
             break;
@@ -151,8 +165,9 @@ pub fn contained(types: &[NodeType], shapes: &[Shape], radius: f64) -> Option<Ve
         if !broken {
             break;
         }
+        cap = cap.min(radius * median);
         let bound = Bound {
-            price: radius * median,
+            price: cap,
             excuse: need.iter().map(|n| radius * n).collect(),
         };
         plan = bought(types, &kept, shapes, Some(&bound))?;
@@ -198,7 +213,7 @@ fn bought(
     let mut rounds = MAX_ROUNDS;
     let mut bought = Vec::new();
     while demand.iter().any(|&d| d > 0) {
-        found = capped(found, &demand);
+        found = capped(types, found, &demand, bound);
         for (c, s) in shapes.iter().enumerate() {
             if demand[c] == 0 {
                 continue;
@@ -227,7 +242,7 @@ fn bought(
             // A whole count of nodes, small: `z` covers at most every pod.
             let whole = (z + 1e-6).floor().clamp(0.0, usize::MAX as f64) as usize;
             for _ in 0..whole {
-                if let Some(node) = take(types, kept, shapes, pattern, &mut demand) {
+                if let Some(node) = take(types, kept, shapes, pattern, &mut demand, bound) {
                     bought.push(node);
                     took = true;
                 }
@@ -239,20 +254,22 @@ fn bought(
                 .zip(&bought_now)
                 .max_by(|a, b| a.1.total_cmp(b.1))
                 .map(|(p, _)| p.clone())?;
-            bought.push(take(types, kept, shapes, &most, &mut demand)?);
+            bought.push(take(types, kept, shapes, &most, &mut demand, bound)?);
         }
     }
     Some(bought)
 }
 
 /// One node of `pattern` holding what is left of its pods (`demand`, reduced by them), on the
-/// cheapest kept type that holds them; `None` when none of its pods is left.
+/// cheapest kept type that holds them; `None` when none of its pods is left, or when the pod
+/// that excused its node under `bound` is not.
 fn take(
     types: &[NodeType],
     kept: &[usize],
     shapes: &[Shape],
     pattern: &Pattern,
     demand: &mut [usize],
+    bound: Option<&Bound>,
 ) -> Option<Pattern> {
     let pods: Vec<usize> = pattern
         .pods
@@ -260,13 +277,14 @@ fn take(
         .zip(demand.iter())
         .map(|(&n, &d)| n.min(d))
         .collect();
-    if pods.iter().all(|&n| n == 0) {
+    let own = types[pattern.node].price;
+    if pods.iter().all(|&n| n == 0) || !Bound::allows(bound, own, &pods) {
         return None;
     }
     for (d, n) in demand.iter_mut().zip(&pods) {
         *d -= n;
     }
-    let own = types[pattern.node].price;
+    // A cheaper node is within the bound too, or excused by the pod that excused this one.
     let node = kept
         .iter()
         .copied()
@@ -276,8 +294,14 @@ fn take(
     Some(Pattern { node, pods })
 }
 
-/// `found` with every count capped at the pods left, empty and repeated patterns dropped.
-fn capped(found: Vec<Pattern>, demand: &[usize]) -> Vec<Pattern> {
+/// `found` with every count capped at the pods left; empty and repeated patterns dropped, and
+/// those whose node no pod left excuses under `bound`.
+fn capped(
+    types: &[NodeType],
+    found: Vec<Pattern>,
+    demand: &[usize],
+    bound: Option<&Bound>,
+) -> Vec<Pattern> {
     let mut seen = HashSet::new();
     found
         .into_iter()
@@ -285,7 +309,11 @@ fn capped(found: Vec<Pattern>, demand: &[usize]) -> Vec<Pattern> {
             node: p.node,
             pods: p.pods.iter().zip(demand).map(|(&n, &d)| n.min(d)).collect(),
         })
-        .filter(|p| p.pods.iter().any(|&n| n > 0) && seen.insert(p.clone()))
+        .filter(|p| {
+            p.pods.iter().any(|&n| n > 0)
+                && Bound::allows(bound, types[p.node].price, &p.pods)
+                && seen.insert(p.clone())
+        })
         .collect()
 }
 
