@@ -103,13 +103,20 @@ struct Bound {
 }
 
 impl Bound {
-    /// Whether a node of price `price` may hold a pod of shape `c`, and whether it needs one.
+    /// Whether a node of price `price` may hold any pods (it is within the bound, or there is
+    /// none).
     fn open(bound: Option<&Self>, price: f64) -> bool {
         bound.is_none_or(|b| price <= b.price)
     }
 
+    /// Whether a pod of shape `c` needs a node so dear that it excuses one of price `price`.
     fn excuses(bound: Option<&Self>, c: usize, price: f64) -> bool {
         bound.is_some_and(|b| b.excuse[c] >= price)
+    }
+
+    /// Whether a node of price `price` may hold a pod of shape `c`.
+    fn admits(bound: Option<&Self>, price: f64, c: usize) -> bool {
+        Self::open(bound, price) || Self::excuses(bound, c, price)
     }
 
     /// Whether a node of price `price` may hold `pods` (counts per shape): it is within the
@@ -196,9 +203,7 @@ fn bought(
     shapes: &[Shape],
     bound: Option<&Bound>,
 ) -> Option<Vec<Pattern>> {
-    let allowed = |t: usize, c: usize| {
-        Bound::open(bound, types[t].price) || Bound::excuses(bound, c, types[t].price)
-    };
+    let allowed = |t: usize, c: usize| Bound::admits(bound, types[t].price, c);
     let mut demand: Vec<usize> = shapes
         .iter()
         .enumerate()
@@ -449,7 +454,7 @@ fn priced(
             }
         }
         for &c in &useful {
-            if values[c] <= 0.0 || !(open || Bound::excuses(bound, c, node.price)) {
+            if values[c] <= 0.0 || !Bound::admits(bound, node.price, c) {
                 continue;
             }
             let most = fitting(&node.allocatable, &shapes[c]).min(demand[c]);
