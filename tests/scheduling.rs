@@ -2098,7 +2098,10 @@ fn patterns_found_again_under_a_falling_bound_keep_the_blast_radius() {
 /// set of DaemonSets on every x86 type, spot or on-demand. The cheapest plan put an r6a.xlarge
 /// at 5.9x the median NodeClaim ($12.08/h), and so did its own capped solve; the strategy that
 /// splits these piles within the target (cheapest NodeClaim first) piled for more than 5% over
-/// the best, and was never capped until every breaking strategy was: $12.58/h, within 4x.
+/// the best, and was never capped until every breaking strategy was: $12.58/h, within 4x. The
+/// pods no constraint reads, planned apart, first lowered the median NodeClaim below a fourth of
+/// the constrained pods' dearest ($11.83/h, 4.3x); with the constrained pods planned again under
+/// 4x that median, $11.90/h within it.
 #[test]
 fn constrained_piles_on_a_broad_spot_pool_with_daemonsets_stay_within_the_blast_radius() {
     let report = plan_fixture(
@@ -2107,7 +2110,7 @@ fn constrained_piles_on_a_broad_spot_pool_with_daemonsets_stay_within_the_blast_
     );
     assert!(pods_of(&report, "solo").iter().all(|(_, n)| *n <= 1));
     let cost = fleet_cost(&report);
-    assert!(cost < 12.7, "${cost:.2}/h");
+    assert!(cost < 12.0, "${cost:.2}/h");
     assert_within_blast_radius(&report, 0.0);
 }
 
@@ -2269,4 +2272,40 @@ fn gpu_types_kept_out_by_absence_and_zones_picked_by_id() {
             claim.instance_type
         );
     }
+}
+
+/// `benches/gen-cost.py --workload constrained --pool narrow --capacity spot`: 2,600 web-sized
+/// pods on c/m/r types, spot or on-demand; a third of the Deployments spread over zones, four over
+/// hostnames, 100 replicas with hostname anti-affinity to each other. No round could regroup it
+/// (moving one pod changes what another may do), so 100 NodeClaims took the round's mix of every
+/// pod ($21.83/h). The 1,333 pods no constraint reads are planned apart: the constrained pods
+/// alone, the free ones filling the room their NodeClaims leave and the rest on the types
+/// cheapest for them in the cheapest zones, every constraint kept.
+#[test]
+fn pods_no_constraint_reads_are_planned_apart_from_the_constrained_ones() {
+    let report = plan_fixture(
+        include_str!("fixtures/cost/constrained-narrow-spot.yaml"),
+        2600,
+    );
+    let cost = fleet_cost(&report);
+    assert!(cost < 20.0, "${cost:.2}/h");
+    assert_within_blast_radius(&report, 0.0);
+    assert!(pods_of(&report, "solo").iter().all(|(_, n)| *n <= 1));
+    for (d, (_, _, key)) in CONSTRAINED.into_iter().enumerate() {
+        let name = format!("app-{d}");
+        if key == "topology.kubernetes.io/zone" {
+            assert_eq!(assert_zone_skew_within_one(&report, &name), 5, "{name}");
+        } else if key == "kubernetes.io/hostname" {
+            // More nodes than replicas: a node with two would be two above one with none.
+            assert!(
+                pods_of(&report, &name).iter().all(|(_, n)| *n <= 1),
+                "{name}"
+            );
+        }
+    }
+    // Free pods (app-1 has no constraint and nothing selects it) share forced nodes.
+    let shared = report.nodeclaims.iter().filter(|c| {
+        c.pods.iter().any(|p| p.contains("/solo-")) && c.pods.iter().any(|p| p.contains("/app-1-"))
+    });
+    assert!(shared.count() > 0);
 }

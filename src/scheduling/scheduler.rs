@@ -48,6 +48,8 @@ use super::type_labels;
 use super::type_set::TypeSet;
 use super::unschedulable::{Attempt, Failure, PodFailure, Target};
 
+mod free_pods;
+
 /// Upstream's cap on instance-type options per NodeClaim.
 pub const MAX_INSTANCE_TYPES: usize = 600;
 
@@ -1059,26 +1061,25 @@ const REGROUP_SPLIT_WORK: usize = 10;
 
 /// Whether `regroup` may solve groups of the round's NodeClaims on their own: their pods then
 /// depend on nothing outside the group (no topology spread, no pod affinity or anti-affinity,
-/// and no existing pod's anti-affinity), and no NodePool limit or capacity reservation is
-/// shared with the other NodeClaims. Disruption simulations (`every_fitting_type`,
-/// `apart_from`) size replacements their own way and are left alone.
+/// and no existing pod's anti-affinity selects them), and the NodeClaims share nothing else
+/// (`independent_claims`).
 fn regroupable(input: &Input) -> bool {
-    let free = |p: &Pod| {
-        p.spread.is_empty()
-            && p.affinity.is_empty()
-            && p.anti_affinity.is_empty()
-            && p.preferred_affinity.is_empty()
-            && p.preferred_anti_affinity.is_empty()
-    };
+    let existing = free_pods::Selectors::of_bound(input.existing.iter().flat_map(|n| &n.pods));
+    independent_claims(input)
+        && input
+            .pods
+            .iter()
+            .all(|p| free_pods::unconstrained(p) && !existing.select(p))
+}
+
+/// Whether a round's new NodeClaims may be planned again in parts: no NodePool limit or
+/// capacity reservation is shared among them, and the round is no disruption simulation
+/// (`every_fitting_type`, `apart_from` size replacements their own way) nor larger than
+/// [`TIGHT_SOLVE_MAX_PODS`] pods.
+fn independent_claims(input: &Input) -> bool {
     !input.options.every_fitting_type
         && input.options.apart_from.is_none()
         && input.pods.len() <= TIGHT_SOLVE_MAX_PODS
-        && input.pods.iter().all(free)
-        && input
-            .existing
-            .iter()
-            .flat_map(|n| &n.pods)
-            .all(|p| p.anti_affinity.is_empty() && p.preferred_anti_affinity.is_empty())
         && input.nodepools.iter().all(|t| {
             t.limits.is_empty()
                 && t.nodes_limit.is_none()
@@ -1117,6 +1118,7 @@ struct Member {
 /// cheaper, the rounds run again over it (each with budgets of their own).
 fn regroup<'a>(input: &'a Input, solver: Solver<'a>, outcome: Outcome) -> (Solver<'a>, Outcome) {
     if !regroupable(input) {
+        let outcome = free_pods::apart(input, &solver, &outcome).unwrap_or(outcome);
         return (solver, outcome);
     }
     let contained = solver.within_blast_radius(&outcome);
@@ -1320,7 +1322,7 @@ fn solve_part(
             .map(|&i| input.pods[i as usize].clone())
             .collect(),
         options: Options {
-            max_price,
+            max_price: lower(max_price, input.options.max_price),
             ..input.options
         },
     };
@@ -1334,6 +1336,14 @@ fn solve_part(
         *p = pods[*p as usize];
     }
     Some((cost, claims))
+}
+
+/// The lower of two optional price caps (`Options::max_price`).
+fn lower(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// `outcome` with its NodeClaims `removed` replaced by `claims` (whose pods are indices into the
@@ -3699,9 +3709,10 @@ impl<'a> Solver<'a> {
         let template = &pool.template;
         let prices = self.prices(p, &template.requirements);
         let compatible = self.compatible_types(p, &template.requirements);
+        let cap = self.input.options.max_price.unwrap_or(f64::INFINITY);
         let listed: Vec<u32> = compatible
             .types(&pool.by_price)
-            .filter(|&t| prices[t as usize].is_finite())
+            .filter(|&t| prices[t as usize].is_finite() && prices[t as usize] <= cap)
             .collect();
         let types: Vec<NodeType> = listed
             .iter()
