@@ -20,7 +20,9 @@ use crate::catalog::Catalog;
 use crate::cloudprovider::first_launch_choice;
 use crate::disruption::state::State;
 use crate::disruption::{self, Blocked, Command};
-use crate::scheduling::instance_type::{CapacityType, InstanceType, NodeClassSettings};
+use crate::scheduling::instance_type::{
+    CapacityType, InstanceType, NodeClassSettings, node_labels,
+};
 use crate::scheduling::pod::Pod;
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
@@ -392,14 +394,7 @@ fn add_static_nodeclaims(
             continue;
         };
         let option_list: OptionList = options.iter().map(|it| it.name.clone()).collect();
-        let mut node_labels = template.requirements.labels();
-        node_labels.extend(it.labels.iter().map(|(k, v)| (k.to_string(), v.clone())));
-        node_labels.insert(labels::INSTANCE_TYPE.into(), it.name.to_string());
-        node_labels.insert(labels::ZONE.into(), offering.zone.to_string());
-        node_labels.insert(
-            labels::CAPACITY_TYPE.into(),
-            offering.capacity_type.label().into(),
-        );
+        let node_labels = node_labels(it, offering, &template.requirements);
         for i in 0..decision.create {
             let name = names.next(&template.name, &format!("{}/static/{i}", template.name));
             let mut own_labels = node_labels.clone();

@@ -20,9 +20,8 @@ use chrono::{DateTime, Utc};
 
 use crate::apis::conditions;
 use crate::apis::ec2nodeclass::{EC2NodeClassStatus, NodeClassCondition};
-use crate::apis::labels;
 use crate::apis::{EC2NodeClass, NodeClaim};
-use crate::scheduling::instance_type::{CapacityType, InstanceType, Offering};
+use crate::scheduling::instance_type::{CapacityType, InstanceType, Offering, node_labels};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler;
@@ -448,40 +447,6 @@ fn capacity_rank(ct: CapacityType) -> u8 {
     }
 }
 
-/// The labels a node launched on `offering` of `it` for a NodeClaim with `requirements` carries:
-/// the requirements' single values, the instance type's labels, zone, zone ID, capacity type
-/// and, in a capacity reservation, its ID, type and whether it is interruptible.
-pub fn node_labels(
-    it: &InstanceType,
-    offering: &Offering,
-    requirements: &Requirements,
-) -> BTreeMap<String, String> {
-    let mut out = requirements.labels();
-    for (k, v) in &it.labels {
-        out.insert((*k).to_string(), v.clone());
-    }
-    out.insert(labels::ZONE.into(), offering.zone.to_string());
-    if let Some(id) = &offering.zone_id {
-        out.insert(labels::ZONE_ID.into(), id.to_string());
-    }
-    out.insert(
-        labels::CAPACITY_TYPE.into(),
-        offering.capacity_type.label().into(),
-    );
-    if let Some(r) = &offering.reservation {
-        out.insert(labels::CAPACITY_RESERVATION_ID.into(), r.id.to_string());
-        out.insert(
-            labels::CAPACITY_RESERVATION_TYPE.into(),
-            r.reservation_type.to_string(),
-        );
-        out.insert(
-            labels::CAPACITY_RESERVATION_INTERRUPTIBLE.into(),
-            r.interruptible_label().into(),
-        );
-    }
-    out
-}
-
 /// The zone part of an `aws:///<zone>/<id>` provider ID.
 pub fn provider_id_zone(provider_id: &str) -> Option<&str> {
     let rest = provider_id.strip_prefix("aws:///")?;
@@ -499,6 +464,7 @@ pub fn provider_id_instance(provider_id: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::labels;
     use crate::apis::nodeclaim::Operator;
     use crate::catalog::Catalog;
     use crate::scheduling::instance_type::{

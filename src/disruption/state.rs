@@ -14,7 +14,7 @@ use crate::apis::ec2nodeclass::EC2NodeClass;
 use crate::apis::labels;
 use crate::apis::nodeclaim::Taint;
 use crate::apis::nodepool::NodePool;
-use crate::scheduling::instance_type::{CapacityType, InstanceType};
+use crate::scheduling::instance_type::{CapacityType, InstanceType, node_labels};
 use crate::scheduling::pod::{Pod, Selector};
 use crate::scheduling::resources::Resources;
 use crate::scheduling::scheduler::{
@@ -388,18 +388,7 @@ impl State {
         pods: &[usize],
         now: DateTime<Utc>,
     ) -> usize {
-        let mut labels_: BTreeMap<String, String> = requirements.labels();
-        for (k, v) in &instance_type.labels {
-            labels_.insert((*k).to_string(), v.clone());
-        }
-        labels_.insert(labels::ZONE.into(), offering.zone.to_string());
-        if let Some(id) = &offering.zone_id {
-            labels_.insert(labels::ZONE_ID.into(), id.to_string());
-        }
-        labels_.insert(
-            labels::CAPACITY_TYPE.into(),
-            offering.capacity_type.label().into(),
-        );
+        let mut labels_ = node_labels(instance_type, offering, requirements);
         labels_.insert(labels::NODEPOOL.into(), nodepool.into());
         labels_.insert(labels::HOSTNAME.into(), name.into());
         labels_.insert(labels::INITIALIZED.into(), "true".into());

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::apis::ec2nodeclass::{AMIFamily, KubeletConfiguration, NetworkInterface};
 use crate::apis::labels;
 
+use super::requirements::Requirements;
 use super::resources::{self, Resources, gib, mib};
 
 /// How an instance is bought.
@@ -681,6 +682,40 @@ pub fn resolve(
         overhead,
         allocatable,
     }
+}
+
+/// The labels a node launched on `offering` of `it` for a NodeClaim with `requirements` carries:
+/// the requirements' single values, the instance type's labels, zone, zone ID, capacity type
+/// and, in a capacity reservation, its ID, type and whether it is interruptible.
+pub fn node_labels(
+    it: &InstanceType,
+    offering: &Offering,
+    requirements: &Requirements,
+) -> BTreeMap<String, String> {
+    let mut out = requirements.labels();
+    for (k, v) in &it.labels {
+        out.insert((*k).to_string(), v.clone());
+    }
+    out.insert(labels::ZONE.into(), offering.zone.to_string());
+    if let Some(id) = &offering.zone_id {
+        out.insert(labels::ZONE_ID.into(), id.to_string());
+    }
+    out.insert(
+        labels::CAPACITY_TYPE.into(),
+        offering.capacity_type.label().into(),
+    );
+    if let Some(r) = &offering.reservation {
+        out.insert(labels::CAPACITY_RESERVATION_ID.into(), r.id.to_string());
+        out.insert(
+            labels::CAPACITY_RESERVATION_TYPE.into(),
+            r.reservation_type.to_string(),
+        );
+        out.insert(
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE.into(),
+            r.interruptible_label().into(),
+        );
+    }
+    out
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::apis::labels;
+use crate::scheduling::instance_type::node_labels;
 use crate::scheduling::pod::{
     AffinityTerm, Pod, PodShape, Selector, SpreadConstraint, WhenUnsatisfiable,
 };
@@ -306,14 +307,7 @@ fn as_node(input: &Input, k: usize, claim: &PlannedNodeClaim) -> Option<Existing
         .get(*claim.instance_types.first()? as usize)?;
     let offering = launch_offering(it, &claim.requirements)?;
     let name = format!("planned-nodeclaim-{k:04}");
-    let mut node_labels = claim.requirements.labels();
-    node_labels.extend(it.labels.iter().map(|(k, v)| (k.to_string(), v.clone())));
-    node_labels.insert(labels::INSTANCE_TYPE.into(), it.name.to_string());
-    node_labels.insert(labels::ZONE.into(), offering.zone.to_string());
-    node_labels.insert(
-        labels::CAPACITY_TYPE.into(),
-        offering.capacity_type.label().into(),
-    );
+    let mut node_labels = node_labels(it, offering, &claim.requirements);
     node_labels.insert(labels::HOSTNAME.into(), name.clone());
     Some(ExistingNode {
         name: Arc::from(name),
