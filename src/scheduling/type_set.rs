@@ -31,6 +31,20 @@ impl TypeSet {
         self.ranks.ones().map(move |rank| order[rank])
     }
 
+    /// The instance-type indices in the set in the order of `ranks` (positions in `order`, the
+    /// pool's price order the set was built from, ordered some other way: by the prices in one
+    /// zone, say).
+    pub fn types_in<'a>(
+        &'a self,
+        ranks: &'a [u32],
+        order: &'a [u32],
+    ) -> impl Iterator<Item = u32> + 'a {
+        ranks
+            .iter()
+            .filter(|&&rank| self.ranks.contains(rank as usize))
+            .map(move |&rank| order[rank as usize])
+    }
+
     /// The subset whose types pass `keep`.
     pub fn filter(&self, order: &[u32], mut keep: impl FnMut(u32) -> bool) -> Self {
         let mut ranks = FixedBitSet::with_capacity(self.ranks.len());
@@ -80,6 +94,11 @@ mod tests {
         assert!(
             odd.intersection(&TypeSet::from_order(&order, |t| t == 0))
                 .is_empty()
+        );
+        // Ranked by other prices: type 1 (rank 3), 3 (rank 2, not in the set), 2, then 0.
+        assert_eq!(
+            set.types_in(&[3, 2, 0, 1], &order).collect::<Vec<_>>(),
+            vec![1, 2, 0]
         );
     }
 }
