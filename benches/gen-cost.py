@@ -47,6 +47,7 @@ spot is allowed), with allocatable from the AL2023 overhead model of
 import argparse
 import concurrent.futures
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -734,6 +735,9 @@ def main():
     if not args.run:
         sys.stdout.write(manifest(args.workload, args.pool, args.capacity, args.max_pods, args.daemonsets))
         return
+    # The pattern bound's solver, checked before any case runs rather than in a worker.
+    if importlib.util.find_spec("scipy") is None:
+        sys.exit("gen-cost.py --run: the pattern bound needs SciPy (HiGHS); install it with `pip install scipy`")
     header = "| workload | pool | capacity | max pods | DaemonSets "
     if args.baseline:
         header += "| baseline $/h | baseline / pattern bound "
